@@ -1,0 +1,13 @@
+#pragma once
+// One function per subcommand; each adds its subcommand to the CLI and its handler. Thin: parse
+// flags, call a library.
+#include <CLI/CLI.hpp>
+
+namespace orchard::app {
+
+void add_make_model_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_bench_comm_command(CLI::App& app);
+
+}  // namespace orchard::app

@@ -1,0 +1,28 @@
+#include <cstdio>
+#include <exception>
+
+#include "apps/orchard/commands.h"
+#include "core/error.h"
+#include "orchard/config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"orchard: run large language models on one machine, a cluster, or a network"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", ORCHARD_VERSION);
+  orchard::app::add_make_model_command(app);
+  orchard::app::add_run_command(app);
+  orchard::app::add_tokenize_command(app);
+  orchard::app::add_bench_comm_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const orchard::Error& e) {
+    std::fprintf(stderr, "orchard: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orchard: unexpected error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

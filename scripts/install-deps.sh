@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs every Debian package Orchard needs to build, run and test. Idempotent.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
+  libopenmpi-dev openmpi-bin
+  libsodium-dev libsqlite3-dev libpq-dev postgresql libssl-dev
+  iproute2 util-linux procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

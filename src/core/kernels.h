@@ -1,0 +1,63 @@
+#pragma once
+// Matrix kernels of the compute path, dispatched at run time by CPU features (AVX-512/AVX2 on
+// x86-64, NEON/dotprod on arm64, a portable fallback otherwise). Every fast path is tested
+// against the reference dequantizer in quant.h and a float64 dot product.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace orchard::core {
+
+// Which implementation the dispatcher picked, for logs and benchmarks ("avx512-vnni", "avx2",
+// "neon-dotprod", "generic").
+std::string kernel_isa_name();
+
+// Forces the portable kernels (tests compare them with the fast ones). Not thread-safe:
+// call before any matmul.
+void force_generic_kernels(bool on);
+
+// A weight matrix W [rows, cols] (cols contiguous per row, as GGUF stores a tensor with
+// ne = {cols, rows}). Either a view of bytes owned elsewhere (the mapped model file) or an
+// owned repacked copy laid out for the kernels of this CPU.
+class WeightMatrix {
+ public:
+  WeightMatrix() = default;
+  // A view; `data` must outlive the matrix. Rows are `row_bytes(type, cols)` apart.
+  static WeightMatrix view(TensorType type, const void* data, int64_t rows, int64_t cols);
+  // Like view, but may copy into an interleaved layout when that is faster on this CPU
+  // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
+  static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true);
+
+  TensorType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  bool repacked() const { return layout_ != 0; }
+  // Bytes read from memory by one full pass over the matrix.
+  size_t bytes() const;
+  // Dequantizes row r into dst[cols] (any layout).
+  void dequantize_row(int64_t r, float* dst) const;
+
+ private:
+  friend void matmul(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&, struct MatmulScratch&);
+  TensorType type_ = TensorType::F32;
+  const void* data_ = nullptr;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  int layout_ = 0;  // 0: GGUF row-major; others: kernel-specific interleavings
+  std::shared_ptr<void> owned_;
+};
+
+// Reusable buffers for matmul's quantized activations: grows to the largest call and stays,
+// so a decode step allocates nothing once warmed up.
+struct MatmulScratch {
+  std::vector<uint8_t> activations;
+};
+
+// y [n_tokens, rows] = x [n_tokens, cols] · Wᵀ, all float32 row-major, split over the pool.
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch);
+
+}  // namespace orchard::core

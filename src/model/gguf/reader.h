@@ -1,0 +1,73 @@
+#pragma once
+// Reads a GGUF file by memory-mapping it. Every count, length and offset is checked against the
+// file's size before use: a corrupt or truncated file gives a FormatError naming the problem
+// (which key or tensor, what was expected, what was found), never a crash or an out-of-bounds
+// read. Tensor data is not touched until a caller reads it, so a process that uses a few
+// tensors only pages in their bytes.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/gguf/gguf.h"
+
+namespace orchard::model::gguf {
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;  // GGUF order: shape[0] is the innermost (contiguous) dimension
+  core::TensorType type = core::TensorType::F32;
+  uint64_t offset = 0;         // from the start of the data section
+  uint64_t size_bytes = 0;
+  const uint8_t* data = nullptr;  // inside the mapping
+
+  int64_t elements() const;
+};
+
+class Reader {
+ public:
+  // Maps and parses `path`; throws FormatError ("[gguf] <path>: ...") on anything malformed and
+  // Error when the file can't be opened.
+  static Reader open(const std::string& path);
+  // Parses bytes already in memory (tests, fuzzing); `bytes` must outlive the reader.
+  static Reader parse(std::span<const uint8_t> bytes, std::string name = "<memory>");
+
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+  ~Reader();
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t file_size() const { return bytes_.size(); }
+  uint64_t data_offset() const { return data_offset_; }
+
+  // Metadata in file order.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const Value* find(std::string_view key) const;  // nullptr when absent
+  const Value& get(std::string_view key) const;   // FormatError "missing key" when absent
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent
+  const TensorInfo& tensor(std::string_view name) const;      // FormatError when absent
+
+ private:
+  Reader() = default;
+  void parse_all();
+
+  std::string path_;
+  std::span<const uint8_t> bytes_;
+  std::shared_ptr<void> mapping_;  // unmaps on destruction
+  uint32_t version_ = 0;
+  uint64_t alignment_ = kDefaultAlignment;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, Value>> metadata_;
+  std::map<std::string, size_t, std::less<>> metadata_index_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace orchard::model::gguf

@@ -1,0 +1,69 @@
+#pragma once
+// Tokenizers read from GGUF metadata (tokenizer.ggml.*): SentencePiece-style ("llama": scores,
+// byte fallback <0xNN>) and byte-level BPE ("gpt2": merges, with the pre-tokenizer splits named
+// by tokenizer.ggml.pre: "llama-bpe"/"llama3", "qwen2", default gpt2).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/gguf/reader.h"
+
+namespace orchard::model {
+
+using TokenId = int32_t;
+
+// tokenizer.ggml.token_type codes.
+enum class TokenKind : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+class Tokenizer {
+ public:
+  // Throws FormatError naming the missing/inconsistent key. Works on vocab-only files.
+  static Tokenizer from_gguf(const gguf::Reader& file);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Text to ids. With parse_special, control/user-defined token texts in `text` (e.g.
+  // "<|im_start|>") become their ids; otherwise they are tokenized as plain text.
+  std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
+  // The bytes a token stands for (byte tokens give their byte, SentencePiece's ▁ becomes a
+  // space, BPE's byte-to-unicode mapping is undone). Control tokens decode to "".
+  std::string token_bytes(TokenId id) const;
+  // Concatenated token_bytes; exact inverse of encode(text, false) for any valid UTF-8 text
+  // (for SentencePiece, the one leading space it adds is removed).
+  std::string decode(std::span<const TokenId> ids) const;
+
+  int32_t vocab_size() const;
+  const std::string& token_text(TokenId id) const;  // the vocab entry as stored
+  TokenKind token_kind(TokenId id) const;
+  TokenId bos() const;   // -1 when the model has none
+  TokenId eos() const;
+  bool adds_bos() const;  // tokenizer.ggml.add_bos_token (default: true for llama, false for gpt2)
+  bool is_end_of_generation(TokenId id) const;  // EOS, EOT, <|im_end|>, <|eot_id|>...
+  std::string_view model_name() const;  // "llama" or "gpt2"
+  std::string_view pre_tokenizer() const;
+
+  // Turns a stream of token ids into text while holding back incomplete UTF-8 sequences, so
+  // streamed output never shows half a character.
+  class StreamDecoder {
+   public:
+    explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+    std::string push(TokenId id);  // complete UTF-8 text now available
+    std::string finish();          // whatever is left (possibly an invalid tail)
+   private:
+    const Tokenizer& tokenizer_;
+    std::string pending_;
+    bool first_ = true;
+  };
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orchard::model
