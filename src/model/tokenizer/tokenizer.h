@@ -4,6 +4,7 @@
 // by tokenizer.ggml.pre: "llama-bpe"/"llama3", "qwen2", default gpt2).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,17 +19,37 @@ using TokenId = int32_t;
 // tokenizer.ggml.token_type codes.
 enum class TokenKind : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
 
+// A vocabulary as GGUF stores it (tokenizer.ggml.*), apart from the file format: what
+// from_gguf reads and the vocab builder makes.
+struct VocabData {
+  std::string model = "llama";       // "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+  std::string pre = "default";       // gpt2 only: "default"/"gpt2", "llama-bpe"/"llama3", "qwen2"
+  std::vector<std::string> tokens;
+  std::vector<float> scores;         // llama: merge priority, higher first; empty = all 0
+  std::vector<TokenKind> kinds;      // empty = all Normal
+  std::vector<std::string> merges;   // gpt2: "left right", highest priority first
+  TokenId bos = -1, eos = -1, unknown = -1, padding = -1, eot = -1;  // -1: none
+  std::optional<bool> add_bos;       // unset: true for llama, false for gpt2
+  bool add_eos = false;
+  bool add_space_prefix = true;      // llama: prepend ▁ to the text (and after special tokens)
+};
+
 class Tokenizer {
  public:
   // Throws FormatError naming the missing/inconsistent key. Works on vocab-only files.
   static Tokenizer from_gguf(const gguf::Reader& file);
+  // Throws FormatError ("[tokenizer] ...") when the data is inconsistent (sizes differ, an id is
+  // out of range, a merge's parts or result are not tokens, an unknown model or pre-tokenizer).
+  static Tokenizer from_vocab(VocabData vocab);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
   // Text to ids. With parse_special, control/user-defined token texts in `text` (e.g.
-  // "<|im_start|>") become their ids; otherwise they are tokenized as plain text.
+  // "<|im_start|>") become their ids (leftmost, then longest match); otherwise they are
+  // tokenized as plain text. Never produces Unused tokens. Invalid UTF-8 is tokenized
+  // deterministically as its bytes.
   std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
   // The bytes a token stands for (byte tokens give their byte, SentencePiece's ▁ becomes a
   // space, BPE's byte-to-unicode mapping is undone). Control tokens decode to "".
@@ -43,17 +64,20 @@ class Tokenizer {
   TokenId bos() const;   // -1 when the model has none
   TokenId eos() const;
   bool adds_bos() const;  // tokenizer.ggml.add_bos_token (default: true for llama, false for gpt2)
+  bool adds_eos() const;  // tokenizer.ggml.add_eos_token (default: false)
   bool is_end_of_generation(TokenId id) const;  // EOS, EOT, <|im_end|>, <|eot_id|>...
   std::string_view model_name() const;  // "llama" or "gpt2"
   std::string_view pre_tokenizer() const;
 
   // Turns a stream of token ids into text while holding back incomplete UTF-8 sequences, so
-  // streamed output never shows half a character.
+  // streamed output never shows half a character: everything push and finish return is valid
+  // UTF-8, and for ids whose decode() is valid UTF-8 their concatenation equals decode(ids).
+  // Bytes that can never complete a character come out as U+FFFD.
   class StreamDecoder {
    public:
     explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
     std::string push(TokenId id);  // complete UTF-8 text now available
-    std::string finish();          // whatever is left (possibly an invalid tail)
+    std::string finish();          // the rest; an incomplete trailing character becomes U+FFFD
    private:
     const Tokenizer& tokenizer_;
     std::string pending_;

@@ -1,0 +1,73 @@
+#pragma once
+// Internal contract between the matmul driver (kernels.cpp) and the per-ISA kernel files.
+// Not part of the public API: only src/core and tests/core include it.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/quant.h"
+
+namespace orchard::core::kernels {
+
+// Weight layouts. kRows is GGUF's: row after row, each a run of blocks. The interleaved ones
+// group 16 rows: for every block column, the 16 rows' scales (halves) then their quants,
+// 4 bytes of each row in turn, so one 64-byte load feeds 16 int32 lanes (one per row) of a
+// VNNI dot product and the output of a block column is a vector of 16 rows.
+enum Layout : int {
+  kRows = 0,
+  kQ4_0x16 = 1,  // per block column: d[16], then for k in 0..3, for row: qs[4k..4k+3]
+  kQ8_0x16 = 2,  // per block column: d[16], then for k in 0..7, for row: qs[4k..4k+3] ^ 0x80
+};
+constexpr int64_t kInterleave = 16;
+
+// Q8_0-style activation block shared by the Q4_0 and Q8_0 kernels: a float scale (more exact
+// than GGUF's half, and the activations never reach a file) and the sum of the quants, which
+// the unsigned-times-signed dot products need to remove the weights' offset (8 for Q4_0, 128
+// for the shifted Q8_0 of kQ8_0x16).
+struct ActQ8_0 {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(ActQ8_0) == 40);
+
+// One tile of y [n_tokens, rows] = x · Wᵀ: rows [r0, r0 + n_rows) × tokens [t0, t0 + n_tokens).
+struct Tile {
+  const uint8_t* w;   // row r0 (kRows) or the 16-row group holding r0, r0 % 16 == 0 (interleaved)
+  size_t w_stride;    // bytes from one row (kRows) or one 16-row group (interleaved) to the next
+  int64_t n_rows;
+  int64_t n_blocks;   // blocks per row; for F32/F16/BF16 the number of columns
+  const uint8_t* x;   // activations of token t0: f32 [cols], ActQ8_0 or BlockQ8_K [n_blocks]
+  size_t x_stride;    // bytes from one token's activations to the next
+  int64_t n_tokens;
+  float* y;           // &y[t0][r0]
+  int64_t y_stride;   // floats from one token's outputs to the next (= rows)
+};
+using TileFn = void (*)(const Tile&);
+
+// One implementation per (type, layout); null where a set has none (the driver then falls back
+// to the generic set, which has them all).
+struct KernelSet {
+  const char* name;
+  bool is_generic;
+  TileFn f32, f16, bf16, q4_0, q8_0, q4_k, q6_k;
+  TileFn q4_0x16, q8_0x16;
+};
+
+const KernelSet& generic_kernels();
+// The best SIMD set this CPU runs, or null. One definition per architecture (x86/, arm/, or
+// generic/no_simd.cpp), chosen by CMake, so the driver has no #ifdef.
+const KernelSet* detect_simd_kernels();
+
+// Activation quantizers shared by every set, so all kernels see the same quantized inputs.
+// x [n_blocks * 32] -> out [n_blocks]
+void quantize_act_q8_0(const float* x, ActQ8_0* out, int64_t n_blocks);
+
+// Interleaved layouts: bytes of the repacked copy of W [rows, n_blocks blocks], rows padded to
+// a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.
+size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
+void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
+// Rebuilds the GGUF block (BlockQ4_0 or BlockQ8_0) of row r, block b from an interleaved copy.
+void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
+
+}  // namespace orchard::core::kernels

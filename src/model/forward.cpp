@@ -1,0 +1,176 @@
+#include "model/forward.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/ops.h"
+
+namespace orchard::model {
+
+Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
+                 PartialSums* partial)
+    : weights_(weights),
+      pool_(pool),
+      partial_(partial),
+      max_batch_(max_batch),
+      cache_(weights.shard().n_layers(), n_ctx, weights.shard().n_kv_heads() * weights.config().head_dim) {
+  const ModelConfig& c = weights.config();
+  const Shard& s = weights.shard();
+  ORCHARD_CHECK(max_batch > 0 && n_ctx > 0, "batch {} and context {} must be positive", max_batch, n_ctx);
+  if (s.splits_layers(c)) ORCHARD_CHECK(partial != nullptr, "a shard that splits layers needs PartialSums");
+  const auto batch = static_cast<size_t>(max_batch);
+  const size_t hd = static_cast<size_t>(c.head_dim);
+  residual_.resize(batch * c.n_embd);
+  normed_.resize(batch * c.n_embd);
+  q_.resize(batch * s.n_heads() * hd);
+  k_.resize(batch * s.n_kv_heads() * hd);
+  v_.resize(batch * s.n_kv_heads() * hd);
+  attn_out_.resize(batch * s.n_heads() * hd);
+  proj_.resize(batch * c.n_embd);
+  gate_.resize(batch * s.n_ff());
+  up_.resize(batch * s.n_ff());
+  scores_.resize(static_cast<size_t>(pool.size()) * n_ctx);
+  rope_cos_.resize(batch * (c.rope_dims / 2));
+  rope_sin_.resize(batch * (c.rope_dims / 2));
+  if (s.has_output) logits_.resize(static_cast<size_t>(c.vocab_size));
+}
+
+const float* Forward::logits(int32_t i) const {
+  if (i < 0) i = logits_rows_ - 1;
+  ORCHARD_CHECK(i >= 0 && i < logits_rows_, "logits of row {} asked, {} computed", i, logits_rows_);
+  return logits_.data() + static_cast<size_t>(i) * weights_.config().vocab_size;
+}
+
+void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32_t n, int32_t pos, bool logits_for_all) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  ORCHARD_CHECK(n > 0 && n <= max_batch_, "batch of {} positions, at most {}", n, max_batch_);
+  if (pos < 0 || pos + n > cache_.n_ctx())
+    throw Error(error_message("model", "positions {}..{} do not fit the context of {} tokens", pos, pos + n,
+                              cache_.n_ctx()));
+  if (s.has_embedding) {
+    ORCHARD_CHECK(static_cast<int32_t>(tokens.size()) == n, "{} tokens for a batch of {}", tokens.size(), n);
+    for (int32_t t = 0; t < n; ++t) {
+      if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", tokens[t], c.vocab_size));
+      weights_.embed(tokens[t], &residual_[static_cast<size_t>(t) * c.n_embd]);
+    }
+  } else {
+    ORCHARD_CHECK(hidden_in != nullptr, "a later pipeline stage needs hidden states");
+    std::memcpy(residual_.data(), hidden_in, sizeof(float) * static_cast<size_t>(n) * c.n_embd);
+  }
+
+  const int32_t half = c.rope_dims / 2;
+  const float* factors = weights_.rope_freq_factors().empty() ? nullptr : weights_.rope_freq_factors().data();
+  for (int32_t t = 0; t < n; ++t)
+    ops::rope_angles(pos + t, c, factors, &rope_cos_[static_cast<size_t>(t) * half],
+                     &rope_sin_[static_cast<size_t>(t) * half]);
+
+  for (int32_t layer = s.layer_begin; layer < s.layer_end; ++layer) {
+    attention_block(layer, n, pos);
+    ffn_block(layer, n);
+  }
+  if (s.has_output) output_head(n, logits_for_all);
+}
+
+void Forward::attention_block(int32_t layer, int32_t n, int32_t pos) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  const LayerWeights& w = weights_.layer(layer);
+  const int32_t d = c.n_embd, hd = c.head_dim;
+  const int32_t q_dim = s.n_heads() * hd, kv_dim = s.n_kv_heads() * hd;
+  const int32_t local = layer - s.layer_begin;
+
+  for (int32_t t = 0; t < n; ++t)
+    ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.attn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
+                  c.rms_eps);
+  core::matmul(w.wq, normed_.data(), n, q_.data(), pool_, scratch_);
+  core::matmul(w.wk, normed_.data(), n, k_.data(), pool_, scratch_);
+  core::matmul(w.wv, normed_.data(), n, v_.data(), pool_, scratch_);
+
+  const int32_t half = c.rope_dims / 2;
+  for (int32_t t = 0; t < n; ++t) {
+    float* q = &q_[static_cast<size_t>(t) * q_dim];
+    float* k = &k_[static_cast<size_t>(t) * kv_dim];
+    float* v = &v_[static_cast<size_t>(t) * kv_dim];
+    if (c.has_qkv_bias) {
+      ops::add(q, w.bq.data(), q_dim);
+      ops::add(k, w.bk.data(), kv_dim);
+      ops::add(v, w.bv.data(), kv_dim);
+    }
+    const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
+    const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
+    for (int32_t h = 0; h < s.n_heads(); ++h) {
+      if (c.has_qk_norm) ops::rms_norm(q + h * hd, w.q_norm.data(), q + h * hd, hd, c.rms_eps);
+      ops::rope(q + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
+    }
+    for (int32_t h = 0; h < s.n_kv_heads(); ++h) {
+      if (c.has_qk_norm) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
+      ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
+    }
+    std::memcpy(cache_.key(local, pos + t), k, sizeof(float) * kv_dim);
+    std::memcpy(cache_.value(local, pos + t), v, sizeof(float) * kv_dim);
+  }
+
+  attend(local, n, pos);
+  core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
+  if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
+}
+
+void Forward::attend(int32_t local, int32_t n, int32_t pos) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  const int32_t hd = c.head_dim;
+  const int32_t q_dim = s.n_heads() * hd;
+  const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int32_t n_ctx = cache_.n_ctx();
+
+  pool_.parallel_for(static_cast<int64_t>(s.n_heads()) * n, [&](int64_t task, int thread) {
+    const int32_t h = static_cast<int32_t>(task % s.n_heads());
+    const int32_t t = static_cast<int32_t>(task / s.n_heads());
+    const int32_t kv_head = (s.head_begin + h) / group - s.kv_head_begin;
+    const float* q = &q_[static_cast<size_t>(t) * q_dim + static_cast<size_t>(h) * hd];
+    float* out = &attn_out_[static_cast<size_t>(t) * q_dim + static_cast<size_t>(h) * hd];
+    float* scores = &scores_[static_cast<size_t>(thread) * n_ctx];
+    const int32_t n_keys = pos + t + 1;  // causal: this position and all before it
+    for (int32_t j = 0; j < n_keys; ++j)
+      scores[j] = ops::dot(q, cache_.key(local, j) + kv_head * hd, hd) * scale;
+    ops::softmax(scores, n_keys);
+    std::memset(out, 0, sizeof(float) * hd);
+    for (int32_t j = 0; j < n_keys; ++j) ops::axpy(out, scores[j], cache_.value(local, j) + kv_head * hd, hd);
+  });
+}
+
+void Forward::ffn_block(int32_t layer, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  const LayerWeights& w = weights_.layer(layer);
+  const int32_t d = c.n_embd;
+  for (int32_t t = 0; t < n; ++t)
+    ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.ffn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
+                  c.rms_eps);
+  core::matmul(w.w_gate, normed_.data(), n, gate_.data(), pool_, scratch_);
+  core::matmul(w.w_up, normed_.data(), n, up_.data(), pool_, scratch_);
+  ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(n) * s.n_ff());
+  core::matmul(w.w_down, gate_.data(), n, proj_.data(), pool_, scratch_);
+  if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
+}
+
+void Forward::output_head(int32_t n, bool logits_for_all) {
+  const ModelConfig& c = weights_.config();
+  const int32_t d = c.n_embd;
+  const int32_t first = logits_for_all ? 0 : n - 1;
+  logits_rows_ = n - first;
+  const size_t needed = static_cast<size_t>(logits_rows_) * c.vocab_size;
+  if (logits_.size() < needed) logits_.resize(needed);  // verification passes only
+  for (int32_t t = first; t < n; ++t)
+    ops::rms_norm(&residual_[static_cast<size_t>(t) * d], weights_.output_norm().data(),
+                  &normed_[static_cast<size_t>(t - first) * d], d, c.rms_eps);
+  core::matmul(weights_.output(), normed_.data(), logits_rows_, logits_.data(), pool_, scratch_);
+}
+
+}  // namespace orchard::model

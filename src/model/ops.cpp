@@ -1,0 +1,103 @@
+#include "model/ops.h"
+
+#include <cmath>
+
+namespace orchard::model::ops {
+namespace {
+
+// The attention inner loops (dot, axpy) are hot enough during prompt processing to want the
+// widest vectors the CPU has; everything else auto-vectorizes fine at the baseline ISA.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ORCHARD_X86_DISPATCH 1
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  float sum[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) sum[k] = std::fma(a[i + k], b[i + k], sum[k]);
+  float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
+}
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+
+float dot_plain(const float* a, const float* b, int64_t n) {
+  float sum[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) sum[k] += a[i + k] * b[i + k];
+  float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+}  // namespace
+
+float dot(const float* a, const float* b, int64_t n) {
+#ifdef ORCHARD_X86_DISPATCH
+  if (kHasAvx2) return dot_avx2(a, b, n);
+#endif
+  return dot_plain(a, b, n);
+}
+
+void axpy(float* y, float alpha, const float* x, int64_t n) {
+#ifdef ORCHARD_X86_DISPATCH
+  if (kHasAvx2) return axpy_avx2(y, alpha, x, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_factors, float* cos, float* sin) {
+  const int32_t dims = config.rope_dims;
+  const double position = static_cast<double>(pos) * config.rope_freq_scale;
+  for (int32_t i = 0; i < dims / 2; ++i) {
+    double freq = std::pow(static_cast<double>(config.rope_theta), -2.0 * i / dims);
+    if (freq_factors) freq /= freq_factors[i];
+    cos[i] = static_cast<float>(std::cos(position * freq));
+    sin[i] = static_cast<float>(std::sin(position * freq));
+  }
+}
+
+void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, RopeOrdering ordering) {
+  const int32_t half = rope_dims / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    // Normal ordering rotates neighbours; NeoX rotates the two halves of the rotated part.
+    const int32_t a = ordering == RopeOrdering::Normal ? 2 * i : i;
+    const int32_t b = ordering == RopeOrdering::Normal ? 2 * i + 1 : i + half;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * cos[i] - x1 * sin[i];
+    head[b] = x0 * sin[i] + x1 * cos[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float max = x[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace orchard::model::ops

@@ -1,0 +1,119 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace orchard::model {
+
+Sampler::Sampler(const SamplerOptions& options, int32_t vocab_size)
+    : options_(options), vocab_size_(vocab_size), rng_state_(options.seed) {
+  if (options.temperature < 0) throw Error(error_message("sampler", "temperature {} is negative", options.temperature));
+  if (options.top_p <= 0 || options.top_p > 1)
+    throw Error(error_message("sampler", "top_p {} must be in (0, 1]", options.top_p));
+  if (options.min_p < 0 || options.min_p >= 1)
+    throw Error(error_message("sampler", "min_p {} must be in [0, 1)", options.min_p));
+  if (options.repeat_penalty <= 0)
+    throw Error(error_message("sampler", "repeat_penalty {} must be positive", options.repeat_penalty));
+  candidates_.reserve(static_cast<size_t>(vocab_size));
+}
+
+void Sampler::reset() {
+  rng_state_ = options_.seed;
+  recent_.clear();
+}
+
+void Sampler::remember(int32_t token) {
+  if (options_.repeat_last_n <= 0) return;
+  recent_.push_back(token);
+  while (static_cast<int32_t>(recent_.size()) > options_.repeat_last_n) recent_.pop_front();
+}
+
+double Sampler::next_uniform() {
+  // splitmix64: tiny, fast, and the same on every platform.
+  uint64_t z = (rng_state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+void Sampler::build_candidates(const float* logits) {
+  candidates_.clear();
+  for (int32_t i = 0; i < vocab_size_; ++i) candidates_.emplace_back(i, logits[i]);
+  if (options_.repeat_penalty != 1.0f) {
+    for (int32_t token : recent_) {
+      float& l = candidates_[static_cast<size_t>(token)].second;
+      // Once per distinct token, as llama.cpp does: a penalized logit is marked by being
+      // compared against the original.
+      if (l != logits[token]) continue;
+      l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
+    }
+  }
+  auto by_logit = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+  if (options_.temperature == 0.0f) {
+    auto best = std::min_element(candidates_.begin(), candidates_.end(), by_logit);
+    candidates_ = {{best->first, 1.0f}};
+    return;
+  }
+  size_t keep = candidates_.size();
+  if (options_.top_k > 0) keep = std::min(keep, static_cast<size_t>(options_.top_k));
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep), candidates_.end(), by_logit);
+  candidates_.resize(keep);
+
+  // Probabilities at temperature 1 for the filters (as llama.cpp's top-p and min-p see them).
+  const float max_logit = candidates_.front().second;
+  double sum = 0;
+  for (auto& [token, logit] : candidates_) sum += std::exp(static_cast<double>(logit - max_logit));
+  double cumulative = 0;
+  size_t top_p_keep = candidates_.size();
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cumulative += std::exp(static_cast<double>(candidates_[i].second - max_logit)) / sum;
+    if (cumulative >= options_.top_p) {
+      top_p_keep = i + 1;
+      break;
+    }
+  }
+  candidates_.resize(top_p_keep);
+  if (options_.min_p > 0) {
+    // p_i / p_max >= min_p  <=>  logit_i >= max_logit + ln(min_p)
+    const float threshold = max_logit + std::log(options_.min_p);
+    size_t n = 1;
+    while (n < candidates_.size() && candidates_[n].second >= threshold) ++n;
+    candidates_.resize(n);
+  }
+  double total = 0;
+  for (auto& [token, logit] : candidates_) {
+    double p = std::exp(static_cast<double>(logit - max_logit) / options_.temperature);
+    logit = static_cast<float>(p);
+    total += p;
+  }
+  for (auto& c : candidates_) c.second = static_cast<float>(c.second / total);
+}
+
+int32_t Sampler::sample(const float* logits) {
+  build_candidates(logits);
+  int32_t chosen = candidates_.back().first;
+  if (candidates_.size() > 1) {
+    double r = next_uniform(), cumulative = 0;
+    for (const auto& [token, p] : candidates_) {
+      cumulative += p;
+      if (r < cumulative) {
+        chosen = token;
+        break;
+      }
+    }
+  } else {
+    chosen = candidates_.front().first;
+  }
+  remember(chosen);
+  return chosen;
+}
+
+std::vector<std::pair<int32_t, float>> Sampler::support(const float* logits) {
+  build_candidates(logits);
+  return candidates_;
+}
+
+}  // namespace orchard::model

@@ -1,0 +1,44 @@
+#pragma once
+// Which slice of a model one rank holds. The forward pass is written against a Shard, so a
+// single machine is just the shard that holds everything.
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace orchard::model {
+
+struct Shard {
+  int32_t layer_begin = 0, layer_end = 0;      // pipeline: the run of layers held here
+  int32_t head_begin = 0, head_end = 0;        // tensor: query heads held here
+  int32_t kv_head_begin = 0, kv_head_end = 0;  // tensor: their key/value heads
+  int32_t ff_begin = 0, ff_end = 0;            // tensor: FFN inner rows held here
+  bool has_embedding = true;                   // first pipeline stage: turns tokens into vectors
+  bool has_output = true;                      // last pipeline stage: turns vectors into logits
+
+  static Shard whole(const ModelConfig& config) {
+    Shard s;
+    s.layer_end = config.n_layers;
+    s.head_end = config.n_heads;
+    s.kv_head_end = config.n_kv_heads;
+    s.ff_end = config.n_ff;
+    return s;
+  }
+  int32_t n_layers() const { return layer_end - layer_begin; }
+  int32_t n_heads() const { return head_end - head_begin; }
+  int32_t n_kv_heads() const { return kv_head_end - kv_head_begin; }
+  int32_t n_ff() const { return ff_end - ff_begin; }
+  // True when this rank holds only part of each layer, so partial sums must be combined.
+  bool splits_layers(const ModelConfig& config) const { return n_heads() != config.n_heads || n_ff() != config.n_ff; }
+};
+
+// Where the forward pass meets the rest of the group. A single rank needs none of it; the
+// parallel strategies implement it with collectives.
+class PartialSums {
+ public:
+  virtual ~PartialSums() = default;
+  // Sums `data` [n] over the ranks that share this layer (after attention's and the FFN's
+  // output projections).
+  virtual void all_reduce(float* data, int64_t n) = 0;
+};
+
+}  // namespace orchard::model

@@ -1,0 +1,28 @@
+#pragma once
+// Writes real GGUF models with deterministic random weights and a real learned tokenizer, so
+// tests, demos and benchmarks need no download. Weights are scaled so activations stay near
+// unit size through every layer.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace orchard::model {
+
+struct SyntheticModelSpec {
+  std::string arch = "llama";   // llama | qwen2 | qwen3
+  std::string shape = "tiny";   // tiny | small | tinyllama-1.1b | llama-8b
+  std::string type = "f32";     // f32 | f16 | bf16 | q8_0 | q4_0 | q4_k_m
+  uint64_t seed = 1;
+  float rope_linear_factor = 0;  // > 0: write linear RoPE scaling metadata with this factor
+  bool rope_freq_factors = false;  // write a llama-3.1-style rope_freqs.weight tensor
+  int threads = 0;               // for generating and quantizing; 0: all cores
+};
+
+// Throws Error naming the bad field for an unknown arch, shape or type.
+void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path,
+                           const std::function<void(size_t done, size_t total)>& on_progress = {});
+
+std::string synthetic_shapes();  // "tiny, small, tinyllama-1.1b, llama-8b"
+std::string synthetic_types();   // "f32, f16, bf16, q8_0, q4_0, q4_k_m"
+
+}  // namespace orchard::model

@@ -1,0 +1,152 @@
+#include "model/weights.h"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace orchard::model {
+namespace {
+
+using core::TensorType;
+using gguf::TensorInfo;
+
+const TensorInfo& require(const gguf::Reader& file, const std::string& name, std::vector<int64_t> shape) {
+  const TensorInfo& t = file.tensor(name);
+  if (t.shape != shape)
+    throw FormatError(error_message("model", "{}: tensor '{}' has shape [{}], expected [{}]", file.path(), name,
+                                    fmt::join(t.shape, ", "), fmt::join(shape, ", ")));
+  return t;
+}
+
+std::vector<float> to_floats(const gguf::Reader& file, const TensorInfo& t) {
+  std::vector<float> out(static_cast<size_t>(t.elements()));
+  if (t.type != TensorType::F32 && t.type != TensorType::F16 && t.type != TensorType::BF16)
+    throw FormatError(error_message("model", "{}: tensor '{}' is {}, expected f32, f16 or bf16", file.path(), t.name,
+                                    core::type_name(t.type)));
+  core::dequantize_row_reference(t.type, t.data, out.data(), t.elements());
+  return out;
+}
+
+std::vector<float> slice(const std::vector<float>& v, size_t begin, size_t end) {
+  return std::vector<float>(v.begin() + static_cast<ptrdiff_t>(begin), v.begin() + static_cast<ptrdiff_t>(end));
+}
+
+}  // namespace
+
+class WeightBinder {
+ public:
+  WeightBinder(const gguf::Reader& file, const LoadOptions& options, std::vector<std::vector<uint8_t>>& owned)
+      : file_(file), options_(options), owned_(owned) {}
+
+  // Rows [row_begin, row_end) of a [rows, cols] matrix: contiguous bytes, no copy needed.
+  core::WeightMatrix rows(const std::string& name, int64_t rows, int64_t cols, int64_t row_begin, int64_t row_end) {
+    const TensorInfo& t = require(file_, name, {cols, rows});
+    size_t stride = core::row_bytes(t.type, cols);
+    return core::WeightMatrix::prepare(t.type, t.data + stride * static_cast<size_t>(row_begin), row_end - row_begin,
+                                       cols, options_.allow_repack);
+  }
+
+  // Columns [col_begin, col_end) of every row: gathered into a compact copy. The split must fall
+  // on quantization block boundaries, which the shard planner guarantees.
+  core::WeightMatrix columns(const std::string& name, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end) {
+    if (col_begin == 0 && col_end == cols) return this->rows(name, rows, cols, 0, rows);
+    const TensorInfo& t = require(file_, name, {cols, rows});
+    const auto& traits = core::type_traits(t.type);
+    if (col_begin % traits.block_elements || col_end % traits.block_elements)
+      throw FormatError(error_message("model", "tensor '{}' ({}) cannot be split at columns {}..{}: blocks hold {}",
+                                      name, traits.name, col_begin, col_end, traits.block_elements));
+    size_t stride = core::row_bytes(t.type, cols);
+    size_t offset = core::row_bytes(t.type, col_begin);
+    size_t width = core::row_bytes(t.type, col_end - col_begin);
+    auto& buffer = owned_.emplace_back(width * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(buffer.data() + width * static_cast<size_t>(r), t.data + stride * static_cast<size_t>(r) + offset, width);
+    return core::WeightMatrix::prepare(t.type, buffer.data(), rows, col_end - col_begin, options_.allow_repack);
+  }
+
+  std::vector<float> vector(const std::string& name, int64_t n) { return to_floats(file_, require(file_, name, {n})); }
+
+ private:
+  const gguf::Reader& file_;
+  const LoadOptions& options_;
+  std::vector<std::vector<uint8_t>>& owned_;
+};
+
+ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, const Shard& shard,
+                           const LoadOptions& options)
+    : config_(config), shard_(shard) {
+  ORCHARD_CHECK(shard.layer_begin >= 0 && shard.layer_end <= config.n_layers && shard.layer_begin <= shard.layer_end,
+                "layer range {}..{} of {}", shard.layer_begin, shard.layer_end, config.n_layers);
+  WeightBinder bind(file, options, owned_slices_);
+  const int64_t d = config.n_embd, hd = config.head_dim, vocab = config.vocab_size;
+  const size_t total = static_cast<size_t>(shard.n_layers()) + 2;
+  size_t done = 0;
+  auto progress = [&] {
+    if (options.on_progress) options.on_progress(++done, total);
+  };
+
+  if (shard.has_embedding || (shard.has_output && config.tied_output)) {
+    const TensorInfo& t = require(file, "token_embd.weight", {d, vocab});
+    token_embd_ = core::WeightMatrix::view(t.type, t.data, vocab, d);
+  }
+  if (config.has_rope_freq_factors)
+    rope_freq_factors_ = bind.vector("rope_freqs.weight", config.rope_dims / 2);
+  progress();
+
+  const int64_t q0 = shard.head_begin * hd, q1 = shard.head_end * hd;
+  const int64_t kv0 = shard.kv_head_begin * hd, kv1 = shard.kv_head_end * hd;
+  layers_.reserve(static_cast<size_t>(shard.n_layers()));
+  for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    LayerWeights& w = layers_.emplace_back();
+    w.attn_norm = bind.vector(p + "attn_norm.weight", d);
+    w.wq = bind.rows(p + "attn_q.weight", config.q_dim(), d, q0, q1);
+    w.wk = bind.rows(p + "attn_k.weight", config.kv_dim(), d, kv0, kv1);
+    w.wv = bind.rows(p + "attn_v.weight", config.kv_dim(), d, kv0, kv1);
+    w.wo = bind.columns(p + "attn_output.weight", d, config.q_dim(), q0, q1);
+    if (config.has_qkv_bias) {
+      w.bq = slice(bind.vector(p + "attn_q.bias", config.q_dim()), q0, q1);
+      w.bk = slice(bind.vector(p + "attn_k.bias", config.kv_dim()), kv0, kv1);
+      w.bv = slice(bind.vector(p + "attn_v.bias", config.kv_dim()), kv0, kv1);
+    }
+    if (config.has_qk_norm) {
+      w.q_norm = bind.vector(p + "attn_q_norm.weight", hd);
+      w.k_norm = bind.vector(p + "attn_k_norm.weight", hd);
+    }
+    w.ffn_norm = bind.vector(p + "ffn_norm.weight", d);
+    w.w_gate = bind.rows(p + "ffn_gate.weight", config.n_ff, d, shard.ff_begin, shard.ff_end);
+    w.w_up = bind.rows(p + "ffn_up.weight", config.n_ff, d, shard.ff_begin, shard.ff_end);
+    w.w_down = bind.columns(p + "ffn_down.weight", d, config.n_ff, shard.ff_begin, shard.ff_end);
+    progress();
+  }
+
+  if (shard.has_output) {
+    output_norm_ = bind.vector("output_norm.weight", d);
+    if (config.tied_output) {
+      output_ = token_embd_;
+    } else {
+      output_ = bind.rows("output.weight", vocab, d, 0, vocab);
+    }
+  }
+  progress();
+}
+
+void ModelWeights::embed(int32_t token, float* dst) const {
+  ORCHARD_CHECK(token >= 0 && token < config_.vocab_size, "token id {} outside the vocabulary of {}", token,
+                config_.vocab_size);
+  token_embd_.dequantize_row(token, dst);
+}
+
+size_t ModelWeights::bytes_per_token() const {
+  size_t total = 0;
+  for (const auto& w : layers_)
+    total += w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.w_gate.bytes() + w.w_up.bytes() +
+             w.w_down.bytes();
+  if (shard_.has_output) total += output_.bytes();
+  return total;
+}
+
+}  // namespace orchard::model

@@ -1,0 +1,63 @@
+#pragma once
+// The weights a rank holds, bound to the mapped GGUF file (or repacked copies of it), checked
+// against the config's shapes.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/kernels.h"
+#include "model/config.h"
+#include "model/gguf/reader.h"
+#include "model/shard.h"
+
+namespace orchard::model {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;       // F32 [n_embd]
+  core::WeightMatrix wq;              // [shard q_dim, n_embd]
+  core::WeightMatrix wk;              // [shard kv_dim, n_embd]
+  core::WeightMatrix wv;              // [shard kv_dim, n_embd]
+  core::WeightMatrix wo;              // [n_embd, shard q_dim]
+  std::vector<float> bq, bk, bv;      // qwen2 biases, F32 [shard q_dim] / [shard kv_dim]
+  std::vector<float> q_norm, k_norm;  // qwen3, F32 [head_dim]
+  std::vector<float> ffn_norm;        // F32 [n_embd]
+  core::WeightMatrix w_gate;          // [shard n_ff, n_embd]
+  core::WeightMatrix w_up;            // [shard n_ff, n_embd]
+  core::WeightMatrix w_down;          // [n_embd, shard n_ff]
+};
+
+struct LoadOptions {
+  bool allow_repack = true;
+  // Called after each tensor is bound, with (tensors done, tensors in all); for progress bars.
+  std::function<void(size_t, size_t)> on_progress;
+};
+
+class ModelWeights {
+ public:
+  // Binds the tensors `shard` needs; throws FormatError naming any missing tensor or wrong
+  // shape/type.
+  ModelWeights(const gguf::Reader& file, const ModelConfig& config, const Shard& shard, const LoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const Shard& shard() const { return shard_; }
+  const LayerWeights& layer(int32_t global_layer) const { return layers_.at(global_layer - shard_.layer_begin); }
+  // Embedding row of `token` into dst [n_embd].
+  void embed(int32_t token, float* dst) const;
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const core::WeightMatrix& output() const { return output_; }  // [vocab, n_embd]
+  const std::vector<float>& rope_freq_factors() const { return rope_freq_factors_; }
+  // Bytes of weights read per generated token (for bandwidth figures).
+  size_t bytes_per_token() const;
+
+ private:
+  ModelConfig config_;
+  Shard shard_;
+  core::WeightMatrix token_embd_;  // [vocab, n_embd]
+  std::vector<LayerWeights> layers_;
+  std::vector<float> output_norm_;
+  core::WeightMatrix output_;
+  std::vector<float> rope_freq_factors_;
+  std::vector<std::vector<uint8_t>> owned_slices_;  // column slices gathered out of the file
+};
+
+}  // namespace orchard::model

@@ -1,0 +1,162 @@
+#include "model/reference_forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/quant.h"
+
+namespace orchard::testing {
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;  // [rows][cols]
+
+struct File {
+  const model::gguf::Reader& r;
+  std::string arch;
+
+  int64_t num(const std::string& key, int64_t fallback = -1) const {
+    const auto* v = r.find(arch + "." + key);
+    return v ? v->as_int(key) : fallback;
+  }
+  double real(const std::string& key, double fallback) const {
+    const auto* v = r.find(arch + "." + key);
+    return v ? v->as_float(key) : fallback;
+  }
+  bool has(const std::string& name) const { return r.find_tensor(name) != nullptr; }
+
+  // GGUF shape {cols, rows} -> rows of cols doubles.
+  Matrix matrix(const std::string& name) const {
+    const auto& t = r.tensor(name);
+    int64_t cols = t.shape[0], rows = t.shape.size() > 1 ? t.shape[1] : 1;
+    size_t row_size = core::row_bytes(t.type, cols);
+    Matrix m(static_cast<size_t>(rows), std::vector<double>(static_cast<size_t>(cols)));
+    std::vector<float> buf(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      core::dequantize_row_reference(t.type, t.data + row_size * static_cast<size_t>(i), buf.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) m[static_cast<size_t>(i)][static_cast<size_t>(j)] = buf[static_cast<size_t>(j)];
+    }
+    return m;
+  }
+  std::vector<double> vec(const std::string& name) const { return matrix(name)[0]; }
+};
+
+std::vector<double> matvec(const Matrix& w, const std::vector<double>& x) {
+  std::vector<double> y(w.size(), 0.0);
+  for (size_t i = 0; i < w.size(); ++i)
+    for (size_t j = 0; j < x.size(); ++j) y[i] += w[i][j] * x[j];
+  return y;
+}
+
+std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  double scale = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * w[i];
+  return y;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& reader, const std::vector<int32_t>& tokens) {
+  File f{reader, reader.get("general.architecture").as_string("arch")};
+  const bool neox = f.arch != "llama";
+  const int64_t n_embd = f.num("embedding_length"), n_layers = f.num("block_count");
+  const int64_t n_heads = f.num("attention.head_count"), n_kv = f.num("attention.head_count_kv", n_heads);
+  const int64_t hd = f.num("attention.key_length", n_embd / n_heads);
+  const int64_t rope_dims = f.num("rope.dimension_count", hd);
+  const double eps = f.real("attention.layer_norm_rms_epsilon", 1e-5);
+  const double theta = f.real("rope.freq_base", 10000.0);
+  double pos_scale = 1.0;
+  if (const auto* t = reader.find(f.arch + ".rope.scaling.type"); t && t->as_string("t") == "linear")
+    pos_scale = 1.0 / f.real("rope.scaling.factor", 1.0);
+  std::vector<double> freq_factors = f.has("rope_freqs.weight") ? f.vec("rope_freqs.weight") : std::vector<double>{};
+
+  const Matrix embd = f.matrix("token_embd.weight");
+  const size_t n = tokens.size();
+  Matrix x(n);
+  for (size_t t = 0; t < n; ++t) x[t] = embd[static_cast<size_t>(tokens[t])];
+
+  auto rope = [&](std::vector<double>& v, int64_t head, size_t pos) {
+    for (int64_t i = 0; i < rope_dims / 2; ++i) {
+      double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
+      if (!freq_factors.empty()) freq /= freq_factors[static_cast<size_t>(i)];
+      double angle = static_cast<double>(pos) * pos_scale * freq;
+      size_t a = static_cast<size_t>(head * hd + (neox ? i : 2 * i));
+      size_t b = static_cast<size_t>(head * hd + (neox ? i + rope_dims / 2 : 2 * i + 1));
+      double x0 = v[a], x1 = v[b];
+      v[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+      v[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    }
+  };
+  auto head_norm = [&](std::vector<double>& v, int64_t head, const std::vector<double>& w) {
+    std::vector<double> part(v.begin() + head * hd, v.begin() + (head + 1) * hd);
+    part = rms_norm(part, w, eps);
+    std::copy(part.begin(), part.end(), v.begin() + head * hd);
+  };
+
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const Matrix wq = f.matrix(p + "attn_q.weight"), wk = f.matrix(p + "attn_k.weight"),
+                 wv = f.matrix(p + "attn_v.weight"), wo = f.matrix(p + "attn_output.weight");
+    const auto attn_norm = f.vec(p + "attn_norm.weight");
+    Matrix q(n), k(n), v(n);
+    for (size_t t = 0; t < n; ++t) {
+      auto h = rms_norm(x[t], attn_norm, eps);
+      q[t] = matvec(wq, h);
+      k[t] = matvec(wk, h);
+      v[t] = matvec(wv, h);
+      if (f.has(p + "attn_q.bias")) {
+        auto bq = f.vec(p + "attn_q.bias"), bk = f.vec(p + "attn_k.bias"), bv = f.vec(p + "attn_v.bias");
+        for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += bq[i];
+        for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += bk[i], v[t][i] += bv[i];
+      }
+      for (int64_t hh = 0; hh < n_heads; ++hh) {
+        if (f.has(p + "attn_q_norm.weight")) head_norm(q[t], hh, f.vec(p + "attn_q_norm.weight"));
+        rope(q[t], hh, t);
+      }
+      for (int64_t hh = 0; hh < n_kv; ++hh) {
+        if (f.has(p + "attn_k_norm.weight")) head_norm(k[t], hh, f.vec(p + "attn_k_norm.weight"));
+        rope(k[t], hh, t);
+      }
+    }
+    for (size_t t = 0; t < n; ++t) {
+      std::vector<double> out(static_cast<size_t>(n_heads * hd), 0.0);
+      for (int64_t hh = 0; hh < n_heads; ++hh) {
+        const int64_t kvh = hh / (n_heads / n_kv);
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= t; ++j) {
+          double dotp = 0;
+          for (int64_t d = 0; d < hd; ++d) dotp += q[t][static_cast<size_t>(hh * hd + d)] * k[j][static_cast<size_t>(kvh * hd + d)];
+          s[j] = dotp / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= t; ++j)
+          for (int64_t d = 0; d < hd; ++d)
+            out[static_cast<size_t>(hh * hd + d)] += s[j] / sum * v[j][static_cast<size_t>(kvh * hd + d)];
+      }
+      auto o = matvec(wo, out);
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+    }
+    const Matrix gate = f.matrix(p + "ffn_gate.weight"), up = f.matrix(p + "ffn_up.weight"),
+                 down = f.matrix(p + "ffn_down.weight");
+    const auto ffn_norm = f.vec(p + "ffn_norm.weight");
+    for (size_t t = 0; t < n; ++t) {
+      auto h = rms_norm(x[t], ffn_norm, eps);
+      auto g = matvec(gate, h), u = matvec(up, h);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      auto d = matvec(down, g);
+      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+    }
+  }
+  const auto out_norm = f.vec("output_norm.weight");
+  const Matrix out = f.has("output.weight") ? f.matrix("output.weight") : embd;
+  std::vector<std::vector<double>> logits(n);
+  for (size_t t = 0; t < n; ++t) logits[t] = matvec(out, rms_norm(x[t], out_norm, eps));
+  return logits;
+}
+
+}  // namespace orchard::testing
