@@ -13,6 +13,15 @@ int main(int argc, char** argv) {
   orchard::app::add_run_command(app);
   orchard::app::add_tokenize_command(app);
   orchard::app::add_bench_comm_command(app);
+  orchard::app::add_serve_command(app);
+  orchard::app::add_network_command(app);
+  orchard::app::add_node_command(app);
+  orchard::app::add_simulate_command(app);
+  orchard::app::add_launch_command(app);
+  orchard::app::add_agent_command(app);
+  orchard::app::add_cluster_command(app);
+  orchard::app::add_plan_command(app);
+  orchard::app::add_doctor_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

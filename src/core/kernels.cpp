@@ -1,1 +1,215 @@
-// placeholder
+#include "core/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/kernels/kernel_set.h"
+#include "core/quant.h"
+
+namespace orchard::core {
+namespace {
+
+using kernels::KernelSet;
+using kernels::Layout;
+using kernels::TileFn;
+
+const KernelSet& best_kernels() {
+  static const KernelSet* best = [] {
+    std::vector<const KernelSet*> sets = kernels::supported_simd_kernels();
+    return sets.empty() ? &kernels::generic_kernels() : sets.front();
+  }();
+  return *best;
+}
+
+// Null: the best set. Atomic only so that a test flipping it races with nothing undefined.
+std::atomic<const KernelSet*> g_chosen{nullptr};
+
+const KernelSet& active_kernels() {
+  const KernelSet* chosen = g_chosen.load(std::memory_order_relaxed);
+  return chosen ? *chosen : best_kernels();
+}
+
+TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
+  switch (layout) {
+    case kernels::kQ4_0x16: return set.q4_0x16;
+    case kernels::kQ8_0x16: return set.q8_0x16;
+    default: break;
+  }
+  switch (type) {
+    case TensorType::F32: return set.f32;
+    case TensorType::F16: return set.f16;
+    case TensorType::BF16: return set.bf16;
+    case TensorType::Q4_0: return set.q4_0;
+    case TensorType::Q8_0: return set.q8_0;
+    case TensorType::Q4_K: return set.q4_k;
+    case TensorType::Q6_K: return set.q6_k;
+    case TensorType::Q8_K: break;
+  }
+  return nullptr;
+}
+
+Layout interleaved_layout(TensorType type) {
+  if (type == TensorType::Q4_0) return kernels::kQ4_0x16;
+  if (type == TensorType::Q8_0) return kernels::kQ8_0x16;
+  return kernels::kRows;
+}
+
+// What matmul feeds the kernels for a weight type: f32 rows for the float types, Q8_0-style
+// blocks for Q4_0/Q8_0, Q8_K for the K-quants.
+enum class Activations { kF32, kQ8_0, kQ8_K };
+
+Activations activations_for(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q8_0: return Activations::kQ8_0;
+    case TensorType::Q4_K:
+    case TensorType::Q6_K: return Activations::kQ8_K;
+    default: return Activations::kF32;
+  }
+}
+
+size_t activation_row_bytes(Activations kind, int64_t cols) {
+  switch (kind) {
+    case Activations::kQ8_0: return static_cast<size_t>(cols / 32) * sizeof(kernels::ActQ8_0);
+    case Activations::kQ8_K: return static_cast<size_t>(cols / kQK_K) * sizeof(BlockQ8_K);
+    case Activations::kF32: break;
+  }
+  return static_cast<size_t>(cols) * sizeof(float);
+}
+
+// Tokens per task in a prompt matmul: their quantized activations (64 × a few KiB) stay in L2
+// while a task's rows stream past them once.
+constexpr int64_t kTokenChunk = 64;
+// Rows per unit of work: the interleaved layouts' group size.
+constexpr int64_t kRowUnit = kernels::kInterleave;
+// Tasks per thread: enough for the dynamic scheduler to even out a thread that is descheduled
+// or slower, few enough that taking a task (one atomic) stays negligible.
+constexpr int64_t kTasksPerThread = 8;
+
+}  // namespace
+
+std::string kernel_isa_name() { return active_kernels().name; }
+
+void force_generic_kernels(bool on) { kernels::use_kernel_set(on ? &kernels::generic_kernels() : nullptr); }
+
+void kernels::use_kernel_set(const KernelSet* set) { g_chosen.store(set, std::memory_order_relaxed); }
+
+WeightMatrix WeightMatrix::view(TensorType type, const void* data, int64_t rows, int64_t cols) {
+  if (type == TensorType::Q8_K)
+    throw FormatError(error_message("kernels", "q8_K is an activation type, not a weight type"));
+  const TypeTraits& traits = type_traits(type);
+  if (rows < 0 || cols <= 0 || cols % traits.block_elements != 0)
+    throw FormatError(error_message("kernels", "a {} weight matrix needs rows ≥ 0 and a positive multiple of {} columns, got {} x {}",
+                                    traits.name, traits.block_elements, rows, cols));
+  if (!data && rows > 0) throw FormatError(error_message("kernels", "weight matrix {} x {} has no data", rows, cols));
+  WeightMatrix w;
+  w.type_ = type;
+  w.data_ = data;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  return w;
+}
+
+WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack) {
+  WeightMatrix w = view(type, data, rows, cols);
+  const KernelSet& set = active_kernels();
+  Layout layout = interleaved_layout(type);
+  // Only SIMD sets repack: the generic kernels read interleaved copies block by block, slower
+  // than the plain rows. Below one group the padding would cost more than the layout gains.
+  if (!allow_repack || set.is_generic || layout == kernels::kRows || !find_tile(set, type, layout) ||
+      rows < kernels::kInterleave)
+    return w;
+  int64_t n_blocks = cols / type_traits(type).block_elements;
+  size_t bytes = kernels::interleaved_bytes(layout, rows, n_blocks);
+  size_t padded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+  void* copy = std::aligned_alloc(64, padded);
+  if (!copy) throw Error(error_message("kernels", "cannot allocate {} bytes to repack a {} x {} matrix", padded, rows, cols));
+  w.owned_ = std::shared_ptr<void>(copy, std::free);
+  kernels::repack(layout, data, rows, n_blocks, copy);
+  w.data_ = copy;
+  w.layout_ = layout;
+  return w;
+}
+
+size_t WeightMatrix::bytes() const {
+  if (layout_ != kernels::kRows)
+    return kernels::interleaved_bytes(static_cast<Layout>(layout_), rows_, cols_ / type_traits(type_).block_elements);
+  return row_bytes(type_, cols_) * static_cast<size_t>(rows_);
+}
+
+void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
+  ORCHARD_CHECK(r >= 0 && r < rows_, "[kernels] row {} of a matrix with {} rows", r, rows_);
+  if (layout_ == kernels::kRows) {
+    dequantize_row_reference(type_, static_cast<const uint8_t*>(data_) + row_bytes(type_, cols_) * static_cast<size_t>(r), dst, cols_);
+    return;
+  }
+  // Interleaved copies hold Q4_0 or Q8_0 blocks of 32 (BlockQ8_0 is the larger of the two).
+  int64_t n_blocks = cols_ / 32;
+  BlockQ8_0 block;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    kernels::extract_block(static_cast<Layout>(layout_), data_, n_blocks, r, b, &block);
+    dequantize_row_reference(type_, &block, dst + 32 * b, 32);
+  }
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch) {
+  ORCHARD_CHECK(n_tokens >= 0, "[kernels] matmul with {} tokens", n_tokens);
+  if (n_tokens == 0 || w.rows_ == 0) return;
+  const KernelSet& set = active_kernels();
+  TileFn tile_fn = find_tile(set, w.type_, w.layout_);
+  if (!tile_fn) tile_fn = find_tile(kernels::generic_kernels(), w.type_, w.layout_);
+  ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
+
+  const int64_t rows = w.rows_, cols = w.cols_;
+  const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
+  const Activations kind = activations_for(w.type_);
+  const size_t x_stride = activation_row_bytes(kind, cols);
+
+  // x [n_tokens, cols] f32 -> activations [n_tokens, x_stride bytes], quantized once per call.
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  if (kind != Activations::kF32) {
+    size_t need = x_stride * static_cast<size_t>(n_tokens);
+    if (scratch.activations.size() < need) scratch.activations.resize(need);
+    uint8_t* out = scratch.activations.data();
+    pool.parallel_for(n_tokens, [&](int64_t t, int) {
+      const float* src = x + t * cols;
+      uint8_t* dst = out + static_cast<size_t>(t) * x_stride;
+      if (kind == Activations::kQ8_0)
+        kernels::quantize_act_q8_0(src, reinterpret_cast<kernels::ActQ8_0*>(dst), cols / 32);
+      else
+        quantize_row_reference(TensorType::Q8_K, src, dst, cols);
+    });
+    act = out;
+  }
+
+  const bool interleaved = w.layout_ != kernels::kRows;
+  const size_t w_stride = interleaved ? kernels::interleaved_bytes(static_cast<Layout>(w.layout_), kRowUnit, n_blocks)
+                                      : row_bytes(w.type_, cols);
+  const int64_t token_chunks = (n_tokens + kTokenChunk - 1) / kTokenChunk;
+  const int64_t row_units = (rows + kRowUnit - 1) / kRowUnit;
+  const int64_t wanted = std::max<int64_t>(1, (kTasksPerThread * pool.size() + token_chunks - 1) / token_chunks);
+  const int64_t row_tasks = std::min(row_units, wanted);
+  const auto* base = static_cast<const uint8_t*>(w.data_);
+
+  pool.parallel_for(row_tasks * token_chunks, [&](int64_t task, int) {
+    int64_t chunk = task / row_tasks, part = task % row_tasks;
+    int64_t r0 = row_units * part / row_tasks * kRowUnit;
+    int64_t r1 = std::min(rows, row_units * (part + 1) / row_tasks * kRowUnit);
+    int64_t t0 = chunk * kTokenChunk, t1 = std::min(n_tokens, t0 + kTokenChunk);
+    kernels::Tile tile;
+    tile.w = base + (interleaved ? static_cast<size_t>(r0 / kRowUnit) : static_cast<size_t>(r0)) * w_stride;
+    tile.w_stride = w_stride;
+    tile.n_rows = r1 - r0;
+    tile.n_blocks = n_blocks;
+    tile.x = act + static_cast<size_t>(t0) * x_stride;
+    tile.x_stride = x_stride;
+    tile.n_tokens = t1 - t0;
+    tile.y = y + t0 * rows + r0;
+    tile.y_stride = rows;
+    tile_fn(tile);
+  });
+}
+
+}  // namespace orchard::core

@@ -30,6 +30,8 @@ class WeightMatrix {
   static WeightMatrix view(TensorType type, const void* data, int64_t rows, int64_t cols);
   // Like view, but may copy into an interleaved layout when that is faster on this CPU
   // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
+  // Today: Q4_0 and Q8_0 with ≥ 16 rows on AVX-512 VNNI, as 16-row groups (rows padded to 16).
+  // Throws FormatError when cols is not a positive whole number of blocks.
   static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true);
 
   TensorType type() const { return type_; }
@@ -58,6 +60,9 @@ struct MatmulScratch {
 };
 
 // y [n_tokens, rows] = x [n_tokens, cols] · Wᵀ, all float32 row-major, split over the pool.
+// x is quantized once per call to the weight's partner type (Q8_0-style blocks for Q4_0/Q8_0,
+// Q8_K for Q4_K/Q6_K; float types use x as is), so results differ from an exact product by
+// at most Σ|w|·(block absmax of x)/254 plus float32 rounding.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch);
 
 }  // namespace orchard::core

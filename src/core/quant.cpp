@@ -25,31 +25,12 @@ int nearest_int(float v) { return static_cast<int>(std::nearbyint(v)); }
 // Q4_K keeps 8 scales and 8 mins of 6 bits in 12 bytes: bytes 0-3 hold scales 0-3, bytes 4-7
 // mins 0-3, bytes 8-11 the low nibbles of scales 4-7 (low) and mins 4-7 (high); the top two
 // bits of scales 4-7 and mins 4-7 ride in the top bits of bytes 0-3 and 4-7.
-void unpack_k4_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
-  for (int j = 0; j < 4; ++j) {
-    scales[j] = packed[j] & 63;
-    mins[j] = packed[j + 4] & 63;
-    scales[j + 4] = static_cast<uint8_t>((packed[j + 8] & 0x0F) | ((packed[j] >> 6) << 4));
-    mins[j + 4] = static_cast<uint8_t>((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4));
-  }
-}
-
 void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
   for (int j = 0; j < 4; ++j) {
     packed[j] = static_cast<uint8_t>((scales[j] & 63) | ((scales[j + 4] >> 4) << 6));
     packed[j + 4] = static_cast<uint8_t>((mins[j] & 63) | ((mins[j + 4] >> 4) << 6));
     packed[j + 8] = static_cast<uint8_t>((scales[j + 4] & 0x0F) | ((mins[j + 4] & 0x0F) << 4));
   }
-}
-
-// Q6_K stores element e of each 128-element half h as: low nibble in ql[64h + (e % 64)]
-// (low half of the byte for e < 64, high half otherwise), top two bits in qh[32h + e % 32] at
-// bit 2 * (e / 32).
-int q6_k_quant(const BlockQ6_K& b, int i) {
-  int h = i / 128, e = i % 128;
-  int low = b.ql[64 * h + e % 64] >> (e < 64 ? 0 : 4) & 0x0F;
-  int high = b.qh[32 * h + e % 32] >> (2 * (e / 32)) & 3;
-  return low | high << 4;
 }
 
 void check_whole_blocks(TensorType type, int64_t n) {
@@ -176,6 +157,25 @@ void quantize_q8_k(const float* x, BlockQ8_K* out, int64_t n_blocks) {
 
 }  // namespace
 
+void unpack_q4_k_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = packed[j] & 63;
+    mins[j] = packed[j + 4] & 63;
+    scales[j + 4] = static_cast<uint8_t>((packed[j + 8] & 0x0F) | ((packed[j] >> 6) << 4));
+    mins[j + 4] = static_cast<uint8_t>((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4));
+  }
+}
+
+// Q6_K stores element e of each 128-element half h as: low nibble in ql[64h + (e % 64)]
+// (low half of the byte for e < 64, high half otherwise), top two bits in qh[32h + e % 32] at
+// bit 2 * (e / 32).
+int q6_k_quant(const BlockQ6_K& block, int i) {
+  int h = i / 128, e = i % 128;
+  int low = block.ql[64 * h + e % 64] >> (e < 64 ? 0 : 4) & 0x0F;
+  int high = block.qh[32 * h + e % 32] >> (2 * (e / 32)) & 3;
+  return low | high << 4;
+}
+
 float half_to_float(Half h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t exponent = (h >> 10) & 0x1F;
@@ -254,7 +254,7 @@ void dequantize_row_reference(TensorType type, const void* src, float* dst, int6
       for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
         float d = half_to_float(blocks[b].d), dmin = half_to_float(blocks[b].dmin);
         uint8_t sc[8], mn[8];
-        unpack_k4_scales(blocks[b].scales, sc, mn);
+        unpack_q4_k_scales(blocks[b].scales, sc, mn);
         // Each 32 bytes of qs hold two sub-blocks: the low nibbles, then the high ones.
         for (int j = 0; j < 8; ++j) {
           const uint8_t* q = blocks[b].qs + 32 * (j / 2);

@@ -68,6 +68,12 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// Layout helpers shared by the reference code and the portable kernels.
+// Q4_K: the 8 six-bit scales and mins packed in BlockQ4_K::scales.
+void unpack_q4_k_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins);
+// Q6_K: the 6-bit quant (0..63) of element i in [0, 256).
+int q6_k_quant(const BlockQ6_K& block, int i);
+
 // Reference dequantizer: `n` elements of `type` at `src` into floats. n must be a whole number
 // of blocks.
 void dequantize_row_reference(TensorType type, const void* src, float* dst, int64_t n);

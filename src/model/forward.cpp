@@ -33,13 +33,13 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   scores_.resize(static_cast<size_t>(pool.size()) * n_ctx);
   rope_cos_.resize(batch * (c.rope_dims / 2));
   rope_sin_.resize(batch * (c.rope_dims / 2));
-  if (s.has_output) logits_.resize(static_cast<size_t>(c.vocab_size));
+  if (s.has_output) logits_.resize(static_cast<size_t>(s.n_vocab()));
 }
 
 const float* Forward::logits(int32_t i) const {
   if (i < 0) i = logits_rows_ - 1;
   ORCHARD_CHECK(i >= 0 && i < logits_rows_, "logits of row {} asked, {} computed", i, logits_rows_);
-  return logits_.data() + static_cast<size_t>(i) * weights_.config().vocab_size;
+  return logits_.data() + static_cast<size_t>(i) * weights_.shard().n_vocab();
 }
 
 void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32_t n, int32_t pos, bool logits_for_all) {
@@ -165,7 +165,7 @@ void Forward::output_head(int32_t n, bool logits_for_all) {
   const int32_t d = c.n_embd;
   const int32_t first = logits_for_all ? 0 : n - 1;
   logits_rows_ = n - first;
-  const size_t needed = static_cast<size_t>(logits_rows_) * c.vocab_size;
+  const size_t needed = static_cast<size_t>(logits_rows_) * weights_.shard().n_vocab();
   if (logits_.size() < needed) logits_.resize(needed);  // verification passes only
   for (int32_t t = first; t < n; ++t)
     ops::rms_norm(&residual_[static_cast<size_t>(t) * d], weights_.output_norm().data(),

@@ -33,7 +33,8 @@ class Forward {
   // F32 [n, n_embd]: the residual stream after this shard's last layer (what the next pipeline
   // stage takes).
   const float* hidden() const { return residual_.data(); }
-  // F32 [vocab]: logits of position i of the last run (only the last one unless logits_for_all).
+  // F32 [shard n_vocab]: logits of position i of the last run (only the last one unless
+  // logits_for_all); the whole vocabulary unless a tensor split gave this rank a part of it.
   const float* logits(int32_t i = -1) const;
   int32_t n_ctx() const { return cache_.n_ctx(); }
   int32_t max_batch() const { return max_batch_; }
@@ -65,7 +66,7 @@ class Forward {
   std::vector<float> scores_;     // F32 [threads, n_ctx]
   std::vector<float> rope_cos_;   // F32 [n, rope_dims / 2]
   std::vector<float> rope_sin_;   // F32 [n, rope_dims / 2]
-  std::vector<float> logits_;     // F32 [n or 1, vocab]
+  std::vector<float> logits_;     // F32 [n or 1, shard n_vocab]
   int32_t logits_rows_ = 0;
 };
 

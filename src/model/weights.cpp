@@ -49,22 +49,33 @@ class WeightBinder {
                                        cols, options_.allow_repack);
   }
 
-  // Columns [col_begin, col_end) of every row: gathered into a compact copy. The split must fall
-  // on quantization block boundaries, which the shard planner guarantees.
+  // Columns [col_begin, col_end) of every row, gathered into a compact copy. A split that falls
+  // inside a quantization block (e.g. two 64-wide heads of a Q4_K matrix, whose blocks hold 256)
+  // cannot keep the blocks, so that slice is dequantized to F32: the same weight values, at the
+  // cost of memory and of float (not 8-bit) activations for this one product.
   core::WeightMatrix columns(const std::string& name, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end) {
     if (col_begin == 0 && col_end == cols) return this->rows(name, rows, cols, 0, rows);
     const TensorInfo& t = require(file_, name, {cols, rows});
-    const auto& traits = core::type_traits(t.type);
-    if (col_begin % traits.block_elements || col_end % traits.block_elements)
-      throw FormatError(error_message("model", "tensor '{}' ({}) cannot be split at columns {}..{}: blocks hold {}",
-                                      name, traits.name, col_begin, col_end, traits.block_elements));
-    size_t stride = core::row_bytes(t.type, cols);
-    size_t offset = core::row_bytes(t.type, col_begin);
-    size_t width = core::row_bytes(t.type, col_end - col_begin);
-    auto& buffer = owned_.emplace_back(width * static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(buffer.data() + width * static_cast<size_t>(r), t.data + stride * static_cast<size_t>(r) + offset, width);
-    return core::WeightMatrix::prepare(t.type, buffer.data(), rows, col_end - col_begin, options_.allow_repack);
+    const int64_t block = core::type_traits(t.type).block_elements;
+    const int64_t width = col_end - col_begin;
+    const size_t stride = core::row_bytes(t.type, cols);
+    auto& buffer = owned_.emplace_back();
+    if (col_begin % block == 0 && col_end % block == 0) {
+      const size_t offset = core::row_bytes(t.type, col_begin), bytes = core::row_bytes(t.type, width);
+      buffer.resize(bytes * static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(buffer.data() + bytes * static_cast<size_t>(r), t.data + stride * static_cast<size_t>(r) + offset,
+                    bytes);
+      return core::WeightMatrix::prepare(t.type, buffer.data(), rows, width, options_.allow_repack);
+    }
+    buffer.resize(sizeof(float) * static_cast<size_t>(width * rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      core::dequantize_row_reference(t.type, t.data + stride * static_cast<size_t>(r), row.data(), cols);
+      std::memcpy(buffer.data() + sizeof(float) * static_cast<size_t>(width * r), row.data() + col_begin,
+                  sizeof(float) * static_cast<size_t>(width));
+    }
+    return core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width, options_.allow_repack);
   }
 
   std::vector<float> vector(const std::string& name, int64_t n) { return to_floats(file_, require(file_, name, {n})); }
@@ -88,7 +99,7 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
     if (options.on_progress) options.on_progress(++done, total);
   };
 
-  if (shard.has_embedding || (shard.has_output && config.tied_output)) {
+  if (shard.has_embedding) {
     const TensorInfo& t = require(file, "token_embd.weight", {d, vocab});
     token_embd_ = core::WeightMatrix::view(t.type, t.data, vocab, d);
   }
@@ -125,11 +136,8 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
 
   if (shard.has_output) {
     output_norm_ = bind.vector("output_norm.weight", d);
-    if (config.tied_output) {
-      output_ = token_embd_;
-    } else {
-      output_ = bind.rows("output.weight", vocab, d, 0, vocab);
-    }
+    const std::string name = config.tied_output ? "token_embd.weight" : "output.weight";
+    output_ = bind.rows(name, vocab, d, shard.vocab_begin, shard.vocab_end);
   }
   progress();
 }

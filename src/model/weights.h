@@ -44,7 +44,7 @@ class ModelWeights {
   // Embedding row of `token` into dst [n_embd].
   void embed(int32_t token, float* dst) const;
   const std::vector<float>& output_norm() const { return output_norm_; }
-  const core::WeightMatrix& output() const { return output_; }  // [vocab, n_embd]
+  const core::WeightMatrix& output() const { return output_; }  // [shard n_vocab, n_embd]
   const std::vector<float>& rope_freq_factors() const { return rope_freq_factors_; }
   // Bytes of weights read per generated token (for bandwidth figures).
   size_t bytes_per_token() const;

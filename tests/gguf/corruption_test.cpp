@@ -61,10 +61,10 @@ TEST(GgufCorruption, TruncationSaysWhereAndAtWhichByte) {
   value.header(0, 1).str("general.name").type(ValueType::U64).u32(7);
   expect_error(value.data(), {"truncated in the value of key 'general.name' at byte 48", "expected 8 more bytes"});
   Bytes element;
-  element.header(0, 1).str("a").type(ValueType::ARRAY).type(ValueType::U32).u64(3).u32(1).u32(2).u8(0);
-  expect_error(element.data(), {"truncated in the value of key 'a' (array element 2)"});
+  element.header(0, 1).str("a").type(ValueType::ARRAY).type(ValueType::STRING).u64(2).str("abc").u32(0).u8(0);
+  expect_error(element.data(), {"truncated in the value of key 'a' (array element 1)"});
   Bytes info;
-  info.header(1, 0).str("blk.0.w").u32(2).u64(4);
+  info.header(1, 0).str("blk.0.w").u32(2).u64(4).u32(0).u8(0);
   expect_error(info.data(), {"truncated in the dimensions of tensor 'blk.0.w'"});
 }
 
@@ -73,8 +73,8 @@ TEST(GgufCorruption, StringLengthPastTheEnd) {
   b.header(0, 1).str("general.name").type(ValueType::STRING).u64(1000).raw("abc");
   expect_error(b.data(), {"string length 1000", "key 'general.name'", "past the end", "expected at most 3 bytes"});
   Bytes key;
-  key.header(0, 1).u64(77).raw("ab");
-  expect_error(key.data(), {"string length 77 in the key of key-value pair #0"});
+  key.header(0, 1).u64(77).raw("abcde");
+  expect_error(key.data(), {"string length 77 in the key of key-value pair #0 at byte 24", "expected at most 5 bytes"});
 }
 
 TEST(GgufCorruption, AbsurdCountsAreRefusedBeforeAllocating) {
@@ -114,8 +114,8 @@ TEST(GgufCorruption, MisalignedOffset) {
 
 TEST(GgufCorruption, DataPastTheEndGivesBytesAndMiB) {
   Bytes b = one_tensor({1024, 1024}, 0, 0, 1000);
-  expect_error(b.data(), {"tensor 'w' data ends at byte 4194336 (4.00 MiB) past the end of the file",
-                          "expected at most 1032 bytes (0.00 MiB)"});
+  expect_error(b.data(), {"tensor 'w' data ends at byte 4194400 (4.00 MiB) past the end of the file",
+                          "expected at most 1096 bytes (0.00 MiB)"});
   expect_error(one_tensor({4}, 0, ~uint64_t{0} & ~uint64_t{31}, 16).data(), {"tensor 'w' data ends at byte"});
   Bytes no_data;
   no_data.header(1, 0).tensor("w", {4}, 0, 0);

@@ -14,9 +14,9 @@ class Bytes {
  public:
   template <typename T>
   Bytes& put(T value) {
-    uint8_t raw[sizeof(T)];
-    std::memcpy(raw, &value, sizeof(T));
-    data_.insert(data_.end(), raw, raw + sizeof(T));
+    size_t at = data_.size();
+    data_.resize(at + sizeof(T));
+    std::memcpy(data_.data() + at, &value, sizeof(T));
     return *this;
   }
   Bytes& u8(uint8_t v) { return put(v); }

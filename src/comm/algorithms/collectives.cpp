@@ -1,5 +1,6 @@
 #include "comm/algorithms/collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 

@@ -3,6 +3,7 @@
 // Not part of the public API: only src/core and tests/core include it.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/quant.h"
@@ -55,9 +56,12 @@ struct KernelSet {
 };
 
 const KernelSet& generic_kernels();
-// The best SIMD set this CPU runs, or null. One definition per architecture (x86/, arm/, or
-// generic/no_simd.cpp), chosen by CMake, so the driver has no #ifdef.
-const KernelSet* detect_simd_kernels();
+// The SIMD sets this CPU runs, best first; empty when it runs none. One definition per
+// architecture (x86/, arm/, or generic/no_simd.cpp), chosen by CMake, so the driver has no #ifdef.
+std::vector<const KernelSet*> supported_simd_kernels();
+// Makes matmul and WeightMatrix::prepare use `set` (null: the best supported one). For tests
+// and benchmarks that compare sets; not thread-safe, call before any matmul.
+void use_kernel_set(const KernelSet* set);
 
 // Activation quantizers shared by every set, so all kernels see the same quantized inputs.
 // x [n_blocks * 32] -> out [n_blocks]

@@ -1,9 +1,15 @@
 #pragma once
-// Reads a GGUF file by memory-mapping it. Every count, length and offset is checked against the
-// file's size before use: a corrupt or truncated file gives a FormatError naming the problem
-// (which key or tensor, what was expected, what was found), never a crash or an out-of-bounds
-// read. Tensor data is not touched until a caller reads it, so a process that uses a few
-// tensors only pages in their bytes.
+// Reads a GGUF file (versions 2 and 3, little-endian) by memory-mapping it. Every count, length
+// and offset is checked against the file's size before use: a corrupt or truncated file gives a
+// FormatError "[gguf] <path>: <what>, expected <...>" naming the key or tensor, never a crash or
+// an out-of-bounds read, and no count is trusted for an allocation before the remaining bytes
+// could hold that many items (so memory stays proportional to the file's size).
+// Checked: magic, version, truncation anywhere, string lengths, counts, value and tensor type
+// codes, bool bytes, array nesting (≤ kMaxArrayDepth), duplicate keys and tensor names,
+// general.alignment (u32, power of two), 1 to 4 dims each > 0 with no element-count overflow,
+// dim 0 a whole number of blocks, offsets aligned, tensor data inside the file, no overlaps.
+// Tensor data is not touched until a caller reads it, so a process that uses a few tensors only
+// pages in their bytes.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,9 +26,9 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // GGUF order: shape[0] is the innermost (contiguous) dimension
   core::TensorType type = core::TensorType::F32;
-  uint64_t offset = 0;         // from the start of the data section
-  uint64_t size_bytes = 0;
-  const uint8_t* data = nullptr;  // inside the mapping
+  uint64_t offset = 0;         // from the start of the data section; a multiple of the alignment
+  uint64_t size_bytes = 0;     // row_bytes(type, shape[0]) * the other dims
+  const uint8_t* data = nullptr;  // inside the mapping (or the parsed span): size_bytes readable
 
   int64_t elements() const;
 };

@@ -67,10 +67,12 @@ struct Bigram {
   }
 };
 
-std::vector<Symbol> split_characters(std::string_view text, bool one_per_byte) {
+// One symbol per UTF-8 character; an invalid byte is a symbol of its own.
+std::vector<Symbol> split_characters(std::string_view text) {
   std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
-    const size_t length = one_per_byte ? 1 : unicode::decode_utf8(text, pos).length;
+    const size_t length = unicode::decode_utf8(text, pos).length;
     const int index = static_cast<int>(symbols.size());
     symbols.push_back({pos, length, index - 1, index + 1});
     pos += length;
@@ -165,7 +167,7 @@ struct Tokenizer::Impl {
       if (id < 0) return std::nullopt;
       return vocab.scores[id];
     };
-    for (std::string_view piece : merge_symbols(normalized, split_characters(normalized, false), priority_of)) {
+    for (std::string_view piece : merge_symbols(normalized, split_characters(normalized), priority_of)) {
       const TokenId id = find_mergeable(piece);
       if (id >= 0) {
         out.push_back(id);
@@ -185,16 +187,6 @@ struct Tokenizer::Impl {
         return;
       }
     }
-    // One symbol per input byte; the mapped characters are 1-2 bytes long.
-    std::vector<Symbol> symbols;
-    symbols.reserve(word.size());
-    for (size_t pos = 0; pos < mapped.size();) {
-      const size_t length = unicode::decode_utf8(mapped, pos).length;
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back({pos, length, index - 1, index + 1});
-      pos += length;
-    }
-    if (!symbols.empty()) symbols.back().next = -1;
     std::string key;
     const auto priority_of = [&](std::string_view left, std::string_view right) -> std::optional<double> {
       key.assign(left);
@@ -204,7 +196,8 @@ struct Tokenizer::Impl {
       if (it == merge_ranks.end()) return std::nullopt;
       return -static_cast<double>(it->second);
     };
-    for (std::string_view piece : merge_symbols(mapped, std::move(symbols), priority_of)) {
+    // Each mapped character stands for one input byte, so this is one symbol per byte.
+    for (std::string_view piece : merge_symbols(mapped, split_characters(mapped), priority_of)) {
       const TokenId id = find_mergeable(piece);
       if (id >= 0) {
         out.push_back(id);

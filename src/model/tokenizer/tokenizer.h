@@ -39,7 +39,8 @@ class Tokenizer {
   // Throws FormatError naming the missing/inconsistent key. Works on vocab-only files.
   static Tokenizer from_gguf(const gguf::Reader& file);
   // Throws FormatError ("[tokenizer] ...") when the data is inconsistent (sizes differ, an id is
-  // out of range, a merge's parts or result are not tokens, an unknown model or pre-tokenizer).
+  // out of range, a merge is not "left right", an unknown model or pre-tokenizer). A merge whose
+  // result is not a token is tolerated: such a piece is emitted as its byte tokens.
   static Tokenizer from_vocab(VocabData vocab);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -54,8 +55,10 @@ class Tokenizer {
   // The bytes a token stands for (byte tokens give their byte, SentencePiece's ▁ becomes a
   // space, BPE's byte-to-unicode mapping is undone). Control tokens decode to "".
   std::string token_bytes(TokenId id) const;
-  // Concatenated token_bytes; exact inverse of encode(text, false) for any valid UTF-8 text
-  // (for SentencePiece, the one leading space it adds is removed).
+  // Concatenated token_bytes; exact inverse of encode(text, false, false) for any text, valid
+  // UTF-8 or not (for SentencePiece, the one leading space it adds is removed; a literal U+2581
+  // in the text comes back as a space, as in SentencePiece itself). With parse_special, text
+  // after a special token gets SentencePiece's ▁ prefix too, and control tokens decode to "".
   std::string decode(std::span<const TokenId> ids) const;
 
   int32_t vocab_size() const;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/gguf/writer.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace orchard::model {
 
@@ -15,9 +16,20 @@ enum class VocabStyle {
   Qwen2Bpe,       // "gpt2" with pre "qwen2"
 };
 
-// Writes the tokenizer.ggml.* keys for a vocabulary of exactly `vocab_size` tokens (specials,
-// then the 256 byte tokens / byte alphabet, then learned merges, padded with unused tokens when
-// the corpus yields fewer). Deterministic: the same arguments give the same vocabulary.
+// A vocabulary of exactly `vocab_size` tokens, learned by BPE (most frequent pair first, ties to
+// the pair of older symbols) from the shipped corpus (corpus.cpp), deterministic and without disk caches:
+//   SentencePiece: <unk> <s> </s>, <0x00>..<0xFF> (Byte), learned pieces (▁ for spaces, scores
+//     descending), the corpus's characters, then <unused_N> (Unused) padding.
+//   Llama3Bpe / Qwen2Bpe: the 256-character byte alphabet (id = byte value), learned tokens in
+//     merge order, <|unused_N|> (Unused) padding, then the specials as the last ids:
+//     Llama3: <|begin_of_text|> <|end_of_text|> <|eot_id|> <|start_header_id|> <|end_header_id|>;
+//     Qwen2: <|endoftext|> <|im_start|> <|im_end|>.
+// Every merge's parts and result are tokens. Throws Error when vocab_size cannot hold the byte
+// tokens and specials.
+VocabData build_vocab(VocabStyle style, int32_t vocab_size);
+
+// Writes build_vocab(style, vocab_size) as tokenizer.ggml.* keys (model, pre, tokens, scores,
+// token_type, merges, special token ids, add_bos_token/add_eos_token).
 void write_vocab(gguf::Writer& writer, VocabStyle style, int32_t vocab_size);
 
 }  // namespace orchard::model

@@ -1,0 +1,123 @@
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "apps/orchard/commands.h"
+#include "apps/orchard/progress.h"
+#include "core/error.h"
+#include "serve/chat_templates.h"
+#include "serve/local_engine.h"
+#include "serve/metrics.h"
+#include "serve/openai/routes.h"
+#include "serve/openai/service.h"
+#include "serve/scheduler.h"
+
+namespace orchard::app {
+namespace {
+
+struct ServeOptions {
+  serve::LocalEngineOptions engine;
+  serve::SchedulerOptions scheduler;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string chat_template = "auto";
+};
+
+// Stops `server` on SIGINT or SIGTERM. The signals are blocked in every thread (this one is
+// created after the mask is set, and all others inherit it) and taken by sigwait here, so the
+// stop runs in an ordinary thread rather than in a signal handler.
+class SignalStopper {
+ public:
+  explicit SignalStopper(serve::openai::HttpServer& server)
+      : thread_([&server] {
+          int signal = 0;
+          sigwait(&signals(), &signal);
+          server.stop();
+        }) {}
+  ~SignalStopper() {
+    // Wakes the thread when the server stopped on its own.
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+  static const sigset_t& signals() {
+    static const sigset_t set = [] {
+      sigset_t s;
+      sigemptyset(&s);
+      sigaddset(&s, SIGINT);
+      sigaddset(&s, SIGTERM);
+      return s;
+    }();
+    return set;
+  }
+
+ private:
+  std::thread thread_;
+};
+
+void serve_model(ServeOptions& o) {
+  // Before any thread starts, so that every thread inherits the mask.
+  pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
+  // A client that hangs up must cost its write, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::optional<serve::ChatFamily> forced;
+  if (o.chat_template != "auto") {
+    forced = serve::parse_chat_family(o.chat_template);
+    if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
+  }
+
+  ProgressBar bar("loading " + o.engine.model_path);
+  o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  serve::LocalEngine engine(o.engine);
+  bar.finish();
+  const serve::ChatFamily family =
+      forced ? *forced : serve::pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture);
+
+  serve::Metrics metrics;
+  serve::Scheduler scheduler(engine, metrics, o.scheduler);
+  serve::openai::Service service(engine, scheduler, metrics, family);
+  serve::openai::HttpOptions http;
+  // Every request a slot or the queue holds keeps an HTTP thread; a few more answer /health,
+  // /metrics and requests that are refused.
+  http.threads = engine.n_slots() + o.scheduler.max_queue + 8;
+  serve::openai::HttpServer server(service, metrics, http);
+  const int port = server.bind(o.host, o.port);
+  scheduler.start();
+
+  std::fprintf(stderr, "serving '%s' (%s chat template, %d slots of %d positions, %d threads)\n", engine.info().id.c_str(),
+               std::string(serve::chat_family_name(family)).c_str(), engine.n_slots(), scheduler.n_ctx(), engine.threads());
+  // On stdout, one line, so that scripts and tests starting the server with --port 0 learn the port.
+  std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stdout);
+
+  SignalStopper stopper(server);
+  server.listen();
+  std::fprintf(stderr, "stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
+  cmd->add_option("--parallel", o->engine.n_slots, "Requests generated at once (each has its own KV cache)")->capture_default_str();
+  cmd->add_option("--queue", o->scheduler.max_queue, "Requests that may wait for a slot; more get HTTP 429")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length of each slot (default: the model's)");
+  cmd->add_option("-b,--batch", o->engine.max_batch, "Prompt positions per forward pass at most")->capture_default_str();
+  cmd->add_option("--prompt-chunk", o->scheduler.prompt_chunk,
+                  "Prompt positions a slot processes per round (smaller: other slots wait less)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)");
+  cmd->add_option("--alias", o->engine.alias, "Model id clients use (default: the file name without .gguf)");
+  cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
+  cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
+                "Use the file's weight layout as is (no interleaved copy)");
+  cmd->callback([o] { serve_model(*o); });
+}
+
+}  // namespace orchard::app

@@ -1,0 +1,133 @@
+// Matmul kernels on TinyLlama shapes: decode (GEMV, one token) as GB/s of weights read and as
+// a fraction of the read bandwidth measured in the same run, and prompt (GEMM, 512 tokens) as
+// tokens/s and GMAC/s (a 1.1B model does ~1e9 multiply-adds per token in its matmuls, so
+// GMAC/s reads as that model's prompt tokens/s at this matrix's speed). Run: bench_kernels [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/quant.h"
+#include "membw.h"
+
+namespace orchard::core {
+namespace {
+
+// Read bandwidth per thread count, measured once per run (1 GiB array).
+double bandwidth(int threads) {
+  static std::map<int, double> cache;
+  auto it = cache.find(threads);
+  if (it != cache.end()) return it->second;
+  ThreadPool pool(threads);
+  return cache[threads] = bench::measure_read_bandwidth(pool);
+}
+
+// GGUF bytes of a rows × cols matrix with random weights: a few distinct rows quantized once,
+// then repeated (the kernels' speed does not depend on the values).
+std::vector<uint8_t> random_matrix(TensorType type, int64_t rows, int64_t cols) {
+  const size_t rb = row_bytes(type, cols);
+  constexpr int64_t kDistinct = 64;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> bytes(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r < kDistinct) {
+      for (auto& v : row) v = dist(rng);
+      quantize_row_reference(type, row.data(), bytes.data() + rb * static_cast<size_t>(r), cols);
+    } else {
+      std::memcpy(bytes.data() + rb * static_cast<size_t>(r), bytes.data() + rb * static_cast<size_t>(r % kDistinct), rb);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> random_activations(int64_t n) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+// Decode reads each matrix once per token, and the whole model is far larger than L3: cycle
+// through enough prepared copies (≥ 128 MiB together) that every pass comes from DRAM.
+void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
+  const int threads = static_cast<int>(state.range(0));
+  const double bw = bandwidth(threads);
+  std::vector<uint8_t> source = random_matrix(type, rows, cols);
+  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
+  std::vector<std::vector<uint8_t>> sources(copies, source);
+  std::vector<WeightMatrix> matrices;
+  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(cols), y(static_cast<size_t>(rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(matrices[next], x.data(), 1, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % matrices.size();
+  }
+  const double bytes = static_cast<double>(matrices[0].bytes());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_GBps"] = bw / 1e9;
+  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+}
+
+void gemm(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kTokens = 512;
+  std::vector<uint8_t> source = random_matrix(type, rows, cols);
+  WeightMatrix w = WeightMatrix::prepare(type, source.data(), rows, cols);
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(kTokens * cols), y(static_cast<size_t>(kTokens * rows));
+  for (auto _ : state) {
+    matmul(w, x.data(), kTokens, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double macs = static_cast<double>(kTokens) * static_cast<double>(rows) * static_cast<double>(cols);
+  state.counters["tokens_per_s"] = benchmark::Counter(kTokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMACps"] = benchmark::Counter(macs / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernel_isa_name() + (w.repacked() ? " repacked" : ""));
+}
+
+void memory_bandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  double bw = 0;
+  for (auto _ : state) bw = bandwidth(threads);
+  state.counters["GBps"] = bw / 1e9;
+}
+
+BENCHMARK(memory_bandwidth)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+#define ORCHARD_SHAPES(kind, type)                                                                     \
+  BENCHMARK_CAPTURE(kind, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(kind, type##_32000x2048, TensorType::type, 32000, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+ORCHARD_SHAPES(gemv, Q4_0)
+ORCHARD_SHAPES(gemv, Q8_0)
+ORCHARD_SHAPES(gemv, Q4_K)
+ORCHARD_SHAPES(gemv, Q6_K)
+ORCHARD_SHAPES(gemv, F16)
+ORCHARD_SHAPES(gemv, BF16)
+
+#define ORCHARD_GEMM(type)                                                                      \
+  BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+ORCHARD_GEMM(Q4_0)
+ORCHARD_GEMM(Q8_0)
+ORCHARD_GEMM(Q4_K)
+ORCHARD_GEMM(Q6_K)
+ORCHARD_GEMM(F16)
+
+}  // namespace
+}  // namespace orchard::core
+
+BENCHMARK_MAIN();

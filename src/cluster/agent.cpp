@@ -1,0 +1,191 @@
+#include "cluster/agent.h"
+
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cluster/machine_probe.h"
+#include "comm/transport/tcp/socket.h"
+#include "core/error.h"
+
+namespace orchard::cluster {
+namespace {
+
+std::string random_node_id() {
+  uint8_t bytes[8];
+  RAND_bytes(bytes, sizeof bytes);
+  std::string id;
+  for (uint8_t b : bytes) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+std::vector<std::string> model_files(const std::string& dir) {
+  std::vector<std::string> names;
+  if (dir.empty()) return names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.is_regular_file() && entry.path().extension() == ".gguf") names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void fill_local(Announcement& a, const std::string& models_dir) {
+  const LocalMachine m = detect_local_machine();
+  a.hostname = m.hostname;
+  a.os = m.os;
+  a.os_version = m.os_version;
+  a.cpu_brand = m.cpu_brand;
+  a.chip = m.chip;
+  a.cores = m.cores;
+  a.performance_cores = m.performance_cores;
+  a.memory_total_bytes = m.memory_total_bytes;
+  a.memory_free_bytes = m.memory_free_bytes;
+  a.interfaces = m.interfaces;
+  a.models = model_files(models_dir);
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options) : options_(std::move(options)) {
+  self_.node_id = random_node_id();
+  self_.agent_port = options_.agent_port;
+  fill_local(self_, options_.models_dir);
+  if (options_.measure_machine) {
+    const MachineProbe probe = probe_machine(options_.probe_threads);
+    self_.decode_gbs = probe.decode_gbs;
+    self_.compute_gflops = probe.compute_gflops;
+  }
+}
+
+Announcement Agent::announcement() const {
+  std::lock_guard lock(mutex_);
+  Announcement a = self_;
+  for (const auto& [key, link] : links_)
+    if (peers_.count(link.to_node)) a.links.push_back(link);
+  return a;
+}
+
+Topology Agent::topology() const {
+  std::vector<Announcement> all{announcement()};
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, peer] : peers_) all.push_back(peer.announcement);
+  return topology_from_announcements(std::move(all));
+}
+
+void Agent::run(const std::atomic<bool>& stop) {
+  DiscoverySocket socket(options_.port);
+  // Bind the TCP port before announcing it.
+  comm::tcp::Fd listener = comm::tcp::listen_on("", options_.agent_port);
+  std::thread server([&] {
+    while (!stop) {
+      std::string from;
+      comm::tcp::Fd fd = comm::tcp::accept_until(listener.get(), Clock::now() + std::chrono::milliseconds(200), &from);
+      if (fd.get() < 0) continue;
+      // One connection at a time: a probe measures one link, and a second one running beside
+      // it would share the CPU and the wire and spoil both figures.
+      try {
+        serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
+                               [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
+      } catch (const Error& e) {
+        spdlog::debug("{}", e.what());
+      }
+    }
+  });
+  std::thread prober([&] { probe_peers(stop); });
+
+  std::vector<uint8_t> datagram;
+  auto next_announce = Clock::now();
+  try {
+    while (!stop) {
+      if (Clock::now() >= next_announce) {
+        {
+          std::lock_guard lock(mutex_);
+          fill_local(self_, options_.models_dir);  // free memory, cables and files change
+        }
+        socket.send(encode_announcement(announcement(), options_.cluster, options_.secret));
+        next_announce = Clock::now() + options_.announce_every;
+      }
+      const auto until = std::min(next_announce, Clock::now() + std::chrono::milliseconds(200));
+      if (!socket.receive(datagram, until)) continue;
+      std::string why;
+      std::optional<Announcement> a = decode_announcement(datagram, options_.cluster, options_.secret, &why);
+      if (!a) {
+        spdlog::debug("[cluster] ignored a datagram: {}", why);
+        continue;
+      }
+      if (a->node_id == self_.node_id) continue;
+      std::lock_guard lock(mutex_);
+      auto [it, fresh] = peers_.try_emplace(a->node_id);
+      if (fresh) spdlog::info("[cluster] found {} ({}, {})", a->hostname, a->chip.empty() ? a->cpu_brand : a->chip, a->node_id);
+      it->second.announcement = std::move(*a);
+      it->second.last_heard = Clock::now();
+      for (auto p = peers_.begin(); p != peers_.end();) {
+        if (Clock::now() - p->second.last_heard > options_.forget_after) {
+          spdlog::info("[cluster] lost {} ({})", p->second.announcement.hostname, p->first);
+          p = peers_.erase(p);
+        } else {
+          ++p;
+        }
+      }
+    }
+  } catch (...) {
+    server.join();
+    prober.join();
+    throw;
+  }
+  server.join();
+  prober.join();
+}
+
+void Agent::probe_peers(const std::atomic<bool>& stop) {
+  while (!stop) {
+    // One peer per round, the least recently measured first.
+    std::optional<Announcement> target;
+    {
+      std::lock_guard lock(mutex_);
+      Peer* oldest = nullptr;
+      for (auto& [id, peer] : peers_) {
+        const bool due = !peer.probed || Clock::now() - peer.last_probed > options_.probe_every;
+        if (due && (!oldest || peer.last_probed < oldest->last_probed)) oldest = &peer;
+      }
+      if (oldest) {
+        oldest->probed = true;
+        oldest->last_probed = Clock::now();
+        target = oldest->announcement;
+      }
+    }
+    if (!target) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    std::vector<NetInterface> locals;
+    {
+      std::lock_guard lock(mutex_);
+      locals = self_.interfaces;
+    }
+    for (const NetInterface& local : locals) {
+      for (const NetInterface& remote : target->interfaces) {
+        // A pair on one subnet is one cable (or one switch); other pairs would take a route
+        // through whatever cable the routing table picks and measure nothing new.
+        if (stop || !same_subnet(local.address, remote.address, local.prefix_length)) continue;
+        LinkMeasurement l{self_.node_id, local.name, local.address, target->node_id, remote.name, remote.address, 0, 0};
+        try {
+          const LinkFigures f = probe_link(local.address, remote.address, target->agent_port, options_.cluster,
+                                           options_.secret, options_.probe);
+          l.rtt_us_p50 = f.rtt_us_p50;
+          l.gbps = f.gbps;
+        } catch (const Error& e) {
+          spdlog::warn("[cluster] probing {} {} -> {}: {}", target->hostname, local.address, remote.address, e.what());
+          continue;
+        }
+        std::lock_guard lock(mutex_);
+        links_[target->node_id + "|" + local.address + "|" + remote.address] = l;
+      }
+    }
+  }
+}
+
+}  // namespace orchard::cluster

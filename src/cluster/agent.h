@@ -1,0 +1,59 @@
+#pragma once
+// `orchard agent`: announces this machine, listens for the others of its cluster, measures the
+// link to each of them per interface pair, and answers link probes and topology queries on its
+// TCP port. Runs until `stop` turns true.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "cluster/discovery.h"
+#include "cluster/link_probe.h"
+#include "cluster/topology.h"
+
+namespace orchard::cluster {
+
+struct AgentOptions {
+  std::string cluster = "orchard";
+  std::string secret;                   // empty: an open cluster (anyone who knows the name)
+  uint16_t port = kDiscoveryPort;       // UDP announcements
+  uint16_t agent_port = kAgentPort;     // TCP probes and queries
+  std::string models_dir;               // *.gguf files here are announced
+  bool measure_machine = true;          // run probe_machine() once at start
+  int probe_threads = 0;
+  std::chrono::milliseconds announce_every{1000};
+  std::chrono::milliseconds probe_every{30000};  // re-measure each link this often
+  std::chrono::milliseconds forget_after{10000}; // a machine silent this long is gone
+  ProbeOptions probe;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  // Blocks until stop is true (checked at least every 200 ms).
+  void run(const std::atomic<bool>& stop);
+  // This machine and the live peers, with every link measured so far.
+  Topology topology() const;
+  const Announcement& self() const { return self_; }
+
+ private:
+  void serve(const std::atomic<bool>& stop);
+  void probe_peers(const std::atomic<bool>& stop);
+  Announcement announcement() const;
+
+  struct Peer {
+    Announcement announcement;
+    Clock::time_point last_heard;
+    Clock::time_point last_probed;
+    bool probed = false;
+  };
+
+  AgentOptions options_;
+  Announcement self_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Peer> peers_;             // by node id
+  std::map<std::string, LinkMeasurement> links_;  // by "peer|from_addr|to_addr"
+};
+
+}  // namespace orchard::cluster

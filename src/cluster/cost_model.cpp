@@ -1,0 +1,281 @@
+#include "cluster/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "comm/algorithms/collectives.h"
+#include "core/error.h"
+
+namespace orchard::cluster {
+namespace {
+
+constexpr double kFloatBytes = 4.0;
+// Fixed runtime memory besides weights, KV cache and scratch: code, thread stacks, allocator.
+constexpr double kBaseOverheadBytes = 512.0 * (1 << 20);
+
+struct PresetShape {
+  std::string_view name;
+  int32_t n_embd, n_layers, n_heads, n_kv_heads, n_ff, vocab;
+};
+// Public shapes of common models (config.json of each), for what-ifs without a file.
+constexpr PresetShape kShapes[] = {
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000},
+    {"llama-8b", 4096, 32, 32, 8, 14336, 128256},
+    {"qwen-32b", 5120, 64, 40, 8, 27648, 152064},
+    {"llama-70b", 8192, 80, 64, 8, 28672, 128256},
+};
+struct PresetType {
+  std::string_view name;
+  double bits;
+};
+// Average bits per weight as llama.cpp reports them for whole files.
+constexpr PresetType kTypes[] = {{"f32", 32}, {"f16", 16}, {"bf16", 16}, {"q8_0", 8.5},
+                                 {"q6_k", 6.5625}, {"q4_k_m", 4.85}, {"q4_0", 4.5}};
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// A small message goes to every peer at once: one latency step, and each rank's n - 1 copies
+// share its link (one NIC: serialised; a mesh of cables would overlap them — we take the
+// slower case). This is comm's direct exchange, used up to kDirectExchangeBytes.
+double exchange_ms(const LinkSpec& link, double bytes, int n) {
+  if (n <= 1) return 0;
+  return message_ms(link, bytes * (n - 1));
+}
+// comm's all-reduce: direct exchange when small, else ring reduce-scatter + all-gather:
+// 2(n-1) steps of one latency and 1/n of the data each.
+double all_reduce_ms(const LinkSpec& link, double bytes, int n, int* steps) {
+  if (n <= 1) return 0;
+  if (bytes <= static_cast<double>(comm::kDirectExchangeBytes)) {
+    *steps += 1;
+    return exchange_ms(link, bytes, n);
+  }
+  *steps += 2 * (n - 1);
+  return 2 * (n - 1) * message_ms(link, bytes / n);
+}
+// A tensor group inside a pipeline sums at its first rank and sends the sum back (two steps).
+double leader_sum_ms(const LinkSpec& link, double bytes, int n, int* steps) {
+  if (n <= 1) return 0;
+  *steps += 2;
+  return 2 * exchange_ms(link, bytes, n);
+}
+// Ring all-gather of n slices: n - 1 steps.
+double all_gather_ms(const LinkSpec& link, double slice_bytes, int n, int* steps) {
+  if (n <= 1) return 0;
+  *steps += n - 1;
+  return (n - 1) * message_ms(link, slice_bytes);
+}
+// comm's broadcast: the root sends to each when small or n == 2, else scatter + ring all-gather.
+double broadcast_ms(const LinkSpec& link, double bytes, int n, int* steps) {
+  if (n <= 1) return 0;
+  if (bytes <= static_cast<double>(comm::kDirectExchangeBytes) || n == 2) {
+    *steps += 1;
+    return exchange_ms(link, bytes, n);
+  }
+  *steps += 1;
+  return exchange_ms(link, bytes / n, n) + all_gather_ms(link, bytes / n, n, steps);
+}
+
+RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank, const MachineSpec& machine,
+                   const Workload& work) {
+  const model::ModelConfig& c = m.config;
+  RankCost r;
+  r.host = machine.host;
+  r.shard = parallel::shard_for_rank(c, layout, rank);
+  const model::Shard& s = r.shard;
+  // q and o scale with the query heads held, k and v with the KV heads.
+  const double q = c.q_dim(), kv = c.kv_dim();
+  const double attn_share = (2 * q * s.n_heads() / c.n_heads + 2 * kv * s.n_kv_heads() / c.n_kv_heads) / (2 * q + 2 * kv);
+  const double ffn_share = static_cast<double>(s.n_ff()) / c.n_ff;
+  const double vocab_share = static_cast<double>(s.n_vocab()) / c.vocab_size;
+  const double layers = s.n_layers();
+  const double layer_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share;
+  const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share;
+  const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
+  const double out_params = s.has_output ? m.output_params * vocab_share : 0;
+  const double kv_row = 2.0 * s.n_kv_heads() * c.head_dim * kFloatBytes;  // K and V of one position, one layer
+
+  r.weight_bytes = layers * layer_bytes + out_bytes + (s.has_embedding ? m.embedding_bytes : 0);
+  r.kv_bytes = layers * kv_row * work.context;
+  // Scratch grows to one chunk of activations and a row of logits per position.
+  r.overhead_bytes = kBaseOverheadBytes +
+                     work.chunk * kFloatBytes * (4.0 * c.n_embd + 2.0 * s.n_ff() + std::max(s.n_vocab(), 1));
+  r.usable_bytes = machine.memory_gb * 1e9 * kUsableMemoryFraction;
+
+  const double bw = machine.memory_bw_gbs * 1e9;
+  ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0, "machine '{}' without bandwidth or compute rate", machine.host);
+  const double read_per_token = layers * (layer_bytes + kv_row * work.position) + out_bytes;
+  r.gen_ms = read_per_token / bw * 1e3;
+  // A chunk multiplies every weight once per position; the weights are read once per chunk.
+  const double chunk = std::min(work.chunk, work.prompt_tokens);
+  const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
+  r.prompt_chunk_ms = std::max(flops / (machine.compute_gflops * 1e9), (layers * layer_bytes + out_bytes) / bw) * 1e3;
+  return r;
+}
+
+}  // namespace
+
+double ModelFacts::total_bytes() const {
+  return config.n_layers * (attn_bytes + ffn_bytes) + embedding_bytes + (config.tied_output ? 0 : output_bytes);
+}
+
+ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
+  ModelFacts f;
+  f.config = model::ModelConfig::from_gguf(file);
+  f.name = f.config.name.empty() ? file.path() : f.config.name;
+  double embd_params = 0;
+  for (const model::gguf::TensorInfo& t : file.tensors()) {
+    const double bytes = static_cast<double>(t.size_bytes), params = static_cast<double>(t.elements());
+    if (starts_with(t.name, "blk.")) {
+      const bool ffn = t.name.find(".ffn_") != std::string::npos;
+      (ffn ? f.ffn_bytes : f.attn_bytes) += bytes;
+      (ffn ? f.ffn_params : f.attn_params) += params;
+    } else if (t.name == "output.weight") {
+      f.output_bytes += bytes;
+      f.output_params += params;
+    } else {
+      // token_embd and the small vectors (output_norm, rope_freqs) live with the first stage.
+      f.embedding_bytes += bytes;
+      if (t.name == "token_embd.weight") embd_params = params;
+    }
+  }
+  const double layers = f.config.n_layers;
+  f.attn_bytes /= layers;
+  f.attn_params /= layers;
+  f.ffn_bytes /= layers;
+  f.ffn_params /= layers;
+  if (f.config.tied_output) {
+    // The head multiplies by the embedding table: every last-stage rank reads its rows.
+    f.output_bytes = f.embedding_bytes;
+    f.output_params = embd_params;
+  }
+  return f;
+}
+
+ModelFacts ModelFacts::from_shape(const model::ModelConfig& config, double bits_per_weight, std::string name) {
+  ModelFacts f;
+  f.config = config;
+  f.name = std::move(name);
+  const double bytes_per_param = bits_per_weight / 8;
+  const double d = config.n_embd;
+  f.attn_params = d * (2.0 * config.q_dim() + 2.0 * config.kv_dim());
+  f.ffn_params = 3.0 * d * config.n_ff;
+  f.output_params = d * config.vocab_size;
+  f.attn_bytes = f.attn_params * bytes_per_param;
+  f.ffn_bytes = f.ffn_params * bytes_per_param;
+  f.output_bytes = f.output_params * bytes_per_param;
+  f.embedding_bytes = f.output_bytes;
+  return f;
+}
+
+ModelFacts ModelFacts::from_preset(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string shape = spec.substr(0, colon);
+  const std::string type = colon == std::string::npos ? "q4_k_m" : spec.substr(colon + 1);
+  const PresetShape* s = nullptr;
+  const PresetType* t = nullptr;
+  std::string shapes, types;
+  for (const PresetShape& p : kShapes) {
+    shapes += (shapes.empty() ? "" : ", ") + std::string(p.name);
+    if (p.name == shape) s = &p;
+  }
+  for (const PresetType& p : kTypes) {
+    types += (types.empty() ? "" : ", ") + std::string(p.name);
+    if (p.name == type) t = &p;
+  }
+  if (!s || !t)
+    throw Error(error_message("cluster", "unknown model preset '{}' (shapes: {}; types: {})", spec, shapes, types));
+  model::ModelConfig c;
+  c.arch_name = "llama";
+  c.name = spec;
+  c.n_embd = s->n_embd;
+  c.n_layers = s->n_layers;
+  c.n_heads = s->n_heads;
+  c.n_kv_heads = s->n_kv_heads;
+  c.head_dim = s->n_embd / s->n_heads;
+  c.rope_dims = c.head_dim;
+  c.n_ff = s->n_ff;
+  c.vocab_size = s->vocab;
+  c.context_length = 8192;
+  return from_shape(c, t->bits, spec);
+}
+
+double message_ms(const LinkSpec& link, double bytes) {
+  const double wire_s = link.gbps > 0 ? bytes * 8 / (link.gbps * 1e9) : 0;
+  return link.latency_us * 1e-3 + wire_s * 1e3;
+}
+
+Prediction predict(const ModelFacts& model, const parallel::Layout& layout, const std::vector<MachineSpec>& machines,
+                   const LinkSpec& link, const Workload& work) {
+  const model::ModelConfig& c = model.config;
+  ORCHARD_CHECK(static_cast<int>(machines.size()) == layout.world(), "{} machines for a layout of {} ranks",
+                machines.size(), layout.world());
+  layout.validate(c, layout.world());
+  Prediction p;
+  p.layout = layout;
+  p.link = link;
+  for (int r = 0; r < layout.world(); ++r) {
+    p.ranks.push_back(rank_cost(model, layout, r, machines[static_cast<size_t>(r)], work));
+    p.fits = p.fits && p.ranks.back().fits();
+  }
+  const int tp = layout.tp, pp = layout.pp;
+  const double hidden = c.n_embd * kFloatBytes;
+  const double logits = c.vocab_size * kFloatBytes;
+  int steps = 0;
+
+  // Generation: stages run one after another; inside a stage the tp ranks run side by side
+  // and meet at 2 all-reduces per layer.
+  double compute = 0, allreduce = 0;
+  for (int stage = 0; stage < pp; ++stage) {
+    double slowest = 0;
+    for (int t = 0; t < tp; ++t) slowest = std::max(slowest, p.ranks[static_cast<size_t>(layout.rank_at(stage, t))].gen_ms);
+    compute += slowest;
+    const double layers = p.ranks[static_cast<size_t>(layout.rank_at(stage, 0))].shard.n_layers();
+    int sum_steps = 0;
+    const double one = pp == 1 ? all_reduce_ms(link, hidden, tp, &sum_steps) : leader_sum_ms(link, hidden, tp, &sum_steps);
+    allreduce += 2 * layers * one;
+    steps += static_cast<int>(2 * layers) * sum_steps;
+  }
+  double transfers = (pp - 1) * message_ms(link, hidden);
+  steps += pp - 1;
+  const double slice = logits / tp;
+  if (pp == 1) {
+    transfers += all_gather_ms(link, slice, tp, &steps);
+  } else {
+    if (tp > 1) {
+      transfers += exchange_ms(link, slice, tp);
+      steps += 1;
+    }
+    transfers += broadcast_ms(link, logits, layout.world(), &steps);
+  }
+  p.gen_compute_ms = compute;
+  p.allreduce_ms = allreduce;
+  p.gen_comm_ms = allreduce + transfers;
+  p.gen_ms = compute + p.gen_comm_ms;
+  p.messages_per_token = steps;
+
+  // Prompt: chunks flow through the stages; after the first chunk fills the pipe, one chunk
+  // leaves every max(stage time).
+  const double chunk = std::min(work.chunk, work.prompt_tokens);
+  const double chunks = std::ceil(static_cast<double>(work.prompt_tokens) / chunk);
+  int unused = 0;
+  double fill = 0, slowest_stage = 0;
+  for (int stage = 0; stage < pp; ++stage) {
+    double slowest = 0;
+    for (int t = 0; t < tp; ++t)
+      slowest = std::max(slowest, p.ranks[static_cast<size_t>(layout.rank_at(stage, t))].prompt_chunk_ms);
+    const double layers = p.ranks[static_cast<size_t>(layout.rank_at(stage, 0))].shard.n_layers();
+    const double sums = 2 * layers *
+                        (pp == 1 ? all_reduce_ms(link, hidden * chunk, tp, &unused) : leader_sum_ms(link, hidden * chunk, tp, &unused));
+    const double stage_ms = slowest + sums;
+    const double send_ms = stage + 1 < pp ? message_ms(link, hidden * chunk) : 0;
+    fill += stage_ms + send_ms;
+    slowest_stage = std::max(slowest_stage, std::max(stage_ms, send_ms));
+  }
+  p.prompt_ms = fill + (chunks - 1) * slowest_stage + transfers;
+  p.gen_tok_s = 1e3 / p.gen_ms;
+  p.prompt_tok_s = work.prompt_tokens * 1e3 / p.prompt_ms;
+  return p;
+}
+
+}  // namespace orchard::cluster

@@ -1,0 +1,103 @@
+#pragma once
+// Predicts prompt and generation speed of a split from the model's shape and bytes, each
+// machine's effective memory bandwidth and compute rate, and the link's latency and bandwidth.
+// Pure arithmetic (no sockets, no files except ModelFacts::from_gguf); docs/cluster.md gives
+// the formulas.
+//
+// Units: bytes, GB/s (1e9 bytes/s), GFLOP/s, Gbit/s, microseconds for link latency, ms for
+// predicted times. A link's latency is the one-way delay of one message, as comm's link
+// emulator applies it (a measured ping round trip is halved).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gguf/reader.h"
+#include "model/shard.h"
+#include "parallel/layout.h"
+
+namespace orchard::cluster {
+
+// What the cost model needs to know about a model.
+struct ModelFacts {
+  model::ModelConfig config;
+  std::string name;
+  // Per layer (averaged over layers): parameters and bytes of attention (q, k, v, o, with their
+  // norms and biases) and of the FFN (gate, up, down).
+  double attn_params = 0, attn_bytes = 0;
+  double ffn_params = 0, ffn_bytes = 0;
+  double embedding_bytes = 0;            // token_embd: mapped whole, one row read per token
+  double output_params = 0, output_bytes = 0;  // output head (the embedding when tied)
+
+  double total_bytes() const;
+  // From a GGUF file's tensor table (no weights are read).
+  static ModelFacts from_gguf(const model::gguf::Reader& file);
+  // A shape at an average number of bits per weight ("llama-70b" at 4.85 for Q4_K_M).
+  static ModelFacts from_shape(const model::ModelConfig& config, double bits_per_weight, std::string name);
+  // "llama-70b:q4_k_m" (shapes: tinyllama-1.1b, llama-8b, llama-70b, qwen-32b; types: f32, f16,
+  // bf16, q8_0, q6_k, q4_k_m, q4_0). Throws Error listing both when unknown.
+  static ModelFacts from_preset(const std::string& spec);
+};
+
+struct MachineSpec {
+  std::string host;
+  double memory_gb = 0;       // total memory (GB, 1e9 bytes)
+  double memory_bw_gbs = 0;   // what the CPU kernels reach when decoding (measured, or catalog × efficiency)
+  double compute_gflops = 0;  // matmul rate for prompt processing
+};
+
+struct LinkSpec {
+  double latency_us = 0;  // one-way, per message
+  double gbps = 0;        // Gbit/s; 0 means unlimited (same machine)
+};
+
+struct Workload {
+  int32_t context = 4096;        // KV cache positions every rank reserves
+  int32_t prompt_tokens = 512;   // for the prompt rate
+  int32_t position = 512;        // where generation runs (KV read per token)
+  int32_t chunk = 512;           // prompt positions per forward pass (pipeline chunk)
+};
+
+// Fraction of a machine's memory a model may take: the OS and other programs keep the rest
+// (macOS lets the GPU wire about 75% by default; the same share is a fair CPU budget).
+inline constexpr double kUsableMemoryFraction = 0.75;
+// Share of Apple's peak memory bandwidth the CPU kernels reach when decoding; the peak is the
+// GPU's figure and CPU clusters reach less. A measured figure replaces it.
+inline constexpr double kCpuBandwidthEfficiency = 0.6;
+
+struct RankCost {
+  std::string host;
+  model::Shard shard;
+  double weight_bytes = 0;   // resident: its slice (+ the whole embedding on the first stage)
+  double kv_bytes = 0;       // its KV cache at Workload::context
+  double overhead_bytes = 0;
+  double usable_bytes = 0;   // memory_gb × kUsableMemoryFraction
+  double gen_ms = 0;         // its share of one token: bytes read ÷ bandwidth
+  double prompt_chunk_ms = 0;  // one prompt chunk: the larger of FLOPs ÷ rate and bytes ÷ bandwidth
+  double need_bytes() const { return weight_bytes + kv_bytes + overhead_bytes; }
+  bool fits() const { return need_bytes() <= usable_bytes; }
+};
+
+struct Prediction {
+  parallel::Layout layout;
+  std::vector<RankCost> ranks;  // by rank
+  LinkSpec link;
+  double gen_ms = 0;          // per generated token
+  double gen_compute_ms = 0;  // of which reading weights and KV on the critical path
+  double gen_comm_ms = 0;     // of which messages (all-reduces, hidden states, logits)
+  double allreduce_ms = 0;    // of which all-reduces (tensor, hybrid)
+  int messages_per_token = 0; // latency steps on the critical path of one token
+  double prompt_ms = 0;       // the whole Workload::prompt_tokens
+  double gen_tok_s = 0, prompt_tok_s = 0;
+  bool fits = true;
+};
+
+// Cost of `layout` with rank r on machines[r] (machines.size() == layout.world()), every pair
+// of ranks joined by `link`. Throws Error when the layout does not suit the model.
+Prediction predict(const ModelFacts& model, const parallel::Layout& layout, const std::vector<MachineSpec>& machines,
+                   const LinkSpec& link, const Workload& work);
+
+// Time of one message of `bytes` over `link`, in ms.
+double message_ms(const LinkSpec& link, double bytes);
+
+}  // namespace orchard::cluster

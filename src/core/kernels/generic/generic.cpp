@@ -1,0 +1,142 @@
+// Portable kernels: plain loops over GGUF blocks, one (row, token) dot product at a time.
+// They define what the SIMD kernels must compute (the same integer sums of the same quantized
+// activations) and serve CPUs without a SIMD set.
+#include <cstring>
+
+#include "core/kernels/kernel_set.h"
+
+namespace orchard::core::kernels {
+namespace {
+
+float dot_q4_0(const BlockQ4_0& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 16; ++i)
+    sum += ((w.qs[i] & 0x0F) - 8) * x.qs[i] + ((w.qs[i] >> 4) - 8) * x.qs[i + 16];
+  return static_cast<float>(sum) * (half_to_float(w.d) * x.d);
+}
+
+float dot_q8_0(const BlockQ8_0& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += w.qs[i] * x.qs[i];
+  return static_cast<float>(sum) * (half_to_float(w.d) * x.d);
+}
+
+float dot_q4_k(const BlockQ4_K& w, const BlockQ8_K& x) {
+  uint8_t sc[8], mn[8];
+  unpack_q4_k_scales(w.scales, sc, mn);
+  int32_t sum = 0, min_sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    const uint8_t* q = w.qs + 32 * (j / 2);
+    int shift = 4 * (j % 2);
+    int32_t sub = 0;
+    for (int i = 0; i < 32; ++i) sub += ((q[i] >> shift) & 0x0F) * x.qs[32 * j + i];
+    sum += sc[j] * sub;
+    min_sum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+  }
+  return x.d * (half_to_float(w.d) * static_cast<float>(sum) - half_to_float(w.dmin) * static_cast<float>(min_sum));
+}
+
+float dot_q6_k(const BlockQ6_K& w, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 16; ++j) {
+    int32_t sub = 0;
+    for (int i = 16 * j; i < 16 * j + 16; ++i) sub += (q6_k_quant(w, i) - 32) * x.qs[i];
+    sum += w.scales[j] * sub;
+  }
+  return x.d * half_to_float(w.d) * static_cast<float>(sum);
+}
+
+// Dot product of one row of W with one token's activations, per weight type and layout.
+struct F32Row {
+  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
+    auto* wf = reinterpret_cast<const float*>(w);
+    auto* xf = reinterpret_cast<const float*>(x);
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += wf[i] * xf[i];
+    return sum;
+  }
+};
+
+struct F16Row {
+  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
+    auto* xf = reinterpret_cast<const float*>(x);
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      Half h;
+      std::memcpy(&h, w + 2 * i, sizeof h);
+      sum += half_to_float(h) * xf[i];
+    }
+    return sum;
+  }
+};
+
+struct BF16Row {
+  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
+    auto* xf = reinterpret_cast<const float*>(x);
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      BHalf h;
+      std::memcpy(&h, w + 2 * i, sizeof h);
+      sum += bf16_to_float(h) * xf[i];
+    }
+    return sum;
+  }
+};
+
+template <class Block, class Act, float (*kDot)(const Block&, const Act&)>
+struct QuantRow {
+  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
+    auto* wb = reinterpret_cast<const Block*>(w);
+    auto* xb = reinterpret_cast<const Act*>(x);
+    float sum = 0;
+    for (int64_t b = 0; b < n; ++b) sum += kDot(wb[b], xb[b]);
+    return sum;
+  }
+};
+
+// Interleaved copies: each block is first rebuilt in GGUF form, so the arithmetic (and the
+// result, bit for bit) is that of the row layout.
+template <class Block, Layout kLayout, float (*kDot)(const Block&, const ActQ8_0&)>
+struct InterleavedRow {
+  static float dot(const uint8_t* group, const uint8_t* x, int64_t n, int64_t lane) {
+    auto* xb = reinterpret_cast<const ActQ8_0*>(x);
+    float sum = 0;
+    Block block;
+    for (int64_t b = 0; b < n; ++b) {
+      extract_block(kLayout, group, n, lane, b, &block);
+      sum += kDot(block, xb[b]);
+    }
+    return sum;
+  }
+};
+
+template <class Row, bool kInterleaved>
+void tile_fn(const Tile& tile) {
+  for (int64_t r = 0; r < tile.n_rows; ++r) {
+    const uint8_t* w = kInterleaved ? tile.w + static_cast<size_t>(r / kInterleave) * tile.w_stride
+                                    : tile.w + static_cast<size_t>(r) * tile.w_stride;
+    for (int64_t t = 0; t < tile.n_tokens; ++t)
+      tile.y[t * tile.y_stride + r] =
+          Row::dot(w, tile.x + static_cast<size_t>(t) * tile.x_stride, tile.n_blocks, r % kInterleave);
+  }
+}
+
+const KernelSet kGeneric{
+    "generic",
+    true,
+    tile_fn<F32Row, false>,
+    tile_fn<F16Row, false>,
+    tile_fn<BF16Row, false>,
+    tile_fn<QuantRow<BlockQ4_0, ActQ8_0, dot_q4_0>, false>,
+    tile_fn<QuantRow<BlockQ8_0, ActQ8_0, dot_q8_0>, false>,
+    tile_fn<QuantRow<BlockQ4_K, BlockQ8_K, dot_q4_k>, false>,
+    tile_fn<QuantRow<BlockQ6_K, BlockQ8_K, dot_q6_k>, false>,
+    tile_fn<InterleavedRow<BlockQ4_0, kQ4_0x16, dot_q4_0>, true>,
+    tile_fn<InterleavedRow<BlockQ8_0, kQ8_0x16, dot_q8_0>, true>,
+};
+
+}  // namespace
+
+const KernelSet& generic_kernels() { return kGeneric; }
+
+}  // namespace orchard::core::kernels

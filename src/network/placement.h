@@ -1,0 +1,136 @@
+#pragma once
+// Where a job runs: whole, on one machine or on one pod (machines already cabled together),
+// never across machines that are not one pod. A candidate ("unit") must hold the model's bytes
+// plus its KV cache for the context; among those that fit, the unit with the highest expected
+// tokens per second wins, weighted by whether the model is already on its disk, its queue and
+// its past reliability. No HTTP, no database: the coordinator and the simulator drive it.
+//
+// Cost: units with the same (memory, bandwidth, size) share a bucket, kept sorted by their
+// dynamic weight, so a decision looks at the best unit of each bucket that fits (a few hundred
+// buckets for a population drawn from the hardware catalog), not at every node.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace orchard::network {
+
+struct NodeSpec {
+  std::string id;
+  int64_t memory_bytes = 0;     // what the owner offers (--max-memory), not the machine's total
+  double bandwidth_gbs = 0;     // memory bandwidth
+  std::vector<std::string> models;  // on disk
+  double reliability = 1.0;     // (0, 1]
+};
+
+struct PodSpec {
+  std::string id;
+  std::vector<std::string> members;  // node ids, each registered and in no other pod
+  double link_latency_us = 10;       // per hop between members (Thunderbolt: ~10 us)
+};
+
+struct Demand {
+  std::string model;
+  int64_t model_bytes = 0;
+  int64_t need_bytes = 0;  // weights + KV cache for the context
+  std::unordered_set<std::string> exclude;  // nodes that must not take it (a check's producer)
+};
+
+struct Choice {
+  std::string unit;                // node id, or pod id
+  std::vector<std::string> nodes;  // the machines that run it (one, or the pod's members)
+  bool pod = false;
+  double expected_tok_s = 0;
+  double score = 0;
+  bool on_disk = false;
+};
+
+// Expected decode speed of a model split over machines by memory share: each token streams the
+// whole model once through the members' memory (bytes / summed bandwidth, at the efficiency real
+// kernels reach) plus one link hop per member boundary.
+double expected_tok_s(int64_t model_bytes, double bandwidth_gbs_sum, int members, double link_latency_us);
+
+// Reliability after an outcome: served jobs pull it back toward 1, lost leases and failed checks
+// push it down (a failed check much harder).
+enum class Outcome { Served, LostLease, FailedCheck };
+double next_reliability(double r, Outcome outcome);
+
+class Placement {
+ public:
+  explicit Placement(int max_queue = 2) : max_queue_(max_queue) {}
+
+  // Adding an id again replaces its spec (keeping its queue). A node starts unavailable.
+  void add_node(const NodeSpec& spec);
+  void remove_node(const std::string& id);  // also dissolves its pod
+  void add_pod(const PodSpec& spec);        // throws Error when a member is unknown or pooled
+  bool has_node(const std::string& id) const { return index_.count(id) > 0; }
+
+  // Available: online, offering its time, not banned.
+  void set_available(const std::string& node, bool available);
+  void set_reliability(const std::string& node, double reliability);
+  void add_model(const std::string& node, const std::string& model);
+  // A job was assigned to / left a unit (node or pod id): every machine in it is busier.
+  void job_started(const std::string& unit);
+  void job_finished(const std::string& unit);
+
+  // The best unit for the demand now, or nullopt when nothing available fits.
+  std::optional<Choice> place(const Demand& demand) const;
+  // Whether any registered unit (available or not) could ever hold need_bytes.
+  bool could_fit(int64_t need_bytes) const;
+
+  size_t node_count() const;
+  size_t pod_count() const;
+  int queue(const std::string& unit) const;
+
+ private:
+  struct Unit {
+    std::string id;
+    bool pod = false;
+    bool removed = false;
+    std::vector<int> members;  // node units; a node's is itself
+    int pod_of = -1;           // node: the pod unit it belongs to
+    int64_t memory = 0;
+    double bandwidth = 0;
+    double link_latency_us = 0;
+    std::vector<int> models;   // sorted model ids on disk (a pod: any member's)
+    double reliability = 1;
+    int queue = 0;
+    bool available = false;
+    int bucket = -1;
+    double weight = 0;         // reliability / (1 + queue): the in-bucket order
+    bool indexed = false;
+  };
+  using Ranked = std::set<std::pair<double, int>>;  // (-weight, unit): best first
+  struct Bucket {
+    int64_t memory;
+    double bandwidth;
+    int members;
+    double link_latency_us;
+    Ranked all;
+    std::unordered_map<int, Ranked> by_model;
+  };
+
+  int model_id(const std::string& name);
+  int find_model(const std::string& name) const;
+  int bucket_for(const Unit& u);
+  void unindex(int u);
+  void reindex(int u);  // recomputes a unit's state from its members and files it
+  void refresh(int node);  // a node changed: reindex it and its pod
+  bool eligible(const Unit& u) const;
+  static bool has_model(const Unit& u, int model);
+
+  int max_queue_;
+  std::vector<Unit> units_;
+  std::unordered_map<std::string, int> index_;  // node or pod id -> unit
+  std::vector<Bucket> buckets_;
+  std::map<std::tuple<int64_t, int64_t, int, int64_t>, int> bucket_index_;
+  std::multimap<int64_t, int> buckets_by_memory_;
+  std::unordered_map<std::string, int> models_;
+  size_t nodes_ = 0, pods_ = 0;
+};
+
+}  // namespace orchard::network

@@ -1,0 +1,380 @@
+#include "network/simulate.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <fmt/format.h>
+#include <queue>
+#include <random>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "network/ledger.h"
+#include "network/placement.h"
+
+namespace orchard::network {
+namespace {
+
+constexpr double kGB = 1e9;
+// macOS keeps part of unified memory for itself: an owner can lend about this much.
+constexpr double kLendableMemory = 0.75;
+constexpr int kContextTokens = 4096;
+constexpr double kPrefillSpeedup = 8;     // prompt tokens per second relative to decode
+constexpr double kDownloadBytesPerS = 100e6;
+constexpr double kMeanOfflineHours = 2;
+constexpr size_t kDispatchScan = 64;      // waiting jobs looked at per dispatch (no head-of-line block)
+
+struct SimModel {
+  const char* name;
+  double bytes;
+  double kv_bytes_per_token;
+  double share;  // of arrivals
+};
+
+// A mix of quantized (Q4_K_M) models people run, with their KV cache per token (F16).
+constexpr SimModel kModels[] = {
+    {"llama-3.2-1b-q4_k_m", 0.8 * kGB, 32768, 0.30},     {"llama-3.1-8b-q4_k_m", 4.9 * kGB, 131072, 0.40},
+    {"qwen2.5-32b-q4_k_m", 19.9 * kGB, 262144, 0.18},    {"llama-3.3-70b-q4_k_m", 42.5 * kGB, 327680, 0.10},
+    {"llama-3.1-405b-q4_k_m", 243 * kGB, 516096, 0.02},
+};
+
+// Log-scale histogram: percentiles of tens of millions of samples in a few KB.
+class Histogram {
+ public:
+  void add(double v) {
+    ++count_;
+    max_ = std::max(max_, v);
+    int b = v <= kMin ? 0 : std::min(kBins - 1, 1 + static_cast<int>(std::log(v / kMin) / std::log(kGrowth)));
+    bins_[b]++;
+  }
+  double percentile(double p) const {
+    if (count_ == 0) return 0;
+    int64_t want = static_cast<int64_t>(std::ceil(p * count_)), seen = 0;
+    for (int b = 0; b < kBins; ++b) {
+      seen += bins_[b];
+      if (seen >= want) return std::min(max_, b == 0 ? kMin : kMin * std::pow(kGrowth, b));
+    }
+    return max_;
+  }
+  double max() const { return max_; }
+
+ private:
+  static constexpr double kMin = 1e-3, kGrowth = 1.02;
+  static constexpr int kBins = 2000;
+  int64_t bins_[kBins] = {};
+  int64_t count_ = 0;
+  double max_ = 0;
+};
+
+enum class EvType { Arrival, Finish, Leave, Return, LeaseExpire };
+struct Event {
+  double t;
+  EvType type;
+  int64_t id;
+  int64_t attempt;
+  bool operator>(const Event& o) const { return t > o.t; }
+};
+
+struct SimNode {
+  int chip;
+  ledger::Seat seat;
+  bool online = true;
+  double online_since = 0;
+  int64_t job = -1;  // running job
+  int pod = -1;
+  std::string cls;
+};
+
+struct SimJob {
+  double arrival;
+  int model;
+  int prompt, output;
+  int64_t attempt = 0;
+  std::string unit;
+  std::vector<int> nodes;
+};
+
+class Simulator {
+ public:
+  Simulator(const SimulationOptions& o, const HardwareCatalog& catalog)
+      : o_(o), catalog_(catalog), rng_(o.seed), placement_(1) {
+    if (catalog_.chips().empty()) throw Error(error_message("network", "simulate: the hardware catalog is empty"));
+  }
+
+  SimulationReport run() {
+    auto wall = std::chrono::steady_clock::now();
+    populate();
+    end_ = o_.hours * 3600;
+    push({exp(o_.jobs_per_s), EvType::Arrival, 0, 0});
+    while (!events_.empty() && events_.top().t <= end_) {
+      Event e = events_.top();
+      events_.pop();
+      now_ = e.t;
+      handle(e);
+    }
+    now_ = end_;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].online) report_.earnings[nodes_[i].cls].machine_hours += (end_ - nodes_[i].online_since) / 3600;
+    double online_hours = 0;
+    for (auto& [cls, e] : report_.earnings) {
+      online_hours += e.machine_hours;
+      e.credits = static_cast<double>(book_.balance(ledger::node_account(cls))) / 1e6;
+    }
+    report_.utilization = online_hours > 0 ? busy_seconds_ / 3600 / online_hours : 0;
+    report_.jobs_in_flight = static_cast<int64_t>(jobs_.size() - waiting_.size());
+    report_.jobs_queued = static_cast<int64_t>(waiting_.size());
+    report_.jobs_lost =
+        report_.jobs_submitted - report_.jobs_completed - report_.jobs_in_flight - report_.jobs_queued;
+    report_.queue_delay_p50_s = delay_.percentile(0.5);
+    report_.queue_delay_p99_s = delay_.percentile(0.99);
+    report_.placement_p50_us = placement_us_.percentile(0.5);
+    report_.placement_p99_us = placement_us_.percentile(0.99);
+    report_.placement_max_us = placement_us_.max();
+    report_.ledger_sum = book_.sum();
+    report_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    return report_;
+  }
+
+ private:
+  double exp(double rate) { return std::exponential_distribution<double>(rate)(rng_); }
+  double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  void push(Event e) { events_.push(e); }
+  static std::string node_id(size_t i) { return "n" + std::to_string(i); }
+
+  void populate() {
+    const auto& chips = catalog_.chips();
+    // Tiers as they are sold: many base machines, few Ultras.
+    auto pick_chip = [&](bool big) {
+      for (;;) {
+        int c = static_cast<int>(rng_() % chips.size());
+        double keep = big ? (chips[c].tier >= ledger::Tier::Max ? 1.0 : 0.0)
+                          : std::array<double, 4>{1.0, 0.6, 0.35, 0.12}[static_cast<int>(chips[c].tier)];
+        if (chips[c].memory_bandwidth_gbs > 0 && !chips[c].memory_options_gb.empty() && uniform() < keep) return c;
+      }
+    };
+    auto add = [&](int chip, int mem_gb) {
+      size_t i = nodes_.size();
+      SimNode n;
+      n.chip = chip;
+      // Dedicated seats are what Ultra owners buy into most: they earn most there.
+      double dedicated = o_.dedicated_fraction * (chips[chip].tier == ledger::Tier::Ultra ? 3 : 1);
+      n.seat = uniform() < dedicated ? ledger::Seat::Dedicated : ledger::Seat::Shared;
+      n.cls = fmt::format("{}/{}", ledger::seat_name(n.seat), ledger::tier_name(chips[chip].tier));
+      NodeSpec spec{node_id(i), static_cast<int64_t>(mem_gb * kGB * kLendableMemory), chips[chip].memory_bandwidth_gbs,
+                    {}, 1.0};
+      for (const SimModel& m : kModels)
+        if (m.bytes < spec.memory_bytes && uniform() < 0.4) spec.models.push_back(m.name);
+      placement_.add_node(spec);
+      nodes_.push_back(n);
+      return i;
+    };
+    int64_t pooled = 0;
+    for (int64_t p = 0; p < o_.pods && pooled + 4 <= o_.nodes; ++p) {
+      int chip = pick_chip(true);
+      const auto& opts = chips[chip].memory_options_gb;
+      int mem = opts[rng_() % opts.size()];
+      int size = 2 + static_cast<int>(rng_() % 3);
+      PodSpec pod{"p" + std::to_string(p), {}, 10};
+      for (int k = 0; k < size; ++k) {
+        size_t i = add(chip, mem);
+        nodes_[i].pod = static_cast<int>(p);
+        pod.members.push_back(node_id(i));
+      }
+      placement_.add_pod(pod);
+      pooled += size;
+    }
+    while (static_cast<int64_t>(nodes_.size()) < o_.nodes) {
+      int chip = pick_chip(false);
+      const auto& opts = chips[chip].memory_options_gb;
+      add(chip, opts[rng_() % opts.size()]);
+    }
+    // Shared seats start in their steady state: online a fraction leave/(leave+return) of the time.
+    double p_online = o_.churn > 0 ? (1 / o_.churn) / (1 / o_.churn + kMeanOfflineHours) : 1;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      SimNode& n = nodes_[i];
+      if (n.seat == ledger::Seat::Shared && o_.churn > 0) {
+        n.online = uniform() < p_online;
+        if (n.online) push({exp(o_.churn / 3600), EvType::Leave, static_cast<int64_t>(i), 0});
+        else push({exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, static_cast<int64_t>(i), 0});
+      }
+      placement_.set_available(node_id(i), n.online);
+    }
+  }
+
+  void handle(const Event& e) {
+    switch (e.type) {
+      case EvType::Arrival: {
+        push({now_ + exp(o_.jobs_per_s), EvType::Arrival, 0, 0});
+        double r = uniform(), acc = 0;
+        int m = 0;
+        for (; m < static_cast<int>(std::size(kModels)) - 1; ++m)
+          if ((acc += kModels[m].share) >= r) break;
+        int64_t id = next_job_++;
+        jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450)});
+        report_.jobs_submitted++;
+        waiting_.push_back(id);
+        dispatch();
+        break;
+      }
+      case EvType::Finish: {
+        auto it = jobs_.find(e.id);
+        if (it == jobs_.end() || it->second.attempt != e.attempt) break;  // lease was lost before
+        finish(e.id, it->second);
+        dispatch();
+        break;
+      }
+      case EvType::Leave: {
+        SimNode& n = nodes_[e.id];
+        n.online = false;
+        report_.earnings[n.cls].machine_hours += (now_ - n.online_since) / 3600;
+        placement_.set_available(node_id(e.id), false);
+        // Its job, if any, comes back once the lease runs out.
+        if (n.job >= 0) push({now_ + o_.lease_timeout_s, EvType::LeaseExpire, n.job, jobs_.at(n.job).attempt});
+        push({now_ + exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, e.id, 0});
+        break;
+      }
+      case EvType::Return: {
+        SimNode& n = nodes_[e.id];
+        n.online = true;
+        n.online_since = now_;
+        placement_.set_available(node_id(e.id), true);
+        push({now_ + exp(o_.churn / 3600), EvType::Leave, e.id, 0});
+        dispatch();
+        break;
+      }
+      case EvType::LeaseExpire: {
+        auto it = jobs_.find(e.id);
+        if (it == jobs_.end() || it->second.attempt != e.attempt) break;
+        SimJob& j = it->second;
+        release(j);
+        for (int ni : j.nodes)
+          if (!nodes_[ni].online) {
+            double r = next_reliability(reliability_[ni], Outcome::LostLease);
+            reliability_[ni] = r;
+            placement_.set_reliability(node_id(ni), r);
+          }
+        j.attempt++;  // the old lease's finish event is now stale
+        j.nodes.clear();
+        report_.requeued++;
+        waiting_.push_front(e.id);
+        dispatch();
+        break;
+      }
+    }
+  }
+
+  void release(SimJob& j) {
+    placement_.job_finished(j.unit);
+    for (int ni : j.nodes) nodes_[ni].job = -1;
+  }
+
+  void finish(int64_t id, SimJob& j) {
+    release(j);
+    const SimModel& m = kModels[j.model];
+    int64_t tokens = j.prompt + j.output;
+    // A pod's members share the credits equally: each posts its own settlement.
+    for (size_t k = 0; k < j.nodes.size(); ++k) {
+      const SimNode& n = nodes_[j.nodes[k]];
+      int64_t amount = ledger::job_credits(tokens, static_cast<int64_t>(m.bytes), n.seat, catalog_.chips()[n.chip].tier) /
+                       static_cast<int64_t>(j.nodes.size());
+      book_.post(ledger::settle_job(fmt::format("{}.{}", id, k), "sim", n.cls, amount, false));
+      report_.earnings[n.cls].jobs++;
+      double r = next_reliability(reliability_[j.nodes[k]], Outcome::Served);
+      if (r != reliability_[j.nodes[k]]) {
+        reliability_[j.nodes[k]] = r;
+        placement_.set_reliability(node_id(j.nodes[k]), r);
+      }
+    }
+    report_.jobs_completed++;
+    jobs_.erase(id);
+  }
+
+  void dispatch() {
+    size_t looked = 0;
+    for (auto it = waiting_.begin(); it != waiting_.end() && looked < kDispatchScan; ++looked) {
+      SimJob& j = jobs_.at(*it);
+      const SimModel& m = kModels[j.model];
+      Demand d{m.name, static_cast<int64_t>(m.bytes),
+               static_cast<int64_t>(m.bytes + m.kv_bytes_per_token * kContextTokens), {}};
+      auto t0 = std::chrono::steady_clock::now();
+      auto choice = placement_.place(d);
+      placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      report_.placements++;
+      if (!choice) {
+        ++it;
+        continue;
+      }
+      start(*it, j, *choice, m);
+      it = waiting_.erase(it);
+    }
+  }
+
+  void start(int64_t id, SimJob& j, const Choice& c, const SimModel& m) {
+    j.unit = c.unit;
+    j.nodes.clear();
+    for (const std::string& n : c.nodes) {
+      int ni = std::stoi(n.substr(1));
+      j.nodes.push_back(ni);
+      nodes_[ni].job = id;
+    }
+    if (c.pod) report_.pod_jobs++;
+    placement_.job_started(c.unit);
+    delay_.add(now_ - j.arrival);
+    double seconds = j.prompt / (c.expected_tok_s * kPrefillSpeedup) + j.output / c.expected_tok_s;
+    if (!c.on_disk) {
+      seconds += m.bytes / kDownloadBytesPerS;
+      for (const std::string& n : c.nodes) placement_.add_model(n, m.name);
+    }
+    busy_seconds_ += seconds * static_cast<double>(c.nodes.size());
+    push({now_ + seconds, EvType::Finish, id, j.attempt});
+  }
+
+  const SimulationOptions& o_;
+  const HardwareCatalog& catalog_;
+  std::mt19937_64 rng_;
+  Placement placement_;
+  ledger::Book book_;
+  std::vector<SimNode> nodes_;
+  struct Reliability {
+    std::unordered_map<int, double> r;
+    double& operator[](int i) { return r.try_emplace(i, 1.0).first->second; }
+  } reliability_;
+  std::unordered_map<int64_t, SimJob> jobs_;
+  std::deque<int64_t> waiting_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  int64_t next_job_ = 0;
+  double now_ = 0, end_ = 0, busy_seconds_ = 0;
+  Histogram delay_, placement_us_;
+  SimulationReport report_;
+};
+
+}  // namespace
+
+SimulationReport simulate(const SimulationOptions& options, const HardwareCatalog& catalog) {
+  return Simulator(options, catalog).run();
+}
+
+std::string SimulationReport::to_text() const {
+  std::string s = fmt::format(
+      "jobs: {} submitted, {} completed, {} running, {} queued, {} lost; {} leases lost to churn; {} ran on pods\n"
+      "utilization: {:.1f}% of online machine-time\n"
+      "queueing delay: p50 {:.3f} s, p99 {:.3f} s\n"
+      "placement decision: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} decisions\n"
+      "ledger: sum of all balances {} (must be 0)\n"
+      "earnings per seat class (credits per machine-hour):\n",
+      jobs_submitted, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
+      queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements,
+      ledger_sum);
+  std::vector<std::pair<std::string, SeatEarnings>> rows(earnings.begin(), earnings.end());
+  std::sort(rows.begin(), rows.end(),
+            [](auto& a, auto& b) { return a.second.per_machine_hour() > b.second.per_machine_hour(); });
+  for (auto& [cls, e] : rows)
+    s += fmt::format("  {:<16} {:>10.3f}  ({} jobs, {:.0f} machine-hours)\n", cls, e.per_machine_hour(), e.jobs,
+                     e.machine_hours);
+  s += fmt::format("simulated in {:.1f} s of wall time\n", wall_seconds);
+  return s;
+}
+
+}  // namespace orchard::network

@@ -1,0 +1,49 @@
+#pragma once
+// The network in virtual time: a synthetic population drawn from the hardware catalog (shared
+// and dedicated seats, pods of identical machines), Poisson job arrivals, churn of shared seats,
+// run through the real Placement and the real ledger postings. Nothing sleeps; a day of a
+// 100k-node network takes minutes of CPU.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "network/catalog.h"
+
+namespace orchard::network {
+
+struct SimulationOptions {
+  int64_t nodes = 100000;
+  int64_t pods = 2000;           // pods of 2-4 identical Max/Ultra machines, taken from `nodes`
+  double jobs_per_s = 500;
+  double churn = 0.10;           // fraction of shared seats that leave (and later return) per hour
+  double hours = 24;
+  double dedicated_fraction = 0.1;
+  double lease_timeout_s = 30;   // a vanished node's job returns to the queue after this
+  uint64_t seed = 1;
+};
+
+struct SeatEarnings {
+  double machine_hours = 0;   // online time
+  double credits = 0;
+  int64_t jobs = 0;
+  double per_machine_hour() const { return machine_hours > 0 ? credits / machine_hours : 0; }
+};
+
+struct SimulationReport {
+  int64_t jobs_submitted = 0, jobs_completed = 0, jobs_in_flight = 0, jobs_queued = 0;
+  int64_t jobs_lost = 0;      // submitted - completed - in flight - queued: must be 0
+  int64_t requeued = 0;       // leases lost to churn
+  int64_t pod_jobs = 0;
+  double utilization = 0;     // busy machine-time / online machine-time
+  double queue_delay_p50_s = 0, queue_delay_p99_s = 0;
+  double placement_p50_us = 0, placement_p99_us = 0, placement_max_us = 0;  // wall time of place()
+  int64_t placements = 0;
+  int64_t ledger_sum = 0;     // 0
+  std::map<std::string, SeatEarnings> earnings;  // "dedicated/ultra", "shared/base", ...
+  double wall_seconds = 0;
+  std::string to_text() const;
+};
+
+SimulationReport simulate(const SimulationOptions& options, const HardwareCatalog& catalog);
+
+}  // namespace orchard::network

@@ -1,0 +1,392 @@
+#include "network/store/store.h"
+
+#include <sodium.h>
+
+#include "core/error.h"
+#include "network/store/migrations.h"
+
+namespace orchard::network {
+
+const char* job_state_name(JobState s) {
+  switch (s) {
+    case JobState::Queued: return "queued";
+    case JobState::Leased: return "leased";
+    case JobState::Completed: return "completed";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+JobState parse_job_state(const std::string& s) {
+  if (s == "queued") return JobState::Queued;
+  if (s == "leased") return JobState::Leased;
+  if (s == "completed") return JobState::Completed;
+  if (s == "failed") return JobState::Failed;
+  if (s == "cancelled") return JobState::Cancelled;
+  throw FormatError(error_message("network", "unknown job state '{}'", s));
+}
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+  char hex[2 * sizeof h + 1];
+  sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+  return hex;
+}
+
+std::string random_hex(size_t n_bytes) {
+  ORCHARD_CHECK(sodium_init() >= 0, "libsodium failed to initialize");
+  std::vector<unsigned char> b(n_bytes);
+  randombytes_buf(b.data(), b.size());
+  std::string hex(2 * n_bytes + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), b.data(), b.size());
+  hex.pop_back();
+  return hex;
+}
+
+namespace {
+
+constexpr const char* kJobColumns =
+    "id, key_id, kind, model, request, state, node_id, attempt, lease_expires, created_at, updated_at, result, "
+    "prompt_tokens, completion_tokens, verify_of, verify_state, error";
+
+JobRecord job_from(const Row& r) {
+  JobRecord j;
+  j.id = r.str(0);
+  j.key_id = r.str(1);
+  j.kind = r.str(2);
+  j.model = r.str(3);
+  j.request = r.str(4);
+  j.state = parse_job_state(r.str(5));
+  j.node_id = r.str(6);
+  j.attempt = r.i64(7);
+  j.lease_expires = r.i64(8);
+  j.created_at = r.i64(9);
+  j.updated_at = r.i64(10);
+  j.result = r.str(11);
+  j.prompt_tokens = r.i64(12);
+  j.completion_tokens = r.i64(13);
+  j.verify_of = r.str(14);
+  j.verify_state = r.str(15);
+  j.error = r.str(16);
+  return j;
+}
+
+constexpr const char* kNodeColumns =
+    "id, description, seat, region, registered_at, last_seen, online, jobs_served, jobs_failed, reputation, "
+    "mismatches, banned, tok_s";
+
+NodeRecord node_from(const Row& r) {
+  NodeRecord n;
+  n.id = r.str(0);
+  n.description = r.str(1);
+  n.seat = r.str(2);
+  n.region = r.str(3);
+  n.registered_at = r.i64(4);
+  n.last_seen = r.i64(5);
+  n.online = r.i64(6) != 0;
+  n.jobs_served = r.i64(7);
+  n.jobs_failed = r.i64(8);
+  n.reputation = r.f64(9);
+  n.mismatches = r.i64(10);
+  n.banned = r.i64(11) != 0;
+  n.tok_s = r.f64(12);
+  return n;
+}
+
+KeyRecord key_from(const Row& r) {
+  return KeyRecord{r.str(0), r.str(1), r.i64(2), r.i64(3), r.i64(4), r.i64(5) != 0};
+}
+
+constexpr const char* kKeyColumns = "id, name, quota_tokens, rate_per_min, tokens_used, banned";
+
+}  // namespace
+
+Store::Store(std::unique_ptr<Db> db) : db_(std::move(db)), mu_(std::make_unique<std::mutex>()) {}
+Store::Store(Store&&) noexcept = default;
+Store::~Store() = default;
+
+template <typename F>
+auto Store::in_txn(F&& f) {
+  std::lock_guard lock(*mu_);
+  db_->begin();
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      db_->commit();
+    } else {
+      auto r = f();
+      db_->commit();
+      return r;
+    }
+  } catch (...) {
+    db_->rollback();
+    throw;
+  }
+}
+
+int64_t Store::schema_version() {
+  std::lock_guard lock(*mu_);
+  db_->exec("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)");
+  auto rows = db_->query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+  return rows.empty() ? 0 : rows[0].i64(0);
+}
+
+int64_t Store::migrate() {
+  int64_t version = schema_version();
+  for (const Migration& m : migrations()) {
+    if (m.version <= version) continue;
+    in_txn([&] {
+      // Two coordinators starting at once: the second finds the version applied and stops.
+      auto rows = db_->query("SELECT COUNT(*) FROM schema_migrations WHERE version = $1", {m.version});
+      if (rows[0].i64(0) > 0) return;
+      for (const std::string& sql : m.statements) db_->exec(sql);
+      db_->exec("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", {m.version, int64_t{0}});
+    });
+    version = m.version;
+  }
+  return version;
+}
+
+std::pair<KeyRecord, std::string> Store::create_key(const std::string& name, int64_t quota_tokens,
+                                                    int64_t rate_per_min, int64_t now) {
+  KeyRecord k{"k" + random_hex(8), name, quota_tokens, rate_per_min, 0, false};
+  std::string secret = "ok-" + random_hex(24);
+  in_txn([&] {
+    db_->exec("INSERT INTO api_keys (id, name, secret_sha256, created_at, quota_tokens, rate_per_min) "
+              "VALUES ($1, $2, $3, $4, $5, $6)",
+              {k.id, name, sha256_hex(secret), now, quota_tokens, rate_per_min});
+    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
+              {ledger::key_account(k.id)});
+  });
+  return {k, secret};
+}
+
+std::optional<KeyRecord> Store::find_key_by_secret(const std::string& secret) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE secret_sha256 = $1",
+                         {sha256_hex(secret)});
+  if (rows.empty()) return std::nullopt;
+  return key_from(rows[0]);
+}
+
+std::optional<KeyRecord> Store::get_key(const std::string& id) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE id = $1", {id});
+  if (rows.empty()) return std::nullopt;
+  return key_from(rows[0]);
+}
+
+void Store::set_key_banned(const std::string& id, bool banned) {
+  std::lock_guard lock(*mu_);
+  db_->exec("UPDATE api_keys SET banned = $2 WHERE id = $1", {id, int64_t{banned}});
+}
+
+void Store::upsert_node(const NodeRecord& n) {
+  in_txn([&] {
+    db_->exec(
+        "INSERT INTO nodes (id, description, seat, region, registered_at, last_seen, online) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET description = $2, seat = $3, "
+        "region = $4, last_seen = $6, online = $7",
+        {n.id, n.description, n.seat, n.region, n.registered_at, n.last_seen, int64_t{n.online}});
+    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
+              {ledger::node_account(n.id)});
+  });
+}
+
+std::optional<NodeRecord> Store::get_node(const std::string& id) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query(std::string("SELECT ") + kNodeColumns + " FROM nodes WHERE id = $1", {id});
+  if (rows.empty()) return std::nullopt;
+  return node_from(rows[0]);
+}
+
+std::vector<NodeRecord> Store::list_nodes() {
+  std::lock_guard lock(*mu_);
+  std::vector<NodeRecord> out;
+  for (const Row& r : db_->query(std::string("SELECT ") + kNodeColumns + " FROM nodes ORDER BY registered_at, id"))
+    out.push_back(node_from(r));
+  return out;
+}
+
+void Store::set_node_online(const std::string& id, bool online, int64_t now) {
+  std::lock_guard lock(*mu_);
+  db_->exec("UPDATE nodes SET online = $2, last_seen = $3 WHERE id = $1", {id, int64_t{online}, now});
+}
+
+void Store::update_node_trust(const std::string& id, double reputation, int64_t mismatches, bool banned,
+                              int64_t jobs_failed) {
+  std::lock_guard lock(*mu_);
+  db_->exec("UPDATE nodes SET reputation = $2, mismatches = $3, banned = $4, jobs_failed = $5 WHERE id = $1",
+            {id, reputation, mismatches, int64_t{banned}, jobs_failed});
+}
+
+void Store::insert_job(const JobRecord& j) {
+  std::lock_guard lock(*mu_);
+  db_->exec(std::string("INSERT INTO jobs (") + kJobColumns +
+                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            {j.id, j.key_id, j.kind, j.model, j.request, std::string(job_state_name(j.state)), j.node_id, j.attempt,
+             j.lease_expires, j.created_at, j.updated_at, j.result, j.prompt_tokens, j.completion_tokens,
+             j.verify_of, j.verify_state, j.error});
+}
+
+std::optional<JobRecord> Store::get_job(const std::string& id) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1", {id});
+  if (rows.empty()) return std::nullopt;
+  return job_from(rows[0]);
+}
+
+std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
+  std::lock_guard lock(*mu_);
+  std::vector<JobRecord> out;
+  for (const Row& r : db_->query(std::string("SELECT ") + kJobColumns +
+                                     " FROM jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
+                                 {std::string(job_state_name(state)), limit}))
+    out.push_back(job_from(r));
+  return out;
+}
+
+int64_t Store::count_jobs(JobState state) {
+  std::lock_guard lock(*mu_);
+  return db_->query("SELECT COUNT(*) FROM jobs WHERE state = $1", {std::string(job_state_name(state))})[0].i64(0);
+}
+
+std::optional<int64_t> Store::lease_job(const std::string& id, const std::string& node_id, int64_t expires,
+                                        int64_t now) {
+  std::lock_guard lock(*mu_);
+  // The state test in the WHERE clause makes the transition atomic: of two racing leases, one
+  // changes a row.
+  auto rows = db_->query(
+      "UPDATE jobs SET state = 'leased', node_id = $2, attempt = attempt + 1, lease_expires = $3, updated_at = $4 "
+      "WHERE id = $1 AND state = 'queued' RETURNING attempt",
+      {id, node_id, expires, now});
+  if (rows.empty()) return std::nullopt;
+  return rows[0].i64(0);
+}
+
+bool Store::renew_lease(const std::string& id, const std::string& node_id, int64_t attempt, int64_t expires) {
+  std::lock_guard lock(*mu_);
+  return db_->exec("UPDATE jobs SET lease_expires = $4 WHERE id = $1 AND state = 'leased' AND node_id = $2 AND "
+                   "attempt = $3",
+                   {id, node_id, attempt, expires}) == 1;
+}
+
+bool Store::requeue_job(const std::string& id, const std::string& node_id, int64_t attempt, int64_t now) {
+  std::lock_guard lock(*mu_);
+  return db_->exec("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $4 WHERE id = $1 AND "
+                   "state = 'leased' AND node_id = $2 AND attempt = $3",
+                   {id, node_id, attempt, now}) == 1;
+}
+
+std::vector<std::pair<std::string, std::string>> Store::expire_leases(int64_t now) {
+  std::lock_guard lock(*mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Row& r : db_->query("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $1 "
+                                 "WHERE state = 'leased' AND lease_expires < $1 RETURNING id, node_id",
+                                 {now}))
+    out.emplace_back(r.str(0), r.str(1));
+  return out;
+}
+
+void Store::post_locked(const ledger::Txn& txn, int64_t now) {
+  ORCHARD_CHECK(txn.balanced(), "ledger txn {} does not balance", txn.id);
+  db_->exec("INSERT INTO ledger_txns (id, job_id, memo, created_at) VALUES ($1, $2, $3, $4)",
+            {txn.id, txn.job_id, txn.memo, now});
+  for (const ledger::Entry& e : txn.entries) {
+    db_->exec("INSERT INTO ledger_entries (txn_id, account, amount) VALUES ($1, $2, $3)", {txn.id, e.account, e.amount});
+    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET "
+              "balance = accounts.balance + $2",
+              {e.account, e.amount});
+  }
+}
+
+CompleteOutcome Store::complete_job(const std::string& id, const std::string& node_id, int64_t attempt,
+                                    const Completion& c, int64_t now) {
+  return in_txn([&] {
+    int64_t changed = db_->exec(
+        "UPDATE jobs SET state = 'completed', result = $4, prompt_tokens = $5, completion_tokens = $6, "
+        "updated_at = $7, lease_expires = 0, verify_state = CASE WHEN $8 = '' THEN verify_state ELSE $8 END "
+        "WHERE id = $1 AND state = 'leased' AND node_id = $2 AND attempt = $3",
+        {id, node_id, attempt, c.result, c.prompt_tokens, c.completion_tokens, now, c.verify_state});
+    if (changed == 0) {
+      auto rows = db_->query("SELECT state, node_id, attempt FROM jobs WHERE id = $1", {id});
+      bool same = !rows.empty() && rows[0].str(0) == "completed" && rows[0].str(1) == node_id &&
+                  rows[0].i64(2) == attempt;
+      return same ? CompleteOutcome::AlreadyCompleted : CompleteOutcome::Refused;
+    }
+    for (const ledger::Txn& t : c.txns) post_locked(t, now);
+    auto job = db_->query("SELECT key_id, kind FROM jobs WHERE id = $1", {id});
+    if (job[0].str(1) == "generate")
+      db_->exec("UPDATE api_keys SET tokens_used = tokens_used + $2 WHERE id = $1",
+                {job[0].str(0), c.prompt_tokens + c.completion_tokens});
+    db_->exec("UPDATE nodes SET jobs_served = jobs_served + 1, tok_s = $2 WHERE id = $1", {node_id, c.tok_s});
+    return CompleteOutcome::Completed;
+  });
+}
+
+bool Store::fail_job(const std::string& id, const std::string& error, int64_t now) {
+  std::lock_guard lock(*mu_);
+  return db_->exec("UPDATE jobs SET state = 'failed', error = $2, updated_at = $3, lease_expires = 0 WHERE id = $1 "
+                   "AND state IN ('queued', 'leased')",
+                   {id, error, now}) == 1;
+}
+
+bool Store::cancel_job(const std::string& id, int64_t now) {
+  std::lock_guard lock(*mu_);
+  return db_->exec("UPDATE jobs SET state = 'cancelled', updated_at = $2, lease_expires = 0 WHERE id = $1 AND "
+                   "state IN ('queued', 'leased')",
+                   {id, now}) == 1;
+}
+
+void Store::set_verify_state(const std::string& id, const std::string& state) {
+  std::lock_guard lock(*mu_);
+  db_->exec("UPDATE jobs SET verify_state = $2 WHERE id = $1", {id, state});
+}
+
+bool Store::post(const ledger::Txn& txn, int64_t now) {
+  return in_txn([&] {
+    if (!db_->query("SELECT id FROM ledger_txns WHERE id = $1", {txn.id}).empty()) return false;
+    post_locked(txn, now);
+    return true;
+  });
+}
+
+int64_t Store::balance(const std::string& account) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query("SELECT balance FROM accounts WHERE id = $1", {account});
+  return rows.empty() ? 0 : rows[0].i64(0);
+}
+
+int64_t Store::escrowed(const std::string& job_id) {
+  std::lock_guard lock(*mu_);
+  auto rows = db_->query("SELECT amount FROM ledger_entries WHERE txn_id = $1 AND account = $2",
+                         {"settle:" + job_id, std::string(ledger::kEscrow)});
+  return rows.empty() ? 0 : rows[0].i64(0);
+}
+
+std::vector<StatementLine> Store::statement(const std::string& account, int64_t limit) {
+  std::lock_guard lock(*mu_);
+  std::vector<StatementLine> out;
+  for (const Row& r : db_->query("SELECT t.id, t.job_id, t.memo, e.amount, t.created_at FROM ledger_entries e "
+                                 "JOIN ledger_txns t ON t.id = e.txn_id WHERE e.account = $1 "
+                                 "ORDER BY t.created_at DESC, t.id LIMIT $2",
+                                 {account, limit}))
+    out.push_back({r.str(0), r.str(1), r.str(2), r.i64(3), r.i64(4)});
+  return out;
+}
+
+std::pair<int64_t, bool> Store::audit() {
+  std::lock_guard lock(*mu_);
+  int64_t sum = db_->query("SELECT COALESCE(SUM(balance), 0) FROM accounts")[0].i64(0);
+  int64_t mismatched = db_->query(
+      "SELECT COUNT(*) FROM accounts a WHERE a.balance <> "
+      "(SELECT COALESCE(SUM(e.amount), 0) FROM ledger_entries e WHERE e.account = a.id)")[0].i64(0);
+  int64_t unbalanced =
+      db_->query("SELECT COUNT(*) FROM (SELECT txn_id FROM ledger_entries GROUP BY txn_id HAVING SUM(amount) <> 0) u")[0]
+          .i64(0);
+  return {sum, mismatched == 0 && unbalanced == 0};
+}
+
+}  // namespace orchard::network

@@ -1,0 +1,103 @@
+#include "parallel/distributed_model.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace orchard::parallel {
+
+TensorGroupSums::TensorGroupSums(comm::Group& group, std::vector<int> members)
+    : group_(group), members_(std::move(members)), whole_group_(static_cast<int>(members_.size()) == group.size()) {}
+
+void TensorGroupSums::all_reduce(float* data, int64_t n) {
+  if (members_.size() == 1) return;
+  if (whole_group_) {
+    group_.all_reduce(data, static_cast<size_t>(n), comm::DType::F32);
+    return;
+  }
+  // A tensor group inside a larger world (hybrid): the group's first rank adds the parts in
+  // tensor-rank order and sends the sum back, so every member holds bit-identical results.
+  const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+  const int leader = members_.front();
+  if (group_.rank() == leader) {
+    incoming_.resize(static_cast<size_t>(n));
+    for (size_t m = 1; m < members_.size(); ++m) {
+      group_.recv(incoming_.data(), bytes, members_[m], kTagPartial);
+      for (int64_t i = 0; i < n; ++i) data[i] += incoming_[static_cast<size_t>(i)];
+    }
+    for (size_t m = 1; m < members_.size(); ++m) group_.send(data, bytes, members_[m], kTagPartial);
+  } else {
+    group_.send(data, bytes, leader, kTagPartial);
+    group_.recv(data, bytes, leader, kTagPartial);
+  }
+}
+
+DistributedModel::DistributedModel(comm::Group& group, const Layout& layout, model::Forward& forward)
+    : group_(group),
+      layout_(layout),
+      forward_(forward),
+      stage_(layout.stage_of(group.rank())),
+      tensor_rank_(layout.tensor_rank_of(group.rank())) {
+  const model::ModelConfig& c = forward.config();
+  ORCHARD_CHECK(layout.world() == group.size(), "layout of {} ranks on a group of {}", layout.world(), group.size());
+  hidden_in_.resize(static_cast<size_t>(forward.max_batch()) * c.n_embd);
+  logits_.resize(static_cast<size_t>(c.vocab_size));
+  for (int t = 0; t < layout.tp; ++t) {
+    model::Shard s = shard_for_rank(c, layout, layout.rank_at(layout.pp - 1, t));
+    vocab_bytes_.push_back(sizeof(float) * static_cast<size_t>(s.n_vocab()));
+  }
+}
+
+void DistributedModel::eval(std::span<const model::TokenId> tokens, int32_t pos) {
+  const int32_t d = forward_.config().n_embd;
+  const int32_t chunk = forward_.max_batch();
+  const int previous = stage_ > 0 ? layout_.rank_at(stage_ - 1, tensor_rank_) : -1;
+  const int next = stage_ + 1 < layout_.pp ? layout_.rank_at(stage_ + 1, tensor_rank_) : -1;
+  for (size_t done = 0; done < tokens.size();) {
+    const int32_t n = static_cast<int32_t>(std::min(tokens.size() - done, static_cast<size_t>(chunk)));
+    const int32_t at = pos + static_cast<int32_t>(done);
+    const size_t bytes = sizeof(float) * static_cast<size_t>(n) * d;
+    if (previous < 0) {
+      forward_.run(tokens.subspan(done, static_cast<size_t>(n)), nullptr, n, at);
+    } else {
+      group_.recv(hidden_in_.data(), bytes, previous, kTagHidden);
+      forward_.run({}, hidden_in_.data(), n, at);
+    }
+    // The send returns once the next stage has the chunk, so this stage moves on to the next
+    // chunk while that one computes: the stages overlap during prompt processing.
+    if (next >= 0) group_.send(forward_.hidden(), bytes, next, kTagHidden);
+    done += static_cast<size_t>(n);
+  }
+  gather_logits();
+}
+
+void DistributedModel::gather_logits() {
+  const int last_stage = layout_.pp - 1;
+  if (layout_.pp == 1) {
+    if (layout_.tp == 1) {
+      std::memcpy(logits_.data(), forward_.logits(), vocab_bytes_[0]);
+    } else {
+      group_.all_gatherv(forward_.logits(), logits_.data(), vocab_bytes_);
+    }
+    return;
+  }
+  // Pipeline: the last stage's tensor ranks send their slices to its first rank, which
+  // broadcasts the whole vector to every rank.
+  const int root = layout_.rank_at(last_stage, 0);
+  if (stage_ == last_stage) {
+    if (group_.rank() == root) {
+      std::memcpy(logits_.data(), forward_.logits(), vocab_bytes_[0]);
+      size_t offset = vocab_bytes_[0];
+      for (int t = 1; t < layout_.tp; ++t) {
+        group_.recv(reinterpret_cast<uint8_t*>(logits_.data()) + offset, vocab_bytes_[static_cast<size_t>(t)],
+                    layout_.rank_at(last_stage, t), kTagLogits);
+        offset += vocab_bytes_[static_cast<size_t>(t)];
+      }
+    } else {
+      group_.send(forward_.logits(), vocab_bytes_[static_cast<size_t>(tensor_rank_)], root, kTagLogits);
+    }
+  }
+  group_.broadcast(logits_.data(), sizeof(float) * logits_.size(), root);
+}
+
+}  // namespace orchard::parallel

@@ -1,0 +1,54 @@
+#pragma once
+// Everything one rank needs to generate: the mapped file, its config and tokenizer, the weights
+// of this rank's shard, a thread pool, the forward pass and the TokenModel the generation loop
+// drives. With no group it is the whole model on this process; with a group, this rank's part
+// of a pipeline, tensor or hybrid split.
+#include <memory>
+#include <string>
+
+#include "comm/group.h"
+#include "core/thread_pool.h"
+#include "model/forward.h"
+#include "model/generate.h"
+#include "model/gguf/reader.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/weights.h"
+#include "parallel/distributed_model.h"
+#include "parallel/layout.h"
+
+namespace orchard::parallel {
+
+struct EngineOptions {
+  std::string model_path;
+  Layout layout;           // ignored without a group
+  int threads = 0;         // 0: all cores (a local multi-rank run passes its share)
+  int32_t context = 0;     // 0: the model's trained context
+  int32_t batch = 512;     // positions per forward pass (pipeline chunk size)
+  bool allow_repack = true;
+  std::function<void(size_t, size_t)> on_load_progress;
+};
+
+class Engine {
+ public:
+  // group == nullptr: a single rank holding the whole model.
+  Engine(const EngineOptions& options, comm::Group* group);
+
+  model::TokenModel& model() { return *token_model_; }
+  model::Forward& forward() { return *forward_; }
+  const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  const model::ModelConfig& config() const { return config_; }
+  const model::ModelWeights& weights() const { return *weights_; }
+  core::ThreadPool& pool() { return pool_; }
+
+ private:
+  model::gguf::Reader file_;
+  model::ModelConfig config_;
+  model::Tokenizer tokenizer_;
+  core::ThreadPool pool_;
+  std::unique_ptr<model::ModelWeights> weights_;
+  std::unique_ptr<TensorGroupSums> sums_;
+  std::unique_ptr<model::Forward> forward_;
+  std::unique_ptr<model::TokenModel> token_model_;
+};
+
+}  // namespace orchard::parallel

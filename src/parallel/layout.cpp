@@ -1,0 +1,139 @@
+#include "parallel/layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace orchard::parallel {
+
+Strategy parse_strategy(const std::string& name) {
+  if (name == "single") return Strategy::Single;
+  if (name == "pipeline") return Strategy::Pipeline;
+  if (name == "tensor") return Strategy::Tensor;
+  if (name == "hybrid") return Strategy::Hybrid;
+  throw Error(error_message("parallel", "unknown strategy '{}'; known: single, pipeline, tensor, hybrid", name));
+}
+
+std::string strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::Single: return "single";
+    case Strategy::Pipeline: return "pipeline";
+    case Strategy::Tensor: return "tensor";
+    case Strategy::Hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+Layout Layout::make(Strategy strategy, int world, int tp) {
+  Layout l;
+  l.strategy = strategy;
+  switch (strategy) {
+    case Strategy::Single:
+      if (world != 1) throw Error(error_message("parallel", "strategy single runs on one rank, not {}", world));
+      break;
+    case Strategy::Pipeline: l.pp = world; break;
+    case Strategy::Tensor: l.tp = world; break;
+    case Strategy::Hybrid:
+      if (tp < 1 || world % tp != 0)
+        throw Error(error_message("parallel", "hybrid needs --tp dividing the world of {} (got tp {})", world, tp));
+      l.tp = tp;
+      l.pp = world / tp;
+      break;
+  }
+  return l;
+}
+
+void Layout::validate(const model::ModelConfig& config, int world) const {
+  if (tp * pp != world)
+    throw Error(error_message("parallel", "tp {} × pp {} = {} ranks, but the world has {}", tp, pp, tp * pp, world));
+  if (pp > config.n_layers)
+    throw Error(error_message("parallel", "{} pipeline stages for a model of {} layers", pp, config.n_layers));
+  if (tp > config.n_heads)
+    throw Error(error_message("parallel", "{} tensor ranks for a model of {} attention heads", tp, config.n_heads));
+  if (!stage_weights.empty() && static_cast<int>(stage_weights.size()) != pp)
+    throw Error(error_message("parallel", "{} stage weights for {} stages", stage_weights.size(), pp));
+  if (!tensor_weights.empty() && static_cast<int>(tensor_weights.size()) != tp)
+    throw Error(error_message("parallel", "{} tensor weights for {} tensor ranks", tensor_weights.size(), tp));
+}
+
+std::vector<int64_t> proportional_split(int64_t total, size_t parts, const std::vector<double>& weights,
+                                        int64_t minimum) {
+  std::vector<double> w = weights.empty() ? std::vector<double>(parts, 1.0) : weights;
+  ORCHARD_CHECK(w.size() == parts && parts > 0, "{} weights for {} parts", w.size(), parts);
+  for (double x : w)
+    if (!(x > 0)) throw Error(error_message("parallel", "split weights must be positive, got {}", x));
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  std::vector<int64_t> counts(parts);
+  // Largest-remainder rounding of the cumulative boundaries keeps the sum exact.
+  int64_t previous = 0;
+  double cumulative = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    cumulative += w[i];
+    int64_t boundary = i + 1 == parts ? total : static_cast<int64_t>(std::llround(total * cumulative / sum));
+    counts[i] = boundary - previous;
+    previous = boundary;
+  }
+  // Give every part its minimum, taking from the largest.
+  if (total >= minimum * static_cast<int64_t>(parts)) {
+    for (size_t i = 0; i < parts; ++i) {
+      while (counts[i] < minimum) {
+        size_t largest = static_cast<size_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+        --counts[largest];
+        ++counts[i];
+      }
+    }
+  }
+  return counts;
+}
+
+namespace {
+
+// [begin, end) of part `index` of a split.
+std::pair<int64_t, int64_t> range_of(const std::vector<int64_t>& counts, int index) {
+  int64_t begin = 0;
+  for (int i = 0; i < index; ++i) begin += counts[static_cast<size_t>(i)];
+  return {begin, begin + counts[static_cast<size_t>(index)]};
+}
+
+}  // namespace
+
+model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, int rank) {
+  ORCHARD_CHECK(rank >= 0 && rank < layout.world(), "rank {} of {}", rank, layout.world());
+  model::Shard s;
+  const int stage = layout.stage_of(rank), t = layout.tensor_rank_of(rank);
+  const auto layers = range_of(proportional_split(c.n_layers, static_cast<size_t>(layout.pp), layout.stage_weights), stage);
+  s.layer_begin = static_cast<int32_t>(layers.first);
+  s.layer_end = static_cast<int32_t>(layers.second);
+  s.has_embedding = stage == 0;
+  s.has_output = stage == layout.pp - 1;
+
+  const size_t tp = static_cast<size_t>(layout.tp);
+  const int32_t group = c.n_heads / c.n_kv_heads;
+  if (c.n_kv_heads % layout.tp == 0) {
+    const auto kv = range_of(proportional_split(c.n_kv_heads, tp, layout.tensor_weights), t);
+    s.kv_head_begin = static_cast<int32_t>(kv.first);
+    s.kv_head_end = static_cast<int32_t>(kv.second);
+    s.head_begin = s.kv_head_begin * group;
+    s.head_end = s.kv_head_end * group;
+  } else {
+    const auto q = range_of(proportional_split(c.n_heads, tp, layout.tensor_weights), t);
+    s.head_begin = static_cast<int32_t>(q.first);
+    s.head_end = static_cast<int32_t>(q.second);
+    s.kv_head_begin = s.head_begin / group;
+    s.kv_head_end = (s.head_end + group - 1) / group;
+  }
+
+  const int64_t unit = c.n_ff % 256 == 0 && c.n_ff / 256 >= layout.tp ? 256 : 32;
+  const auto ff = range_of(proportional_split(c.n_ff / unit, tp, layout.tensor_weights), t);
+  s.ff_begin = static_cast<int32_t>(ff.first * unit);
+  s.ff_end = t == layout.tp - 1 ? c.n_ff : static_cast<int32_t>(ff.second * unit);
+
+  const auto vocab = range_of(proportional_split(c.vocab_size, tp, layout.tensor_weights), t);
+  s.vocab_begin = static_cast<int32_t>(vocab.first);
+  s.vocab_end = static_cast<int32_t>(vocab.second);
+  return s;
+}
+
+}  // namespace orchard::parallel

@@ -1,0 +1,58 @@
+#pragma once
+// How a model is split over the ranks of a group, and which Shard each rank holds.
+//
+// Ranks are laid out stage-major: rank = stage * tp + t, so the tp ranks of one pipeline stage
+// are neighbours (on one host or one fast link, when a hostfile lists them together).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/shard.h"
+
+namespace orchard::parallel {
+
+enum class Strategy { Single, Pipeline, Tensor, Hybrid };
+Strategy parse_strategy(const std::string& name);  // throws Error listing the known names
+std::string strategy_name(Strategy strategy);
+
+struct Layout {
+  Strategy strategy = Strategy::Single;
+  int tp = 1;  // ranks per tensor-parallel group
+  int pp = 1;  // pipeline stages
+  // Relative capacity of each stage (layers are split in proportion; default: equal) and of
+  // each rank within a tensor group (heads and FFN rows are split in proportion; default:
+  // equal). For machines of unequal memory or speed.
+  std::vector<double> stage_weights;
+  std::vector<double> tensor_weights;
+
+  int world() const { return tp * pp; }
+  int stage_of(int rank) const { return rank / tp; }
+  int tensor_rank_of(int rank) const { return rank % tp; }
+  int rank_at(int stage, int tensor_rank) const { return stage * tp + tensor_rank; }
+
+  // Checks the layout against the model and world; throws Error with the numbers when a split
+  // is impossible (more stages than layers, more tensor ranks than KV... heads, ...).
+  void validate(const model::ModelConfig& config, int world) const;
+  // A layout for `strategy` over `world` ranks; hybrid needs tp (pp = world / tp).
+  static Layout make(Strategy strategy, int world, int tp = 0);
+};
+
+// Splits `total` units into parts proportional to `weights` (equal when empty), each part at
+// least `minimum` units when total allows; sums exactly to total.
+std::vector<int64_t> proportional_split(int64_t total, size_t parts, const std::vector<double>& weights,
+                                        int64_t minimum = 1);
+
+// The slice of the model that `rank` holds.
+//  - layers: contiguous runs per stage, in proportion to stage_weights;
+//  - heads: when the KV heads divide among the tensor ranks, each rank takes whole KV heads and
+//    their query heads; otherwise query heads are split and each rank also holds the KV heads
+//    its query heads read, so a KV head may be computed on two ranks (duplicated work, no
+//    extra communication);
+//  - FFN rows: in units of 256 (the K-quant block) where each rank gets at least one unit, else
+//    of 32 (every other block size), so column slices of ffn_down fall on block boundaries
+//    where the file's types allow;
+//  - vocabulary (output head rows): split evenly; logits are gathered after the head.
+model::Shard shard_for_rank(const model::ModelConfig& config, const Layout& layout, int rank);
+
+}  // namespace orchard::parallel

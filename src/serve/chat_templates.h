@@ -1,0 +1,51 @@
+#pragma once
+// Chat prompts for the common model families, rendered in C++ (no Jinja): the family is picked
+// from the model's tokenizer.chat_template metadata, else from its vocabulary's special tokens,
+// else from its architecture.
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "model/tokenizer/tokenizer.h"
+
+namespace orchard::serve {
+
+enum class ChatFamily {
+  Llama2,   // <s>[INST] <<SYS>>\n...\n<</SYS>>\n\nuser [/INST] assistant </s>
+  Llama3,   // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+  ChatML,   // <|im_start|>role\ncontent<|im_end|>\n (Qwen)
+  Mistral,  // [INST] user [/INST] assistant</s> (system text leads the first user turn)
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// "llama2", "llama3", "chatml", "mistral"
+std::string_view chat_family_name(ChatFamily family);
+// Inverse of chat_family_name; nullopt for any other text.
+std::optional<ChatFamily> parse_chat_family(std::string_view name);
+
+// The family a Jinja chat template belongs to, recognised by its markers; nullopt when none
+// matches.
+std::optional<ChatFamily> family_from_template(std::string_view jinja);
+// The family whose turn markers are special tokens of this vocabulary; nullopt when none are.
+std::optional<ChatFamily> family_from_vocab(const model::Tokenizer& tokenizer);
+// The family an architecture's models use by default: qwen* → ChatML, anything else → Llama2.
+ChatFamily family_from_architecture(std::string_view arch);
+// Template metadata first (may be empty), then vocabulary, then architecture.
+ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& tokenizer, std::string_view arch);
+
+// The prompt text for `messages`, ending where the assistant's next reply starts. It leaves out
+// the leading BOS token (the tokenizer adds it when the model wants one) but writes the special
+// tokens between turns, so it must be encoded with parse_special. `eos` is the text of the end
+// of sequence token, closing earlier assistant turns in the Llama 2 and Mistral formats. Roles
+// other than system/user/assistant are the caller's to refuse. In the families without a system
+// role (Llama 2, Mistral) system text leads the next user turn, or stands as a user turn of its
+// own when no user turn follows it.
+std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages, std::string_view bos,
+                        std::string_view eos);
+
+}  // namespace orchard::serve

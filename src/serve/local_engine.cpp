@@ -1,0 +1,84 @@
+#include "serve/local_engine.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace orchard::serve {
+
+// A slot's Forward, timing each pass for /metrics.
+class LocalEngine::TimedSlot : public model::TokenModel {
+ public:
+  TimedSlot(const model::ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
+            std::atomic<int64_t>& nanoseconds)
+      : forward_(weights, n_ctx, max_batch, pool), local_(forward_), nanoseconds_(nanoseconds) {}
+
+  void eval(std::span<const model::TokenId> tokens, int32_t pos) override {
+    const auto start = std::chrono::steady_clock::now();
+    local_.eval(tokens, pos);
+    nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  const float* last_logits() const override { return local_.last_logits(); }
+  int32_t max_batch() const override { return local_.max_batch(); }
+  int32_t n_ctx() const override { return local_.n_ctx(); }
+  int32_t vocab_size() const override { return local_.vocab_size(); }
+
+ private:
+  model::Forward forward_;
+  model::LocalModel local_;
+  std::atomic<int64_t>& nanoseconds_;
+};
+
+namespace {
+
+model::LoadOptions load_options(const LocalEngineOptions& o) {
+  model::LoadOptions load;
+  load.allow_repack = o.allow_repack;
+  load.on_progress = o.on_progress;
+  return load;
+}
+
+ModelInfo model_info(const LocalEngineOptions& o, const model::gguf::Reader& file, const model::ModelConfig& config) {
+  ModelInfo info;
+  info.id = o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias;
+  info.architecture = config.arch_name;
+  if (const auto* value = file.find("tokenizer.chat_template")) info.chat_template = value->as_string("tokenizer.chat_template");
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(o.model_path, ec);
+  if (!ec) {
+    // file_clock has no portable conversion before C++20's clock_cast in libstdc++ 12; shifting
+    // by the two clocks' current difference is accurate to the second.
+    const auto system_time = std::chrono::system_clock::now() + (written - std::filesystem::file_time_type::clock::now());
+    info.created = std::chrono::duration_cast<std::chrono::seconds>(system_time.time_since_epoch()).count();
+  }
+  return info;
+}
+
+}  // namespace
+
+LocalEngine::LocalEngine(const LocalEngineOptions& o)
+    : file_(model::gguf::Reader::open(o.model_path)),
+      config_(model::ModelConfig::from_gguf(file_)),
+      tokenizer_(model::Tokenizer::from_gguf(file_)),
+      info_(model_info(o, file_, config_)),
+      pool_(o.threads),
+      weights_(file_, config_, model::Shard::whole(config_), load_options(o)) {
+  if (o.n_slots < 1) throw Error(error_message("serve", "--parallel must be at least 1, not {}", o.n_slots));
+  if (o.n_ctx < 0) throw Error(error_message("serve", "the context length must not be negative ({})", o.n_ctx));
+  if (o.max_batch < 1) throw Error(error_message("serve", "the batch must be at least 1, not {}", o.max_batch));
+  const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : config_.context_length;
+  for (int32_t i = 0; i < o.n_slots; ++i)
+    slots_.push_back(std::make_unique<TimedSlot>(weights_, n_ctx, std::min(o.max_batch, n_ctx), pool_, forward_nanoseconds_));
+}
+
+LocalEngine::~LocalEngine() = default;
+
+model::TokenModel& LocalEngine::slot(int32_t i) {
+  ORCHARD_CHECK(i >= 0 && i < n_slots(), "slot {} of {}", i, n_slots());
+  return *slots_[i];
+}
+
+std::vector<double> LocalEngine::rank_forward_seconds() const { return {static_cast<double>(forward_nanoseconds_.load()) * 1e-9}; }
+
+}  // namespace orchard::serve

@@ -1,0 +1,54 @@
+#pragma once
+// The Engine of one process holding the whole model: the weights are mapped once and shared by
+// every slot's Forward (each with its own KV cache); one thread pool runs the kernels.
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/gguf/reader.h"
+#include "model/weights.h"
+#include "serve/engine.h"
+
+namespace orchard::serve {
+
+struct LocalEngineOptions {
+  std::string model_path;
+  std::string alias;        // the model's id; empty: the file name without ".gguf"
+  int32_t n_slots = 4;      // sequences served at once
+  int32_t n_ctx = 0;        // context per slot; 0: the model's trained context
+  int32_t max_batch = 512;  // prompt positions per forward pass
+  int threads = 0;          // 0: all cores
+  bool allow_repack = true;
+  std::function<void(size_t, size_t)> on_progress;  // weight loading progress
+};
+
+class LocalEngine : public Engine {
+ public:
+  // Throws Error/FormatError when the file can't be read or the options are out of range.
+  explicit LocalEngine(const LocalEngineOptions& options);
+  ~LocalEngine() override;
+
+  const ModelInfo& info() const override { return info_; }
+  const model::Tokenizer& tokenizer() const override { return tokenizer_; }
+  int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
+  model::TokenModel& slot(int32_t i) override;
+  std::vector<double> rank_forward_seconds() const override;
+  int threads() const { return pool_.size(); }
+
+ private:
+  class TimedSlot;
+
+  model::gguf::Reader file_;
+  model::ModelConfig config_;
+  model::Tokenizer tokenizer_;
+  ModelInfo info_;
+  core::ThreadPool pool_;
+  model::ModelWeights weights_;
+  std::atomic<int64_t> forward_nanoseconds_{0};
+  std::vector<std::unique_ptr<TimedSlot>> slots_;
+};
+
+}  // namespace orchard::serve

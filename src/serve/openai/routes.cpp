@@ -1,0 +1,141 @@
+#include "serve/openai/routes.h"
+
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+namespace orchard::serve::openai {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kJson = "application/json";
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(error_body(e), kJson);
+}
+
+// The error an answer reports when the engine failed after the response had started.
+ApiError engine_error(const JobUpdate& u) { return ApiError(500, "server_error", "generation failed: " + u.error); }
+
+// Streams the job's text as server-sent events.
+void stream_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::duration probe) {
+  auto writer = std::make_shared<StreamWriter>(s->request.endpoint, s->meta, s->request.include_usage);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [s, writer, probe, last_write = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+        const JobUpdate u = s->job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
+        if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
+        std::string out;
+        if (!u.text.empty()) out += writer->text(u.text);
+        if (u.finished)
+          out += u.finish_reason == FinishReason::Error ? writer->error(engine_error(u)) : writer->end(u.finish_reason, u.usage);
+        else if (out.empty() && Clock::now() - last_write >= probe)
+          out = StreamWriter::keep_alive();
+        if (!out.empty()) {
+          if (!sink.write(out.data(), out.size())) return false;
+          last_write = Clock::now();
+        }
+        if (u.finished) sink.done();
+        return true;
+      },
+      [s](bool) { s->job->cancel(); });
+}
+
+// Sends the whole answer as one JSON body once the job has finished. Until then it writes a space
+// each probe interval (JSON allows whitespace before a value) to notice a client that left.
+void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::duration probe) {
+  res.set_chunked_content_provider(
+      kJson,
+      [s, probe, text = std::string(), last_write = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+        const JobUpdate u = s->job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
+        text += u.text;
+        if (!u.finished) {
+          if (Clock::now() - last_write < probe) return true;
+          last_write = Clock::now();
+          return sink.write(" ", 1);
+        }
+        if (u.finish_reason == FinishReason::Cancelled) return false;
+        // The status line has gone out already; the body still says what happened.
+        const std::string body = u.finish_reason == FinishReason::Error
+                                     ? error_body(engine_error(u))
+                                     : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage);
+        if (!sink.write(body.data(), body.size())) return false;
+        sink.done();
+        return true;
+      },
+      [s](bool) { s->job->cancel(); });
+}
+
+void answer(Service& service, Endpoint endpoint, const httplib::Request& req, httplib::Response& res, Clock::duration probe) {
+  try {
+    auto started = std::make_shared<Started>(service.start(endpoint, req.body));
+    if (started->request.stream)
+      stream_answer(std::move(started), res, probe);
+    else
+      whole_answer(std::move(started), res, probe);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& options)
+    : server_(std::make_unique<httplib::Server>()) {
+  httplib::Server& svr = *server_;
+  const int threads = options.threads;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr.set_payload_max_length(options.max_body_bytes);
+  const Clock::duration probe = options.probe_interval;
+
+  svr.Post("/v1/chat/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
+    answer(service, Endpoint::ChatCompletions, req, res, probe);
+  });
+  svr.Post("/v1/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
+    answer(service, Endpoint::Completions, req, res, probe);
+  });
+  svr.Get("/v1/models", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.models_body(), kJson); });
+  svr.Get("/health", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.health_body(), kJson); });
+  svr.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
+    res.set_content(service.metrics_text(), "text/plain; version=0.0.4");
+  });
+
+  // Every other failure gets an OpenAI-style body too: unknown routes (404), bodies over the
+  // limit (413), and anything a handler threw (500: a bug, never bad input).
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, "server_error", "internal error: " + what));
+  });
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message = res.status == 404   ? fmt::format("no route {} {}", req.method, req.path)
+                                : res.status == 413 ? std::string("the request body is too large")
+                                                    : fmt::format("HTTP status {}", res.status);
+    const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
+    res.set_content(error_body(ApiError(res.status, type, message)), kJson);
+  });
+  svr.set_logger([&metrics](const httplib::Request&, const httplib::Response& res) { metrics.count_request(res.status); });
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind(const std::string& host, int port) {
+  const int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw Error(error_message("serve", "cannot listen on {}:{} (in use, or not an address of this machine?)", host, port));
+  return bound;
+}
+
+void HttpServer::listen() { server_->listen_after_bind(); }
+
+void HttpServer::stop() { server_->stop(); }
+
+}  // namespace orchard::serve::openai

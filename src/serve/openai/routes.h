@@ -1,0 +1,44 @@
+#pragma once
+// The HTTP layer, thin: routes of the OpenAI API onto the Service, server-sent events for
+// streamed answers, and noticing clients that go away (their job is cancelled, freeing its slot).
+//   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "serve/metrics.h"
+#include "serve/openai/service.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace orchard::serve::openai {
+
+struct HttpOptions {
+  int threads = 16;                          // connections served at once (idle keep-alive ones included)
+  size_t max_body_bytes = size_t{8} << 20;   // larger bodies get 413
+  // How often an answer in progress writes to its client even when there is nothing new (an SSE
+  // comment, or whitespace before a JSON body): a write is how a closed connection shows.
+  std::chrono::milliseconds probe_interval{500};
+};
+
+class HttpServer {
+ public:
+  // service and metrics must outlive the server.
+  HttpServer(Service& service, Metrics& metrics, const HttpOptions& options);
+  ~HttpServer();
+
+  // Binds host:port (port 0: any free port) and returns the port; throws Error when it can't.
+  int bind(const std::string& host, int port);
+  // Serves until stop(); needs bind() first.
+  void listen();
+  // From any thread; listen() returns soon after.
+  void stop();
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+};
+
+}  // namespace orchard::serve::openai

@@ -1,0 +1,330 @@
+#include "serve/openai/schema.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace orchard::serve::openai {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxStops = 4;  // as OpenAI allows
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json null_or(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+// The field, or nullptr when absent or null (the API treats both as "use the default").
+const json* field(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+ApiError wrong_type(const std::string& param, std::string_view expected, const json& got) {
+  return invalid_request(fmt::format("'{}' must be {}, not {}", param, expected, got.type_name()), param);
+}
+
+std::string string_value(const json& v, const std::string& param) {
+  if (!v.is_string()) throw wrong_type(param, "a string", v);
+  return v.get<std::string>();
+}
+
+bool bool_value(const json& v, const std::string& param) {
+  if (!v.is_boolean()) throw wrong_type(param, "a boolean", v);
+  return v.get<bool>();
+}
+
+double number_value(const json& v, const std::string& param, double lo, double hi) {
+  if (!v.is_number()) throw wrong_type(param, "a number", v);
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, x), param);
+  return x;
+}
+
+int64_t integer_value(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw wrong_type(param, "an integer", v);
+  const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t x = too_big ? hi : v.get<int64_t>();
+  if (too_big || x < lo || x > hi)
+    throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, v.dump()), param);
+  return x;
+}
+
+ApiError unsupported(const std::string& param, std::string_view what) {
+  return invalid_request(fmt::format("{} is not supported by this server", what), param, "unsupported_parameter");
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string message_content(const json& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw wrong_type(param, "a string or an array of content parts", content);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string part_param = fmt::format("{}[{}]", param, i);
+    const json& part = content[i];
+    if (!part.is_object()) throw wrong_type(part_param, "an object", part);
+    const json* type = field(part, "type");
+    if (type == nullptr) throw invalid_request(fmt::format("'{}.type' is required", part_param), part_param + ".type");
+    if (string_value(*type, part_param + ".type") != "text")
+      throw unsupported(part_param + ".type", fmt::format("content of type '{}'", type->get<std::string>()));
+    const json* part_text = field(part, "text");
+    if (part_text == nullptr) throw invalid_request(fmt::format("'{}.text' is required", part_param), part_param + ".text");
+    if (!text.empty()) text += '\n';
+    text += string_value(*part_text, part_param + ".text");
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  const json* messages = field(body, "messages");
+  if (messages == nullptr) throw invalid_request("'messages' is required", "messages");
+  if (!messages->is_array()) throw wrong_type("messages", "an array", *messages);
+  if (messages->empty()) throw invalid_request("'messages' must hold at least one message", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const std::string param = fmt::format("messages[{}]", i);
+    const json& m = (*messages)[i];
+    if (!m.is_object()) throw wrong_type(param, "an object", m);
+    const json* role = field(m, "role");
+    if (role == nullptr) throw invalid_request(fmt::format("'{}.role' is required", param), param + ".role");
+    ChatMessage message{string_value(*role, param + ".role"), {}};
+    if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
+    if (message.role != "system" && message.role != "user" && message.role != "assistant")
+      throw invalid_request(fmt::format("'{}.role' must be system, developer, user or assistant, not '{}'", param, message.role),
+                            param + ".role");
+    const json* content = field(m, "content");
+    // An assistant turn may have no content (it called tools instead); other turns must.
+    if (content == nullptr && message.role != "assistant")
+      throw invalid_request(fmt::format("'{}.content' is required", param), param + ".content");
+    if (content != nullptr) message.content = message_content(*content, param + ".content");
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+std::vector<model::TokenId> token_ids(const json& array, const std::string& param) {
+  std::vector<model::TokenId> ids;
+  for (size_t i = 0; i < array.size(); ++i)
+    ids.push_back(static_cast<model::TokenId>(
+        integer_value(array[i], fmt::format("{}[{}]", param, i), 0, std::numeric_limits<model::TokenId>::max())));
+  return ids;
+}
+
+// A prompt: text, token ids, or a one-element array of either (several prompts at once are
+// OpenAI's batch form, which this server leaves to concurrent requests).
+void parse_prompt(const json& body, ApiRequest& r) {
+  const json* prompt = field(body, "prompt");
+  if (prompt == nullptr) throw invalid_request("'prompt' is required", "prompt");
+  if (prompt->is_string()) {
+    r.prompt = prompt->get<std::string>();
+    return;
+  }
+  if (!prompt->is_array()) throw wrong_type("prompt", "a string, an array of strings or an array of token ids", *prompt);
+  if (prompt->empty()) throw invalid_request("'prompt' must not be an empty array", "prompt");
+  if ((*prompt)[0].is_number()) {
+    r.prompt_tokens = token_ids(*prompt, "prompt");
+    return;
+  }
+  if (prompt->size() > 1) throw unsupported("prompt", "more than one prompt per request");
+  const json& only = (*prompt)[0];
+  if (only.is_string()) {
+    r.prompt = only.get<std::string>();
+  } else if (only.is_array() && !only.empty()) {
+    r.prompt_tokens = token_ids(only, "prompt[0]");
+  } else {
+    throw wrong_type("prompt[0]", "a string or a non-empty array of token ids", only);
+  }
+}
+
+std::vector<std::string> parse_stop(const json& stop) {
+  if (stop.is_string()) return stop.get<std::string>().empty() ? std::vector<std::string>{} : std::vector{stop.get<std::string>()};
+  if (!stop.is_array()) throw wrong_type("stop", "a string or an array of strings", stop);
+  if (stop.size() > kMaxStops)
+    throw invalid_request(fmt::format("'stop' holds at most {} strings, not {}", kMaxStops, stop.size()), "stop");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < stop.size(); ++i) {
+    std::string s = string_value(stop[i], fmt::format("stop[{}]", i));
+    if (!s.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void parse_sampling(const json& body, ApiRequest& r) {
+  model::SamplerOptions& s = r.sampling;
+  s.temperature = 1.0f;
+  s.top_p = 1.0f;
+  s.top_k = 0;
+  s.min_p = 0.0f;
+  if (const json* v = field(body, "temperature")) s.temperature = static_cast<float>(number_value(*v, "temperature", 0, 2));
+  if (const json* v = field(body, "top_p")) {
+    // top_p 0 keeps the single most likely token, as the smallest positive value does; the
+    // sampler wants a positive value.
+    s.top_p = std::max(static_cast<float>(number_value(*v, "top_p", 0, 1)), std::numeric_limits<float>::min());
+  }
+  if (const json* v = field(body, "seed")) {
+    r.seeded = true;
+    // Any 64-bit integer, negative ones as their two's complement.
+    if (!v->is_number_integer()) throw wrong_type("seed", "an integer", *v);
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  }
+  // Extensions llama.cpp's server also takes.
+  if (const json* v = field(body, "top_k")) s.top_k = static_cast<int32_t>(integer_value(*v, "top_k", 0, std::numeric_limits<int32_t>::max()));
+  if (const json* v = field(body, "min_p")) s.min_p = static_cast<float>(number_value(*v, "min_p", 0, 0.999));
+  if (const json* v = field(body, "repeat_penalty")) {
+    s.repeat_penalty = static_cast<float>(number_value(*v, "repeat_penalty", 0, 10));
+    if (s.repeat_penalty <= 0) throw invalid_request("'repeat_penalty' must be positive", "repeat_penalty");
+  }
+}
+
+void refuse_unsupported(const json& body, Endpoint endpoint) {
+  if (const json* v = field(body, "n"); v != nullptr && integer_value(*v, "n", 1, 128) != 1)
+    throw unsupported("n", "more than one choice (n > 1)");
+  if (const json* v = field(body, "best_of"); v != nullptr && integer_value(*v, "best_of", 1, 128) != 1)
+    throw unsupported("best_of", "best_of > 1");
+  if (const json* v = field(body, "logprobs")) {
+    const bool wanted = endpoint == Endpoint::ChatCompletions ? bool_value(*v, "logprobs") : integer_value(*v, "logprobs", 0, 20) > 0;
+    if (wanted) throw unsupported("logprobs", "logprobs");
+  }
+  if (const json* v = field(body, "echo"); v != nullptr && bool_value(*v, "echo")) throw unsupported("echo", "echo");
+  if (const json* v = field(body, "suffix"); v != nullptr && !string_value(*v, "suffix").empty()) throw unsupported("suffix", "suffix");
+  if (const json* v = field(body, "tools")) {
+    if (!v->is_array()) throw wrong_type("tools", "an array", *v);
+    if (!v->empty()) throw unsupported("tools", "tool calling");
+  }
+  if (const json* v = field(body, "response_format")) {
+    if (!v->is_object()) throw wrong_type("response_format", "an object", *v);
+    const json* type = field(*v, "type");
+    if (type != nullptr && string_value(*type, "response_format.type") != "text")
+      throw unsupported("response_format.type", fmt::format("response_format '{}'", type->get<std::string>()));
+  }
+}
+
+}  // namespace
+
+ApiError::ApiError(int status, std::string type, std::string message, std::string param, std::string code)
+    : Error(error_message("serve", "{}", message)),
+      status_(status),
+      type_(std::move(type)),
+      message_(std::move(message)),
+      param_(std::move(param)),
+      code_(std::move(code)) {}
+
+ApiError invalid_request(std::string message, std::string param, std::string code) {
+  return ApiError(400, "invalid_request_error", std::move(message), std::move(param), std::move(code));
+}
+
+ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw invalid_request(fmt::format("the body is not valid JSON: {}", e.what()), {}, "invalid_json");
+  }
+  if (!body.is_object()) throw invalid_request(fmt::format("the body must be a JSON object, not {}", body.type_name()));
+
+  ApiRequest r;
+  r.endpoint = endpoint;
+  if (const json* v = field(body, "model")) r.model = string_value(*v, "model");
+  if (endpoint == Endpoint::ChatCompletions)
+    r.messages = parse_messages(body);
+  else
+    parse_prompt(body, r);
+  refuse_unsupported(body, endpoint);
+  // max_completion_tokens is the chat API's newer name; it wins when both are given.
+  for (const char* name : {"max_tokens", "max_completion_tokens"})
+    if (const json* v = field(body, name)) r.max_tokens = static_cast<int32_t>(integer_value(*v, name, 1, std::numeric_limits<int32_t>::max()));
+  parse_sampling(body, r);
+  if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
+  if (const json* v = field(body, "stream")) r.stream = bool_value(*v, "stream");
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) throw wrong_type("stream_options", "an object", *v);
+    if (const json* u = field(*v, "include_usage")) r.include_usage = bool_value(*u, "stream_options.include_usage");
+  }
+  return r;
+}
+
+std::string error_body(const ApiError& e) {
+  return dump({{"error", {{"message", e.message()}, {"type", e.type()}, {"param", null_or(e.param())}, {"code", null_or(e.code())}}}});
+}
+
+namespace {
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+const char* object_name(Endpoint endpoint, bool chunk) {
+  if (endpoint == Endpoint::Completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json response_head(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
+  return {{"id", meta.id}, {"object", object_name(endpoint, chunk)}, {"created", meta.created}, {"model", meta.model}};
+}
+
+std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+}  // namespace
+
+std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
+                            const Usage& usage) {
+  json j = response_head(endpoint, meta, false);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(reason)}};
+  if (endpoint == Endpoint::ChatCompletions)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string models_body(const ModelInfo& info) {
+  return dump({{"object", "list"},
+               {"data", json::array({{{"id", info.id}, {"object", "model"}, {"created", info.created}, {"owned_by", "orchard"}}})}});
+}
+
+StreamWriter::StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage)
+    : endpoint_(endpoint), meta_(std::move(meta)), include_usage_(include_usage) {}
+
+std::string StreamWriter::chunk(std::string_view delta, const char* finish_reason) {
+  json j = response_head(endpoint_, meta_, true);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+  if (endpoint_ == Endpoint::ChatCompletions) {
+    json d = json::object();
+    if (!role_sent_) d["role"] = "assistant";
+    if (!delta.empty() || !role_sent_) d["content"] = delta;
+    role_sent_ = true;
+    choice["delta"] = d;
+  } else {
+    choice["text"] = delta;
+  }
+  j["choices"] = json::array({choice});
+  // With include_usage, OpenAI gives every chunk "usage": null and the last one the counts.
+  if (include_usage_) j["usage"] = nullptr;
+  return event(j);
+}
+
+std::string StreamWriter::text(std::string_view delta) { return chunk(delta, nullptr); }
+
+std::string StreamWriter::end(FinishReason reason, const Usage& usage) {
+  const std::string reason_name(finish_reason_name(reason));
+  std::string out = chunk("", reason_name.c_str());
+  if (include_usage_) {
+    json j = response_head(endpoint_, meta_, true);
+    j["choices"] = json::array();
+    j["usage"] = usage_json(usage);
+    out += event(j);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string StreamWriter::error(const ApiError& e) const { return "data: " + error_body(e) + "\n\n"; }
+
+std::string StreamWriter::keep_alive() { return ": keep-alive\n\n"; }
+
+}  // namespace orchard::serve::openai

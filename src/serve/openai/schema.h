@@ -1,0 +1,96 @@
+#pragma once
+// The OpenAI API's JSON, written once: parsing and validating request bodies of
+// /v1/chat/completions and /v1/completions into typed requests, and building every response
+// body and server-sent event the server sends. No HTTP here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "model/sampler.h"
+#include "serve/chat_templates.h"
+#include "serve/engine.h"
+#include "serve/scheduler.h"
+
+namespace orchard::serve::openai {
+
+// A request the API refuses, with what the error body says: {"error": {"message", "type",
+// "param", "code"}}.
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string type, std::string message, std::string param = {}, std::string code = {});
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& message() const { return message_; }
+  const std::string& param() const { return param_; }  // empty: null
+  const std::string& code() const { return code_; }    // empty: null
+
+ private:
+  int status_;
+  std::string type_, message_, param_, code_;
+};
+
+// 400 invalid_request_error naming the parameter.
+ApiError invalid_request(std::string message, std::string param = {}, std::string code = {});
+
+enum class Endpoint { ChatCompletions, Completions };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;                    // empty when the request names none
+  std::vector<ChatMessage> messages;    // chat: roles system/user/assistant ("developer" → system)
+  std::optional<std::string> prompt;    // completions given text
+  std::vector<model::TokenId> prompt_tokens;  // completions given token ids (range unchecked)
+  std::optional<int32_t> max_tokens;    // max_tokens or max_completion_tokens; at least 1
+  model::SamplerOptions sampling;       // OpenAI's defaults: temperature 1, top_p 1, no top-k/min-p
+  bool seeded = false;                  // the request gave a seed
+  std::vector<std::string> stop;        // at most 4, none empty
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+};
+
+// Parses `body` for `endpoint`. Throws ApiError (400) for a body that isn't a JSON object, a
+// field of the wrong type or out of range, a missing required field, or a feature the server
+// doesn't offer (n > 1, logprobs, tools). Fields the API defines but the server has no use for
+// (user, presence_penalty, ...) are ignored. The seed stays 0 when none is given (seeded false).
+ApiRequest parse_request(Endpoint endpoint, std::string_view body);
+
+// What identifies one response and its chunks.
+struct ResponseMeta {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+std::string error_body(const ApiError& error);
+// The whole answer of a request without "stream".
+std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
+                            const Usage& usage);
+// GET /v1/models.
+std::string models_body(const ModelInfo& info);
+
+// The server-sent events of a streamed answer, each "data: <json>\n\n".
+class StreamWriter {
+ public:
+  StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage);
+  // The event carrying `delta` (for chat, the first one also carries the assistant role).
+  std::string text(std::string_view delta);
+  // The last events: the finish reason, the usage when asked for, then "data: [DONE]".
+  std::string end(FinishReason reason, const Usage& usage);
+  // An error after the stream started (headers are sent, so the status can't say it).
+  std::string error(const ApiError& error) const;
+  // A comment line: ignored by clients, it lets the server notice a client that went away.
+  static std::string keep_alive();
+
+ private:
+  std::string chunk(std::string_view delta, const char* finish_reason);
+
+  Endpoint endpoint_;
+  ResponseMeta meta_;
+  bool include_usage_;
+  bool role_sent_ = false;
+};
+
+}  // namespace orchard::serve::openai

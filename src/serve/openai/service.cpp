@@ -1,0 +1,122 @@
+#include "serve/openai/service.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <mutex>
+#include <random>
+
+namespace orchard::serve::openai {
+namespace {
+
+// Completions without max_tokens stop after this many tokens, as OpenAI's do; chat completions
+// may use the rest of the context.
+constexpr int32_t kDefaultCompletionTokens = 16;
+
+std::string special_text(const model::Tokenizer& tokenizer, model::TokenId id) {
+  return id >= 0 ? tokenizer.token_text(id) : std::string();
+}
+
+// Response ids and default seeds: unpredictable, never repeated within a process in practice.
+uint64_t random_u64() {
+  static std::mutex mutex;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  return rng();
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Service::Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFamily chat_family)
+    : engine_(engine),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      chat_family_(chat_family),
+      bos_text_(special_text(engine.tokenizer(), engine.tokenizer().bos())),
+      eos_text_(special_text(engine.tokenizer(), engine.tokenizer().eos())) {}
+
+std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
+  const model::Tokenizer& tokenizer = engine_.tokenizer();
+  if (r.endpoint == Endpoint::ChatCompletions)
+    return tokenizer.encode(render_chat(chat_family_, r.messages, bos_text_, eos_text_), tokenizer.adds_bos(), true);
+  // Raw prompts may spell out a chat format themselves, so special token texts count (as in
+  // llama.cpp's server).
+  if (r.prompt) return tokenizer.encode(*r.prompt, tokenizer.adds_bos(), true);
+  return r.prompt_tokens;
+}
+
+Started Service::start(Endpoint endpoint, std::string_view body) {
+  Started s{parse_request(endpoint, body), {}, {}};
+  const ApiRequest& r = s.request;
+  const ModelInfo& info = engine_.info();
+  if (!r.model.empty() && r.model != info.id)
+    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, info.id),
+                   "model", "model_not_found");
+
+  const char* prompt_param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  GenerationRequest g;
+  g.prompt = prompt_tokens(r);
+  if (g.prompt.empty()) throw invalid_request("the prompt is empty", prompt_param);
+  const int32_t vocab = engine_.tokenizer().vocab_size();
+  for (model::TokenId t : g.prompt)
+    if (t >= vocab) throw invalid_request(fmt::format("token {} is outside the vocabulary of {} tokens", t, vocab), prompt_param);
+
+  const auto n_prompt = static_cast<int32_t>(g.prompt.size());
+  const int32_t n_ctx = scheduler_.n_ctx();
+  if (n_prompt >= n_ctx || (r.max_tokens && static_cast<int64_t>(n_prompt) + *r.max_tokens > n_ctx)) {
+    const std::string requested = r.max_tokens ? fmt::format("{} tokens ({} in the prompt, {} for the completion)",
+                                                             static_cast<int64_t>(n_prompt) + *r.max_tokens, n_prompt, *r.max_tokens)
+                                               : fmt::format("{} tokens in the prompt", n_prompt);
+    throw invalid_request(fmt::format("this model's maximum context length is {} tokens, but {} were requested", n_ctx, requested),
+                          r.max_tokens && n_prompt < n_ctx ? "max_tokens" : prompt_param, "context_length_exceeded");
+  }
+  const int32_t room = n_ctx - n_prompt;
+  g.max_tokens = r.max_tokens ? *r.max_tokens
+                 : endpoint == Endpoint::ChatCompletions ? room
+                                                         : std::min(kDefaultCompletionTokens, room);
+  g.sampling = r.sampling;
+  if (!r.seeded) g.sampling.seed = random_u64();
+  g.stop = r.stop;
+
+  s.meta.id = fmt::format("{}-{:016x}", endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl", random_u64());
+  s.meta.created = unix_seconds();
+  s.meta.model = info.id;
+  try {
+    s.job = scheduler_.submit(std::move(g));
+  } catch (const QueueFullError&) {
+    throw ApiError(429, "rate_limit_exceeded",
+                   fmt::format("the server is busy: {} requests are being served and {} wait; retry later", scheduler_.active_slots(),
+                               scheduler_.queue_depth()),
+                   {}, "queue_full");
+  }
+  return s;
+}
+
+std::string Service::models_body() const { return openai::models_body(engine_.info()); }
+
+std::string Service::health_body() const {
+  return nlohmann::json{{"status", "ok"},
+                        {"model", engine_.info().id},
+                        {"slots", scheduler_.n_slots()},
+                        {"active_slots", scheduler_.active_slots()},
+                        {"queue_depth", scheduler_.queue_depth()},
+                        {"context_length", scheduler_.n_ctx()},
+                        {"chat_template", chat_family_name(chat_family_)}}
+      .dump();
+}
+
+std::string Service::metrics_text() const {
+  Gauges g;
+  g.queue_depth = scheduler_.queue_depth();
+  g.active_slots = scheduler_.active_slots();
+  g.n_slots = scheduler_.n_slots();
+  g.rank_forward_seconds = engine_.rank_forward_seconds();
+  return metrics_.render(g);
+}
+
+}  // namespace orchard::serve::openai

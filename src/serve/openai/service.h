@@ -1,0 +1,50 @@
+#pragma once
+// The OpenAI API's behaviour without its transport: a request body in, a running job (or an
+// ApiError) out; bodies for the models list, health and metrics. The HTTP layer (routes) only
+// moves these strings.
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "serve/chat_templates.h"
+#include "serve/engine.h"
+#include "serve/metrics.h"
+#include "serve/openai/schema.h"
+#include "serve/scheduler.h"
+
+namespace orchard::serve::openai {
+
+struct Started {
+  ApiRequest request;
+  ResponseMeta meta;
+  std::shared_ptr<Job> job;
+};
+
+class Service {
+ public:
+  // All four must outlive the service.
+  Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFamily chat_family);
+
+  // Parses the body, renders the chat prompt, tokenizes and queues the generation. Throws
+  // ApiError: 400 for a bad body, an empty prompt, token ids outside the vocabulary, or a prompt
+  // (plus max_tokens, when given) longer than the context (code context_length_exceeded); 404
+  // for a model that isn't this one (code model_not_found); 429 when the queue is full.
+  Started start(Endpoint endpoint, std::string_view body);
+
+  // The prompt tokens a request stands for (chat: the rendered template).
+  std::vector<model::TokenId> prompt_tokens(const ApiRequest& request) const;
+
+  std::string models_body() const;
+  std::string health_body() const;
+  std::string metrics_text() const;
+  ChatFamily chat_family() const { return chat_family_; }
+
+ private:
+  Engine& engine_;
+  Scheduler& scheduler_;
+  Metrics& metrics_;
+  ChatFamily chat_family_;
+  std::string bos_text_, eos_text_;
+};
+
+}  // namespace orchard::serve::openai

@@ -1,0 +1,223 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+
+namespace orchard::serve {
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "error";
+}
+
+JobUpdate Job::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return finished_ || !text_.empty(); });
+  JobUpdate update;
+  update.text = std::move(text_);
+  text_.clear();
+  update.finished = finished_;
+  update.finish_reason = reason_;
+  update.usage = usage_;
+  update.error = error_;
+  return update;
+}
+
+void Job::append(const std::string& text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    text_ += text;
+  }
+  changed_.notify_all();
+}
+
+void Job::finish(FinishReason reason, Usage usage, std::string error) {
+  {
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+    reason_ = reason;
+    usage_ = usage;
+    error_ = std::move(error);
+  }
+  changed_.notify_all();
+}
+
+Scheduler::Scheduler(Engine& engine, Metrics& metrics, SchedulerOptions options)
+    : engine_(engine),
+      tokenizer_(engine.tokenizer()),
+      metrics_(metrics),
+      options_(options),
+      n_ctx_(engine.n_slots() > 0 ? engine.slot(0).n_ctx() : 0) {
+  if (engine.n_slots() < 1) throw Error(error_message("serve", "the engine has no slots"));
+  if (options.max_queue < 0) throw Error(error_message("serve", "the queue length must not be negative ({})", options.max_queue));
+  if (options.prompt_chunk < 1) throw Error(error_message("serve", "the prompt chunk must be at least 1, not {}", options.prompt_chunk));
+  slots_.resize(engine.n_slots());
+  for (int32_t i = 0; i < engine.n_slots(); ++i) {
+    slots_[i].model = &engine.slot(i);
+    ORCHARD_CHECK(slots_[i].model->n_ctx() == n_ctx_, "slot {} holds {} positions, slot 0 {}", i, slots_[i].model->n_ctx(), n_ctx_);
+  }
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Wake every caller still waiting on a job.
+  for (Slot& slot : slots_)
+    if (slot.job) end(slot, FinishReason::Cancelled);
+  for (auto& job : waiting_) finish_unstarted(*job, FinishReason::Cancelled, {});
+}
+
+std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
+  const size_t n_prompt = request.prompt.size();
+  if (n_prompt == 0) throw Error(error_message("serve", "the prompt has no tokens"));
+  if (n_prompt >= static_cast<size_t>(n_ctx_))
+    throw Error(error_message("serve", "the prompt has {} tokens; the context holds {}", n_prompt, n_ctx_));
+  if (request.max_tokens < 1) throw Error(error_message("serve", "max_tokens must be at least 1, not {}", request.max_tokens));
+  for (model::TokenId t : request.prompt)
+    if (t < 0 || t >= tokenizer_.vocab_size()) throw Error(error_message("serve", "token {} is outside the vocabulary", t));
+
+  std::shared_ptr<Job> job(new Job(std::move(request)));
+  {
+    std::lock_guard lock(mutex_);
+    const size_t capacity = slots_.size() + static_cast<size_t>(options_.max_queue);
+    if (waiting_.size() + static_cast<size_t>(active_.load()) >= capacity)
+      throw QueueFullError(error_message("serve", "all {} slots are busy and {} requests wait already", slots_.size(), waiting_.size()));
+    waiting_.push_back(job);
+  }
+  work_.notify_one();
+  return job;
+}
+
+int32_t Scheduler::queue_depth() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int32_t>(waiting_.size());
+}
+
+void Scheduler::start() {
+  ORCHARD_CHECK(!thread_.joinable(), "the scheduler is already running");
+  thread_ = std::thread([this] { run(); });
+}
+
+void Scheduler::run() {
+  for (;;) {
+    if (step()) continue;
+    std::unique_lock lock(mutex_);
+    work_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+    if (stopping_) return;
+  }
+}
+
+void Scheduler::admit() {
+  std::lock_guard lock(mutex_);
+  std::erase_if(waiting_, [&](const std::shared_ptr<Job>& job) {
+    if (!job->cancelled()) return false;
+    finish_unstarted(*job, FinishReason::Cancelled, {});
+    return true;
+  });
+  for (Slot& slot : slots_) {
+    if (waiting_.empty()) break;
+    if (slot.job) continue;
+    std::shared_ptr<Job> job = std::move(waiting_.front());
+    waiting_.pop_front();
+    try {
+      occupy(slot, job);
+    } catch (const std::exception& e) {  // sampling options the sampler refuses
+      finish_unstarted(*job, FinishReason::Error, e.what());
+    }
+  }
+}
+
+void Scheduler::finish_unstarted(Job& job, FinishReason reason, std::string error) {
+  metrics_.count_finished(std::string(finish_reason_name(reason)));
+  job.finish(reason, {static_cast<int32_t>(job.request_.prompt.size()), 0}, std::move(error));
+}
+
+void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job) {
+  const GenerationRequest& r = job->request_;
+  slot.sampler.emplace(r.sampling, slot.model->vocab_size());  // throws before the slot is taken
+  // As in model::generate: the prompt counts as already seen for the repetition penalty.
+  for (model::TokenId t : r.prompt) slot.sampler->remember(t);
+  slot.decoder.emplace(tokenizer_);
+  slot.stop.emplace(r.stop);
+  slot.prompt_done = 0;
+  slot.pos = 0;
+  slot.generated = 0;
+  slot.last = -1;
+  slot.job = std::move(job);
+  ++active_;
+}
+
+bool Scheduler::step() {
+  admit();
+  bool worked = false;
+  for (Slot& slot : slots_) {
+    if (!slot.job) continue;
+    worked = true;
+    if (slot.job->cancelled()) {
+      end(slot, FinishReason::Cancelled);
+      continue;
+    }
+    try {
+      advance(slot);
+    } catch (const std::exception& e) {
+      // The slot stays usable: the next job starts at position 0 and overwrites its cache.
+      end(slot, FinishReason::Error, e.what());
+    }
+  }
+  return worked;
+}
+
+void Scheduler::advance(Slot& slot) {
+  const std::vector<model::TokenId>& prompt = slot.job->request_.prompt;
+  const auto n_prompt = static_cast<int32_t>(prompt.size());
+  if (slot.prompt_done < n_prompt) {
+    const int32_t n = std::min({n_prompt - slot.prompt_done, options_.prompt_chunk, slot.model->max_batch()});
+    slot.model->eval(std::span(prompt).subspan(slot.prompt_done, n), slot.prompt_done);
+    slot.prompt_done += n;
+    metrics_.add_prompt_tokens(n);
+    if (slot.prompt_done < n_prompt) return;
+    slot.pos = n_prompt;
+  } else {
+    slot.model->eval(std::span<const model::TokenId>(&slot.last, 1), slot.pos++);
+  }
+  sample(slot);
+}
+
+void Scheduler::sample(Slot& slot) {
+  const model::TokenId token = slot.sampler->sample(slot.model->last_logits());
+  ++slot.generated;
+  metrics_.add_generated_tokens(1);
+  if (tokenizer_.is_end_of_generation(token)) return end(slot, FinishReason::Stop);
+  slot.job->append(slot.stop->push(slot.decoder->push(token)));
+  if (slot.stop->stopped()) return end(slot, FinishReason::Stop);
+  // slot.pos is where `token` would be evaluated: past the context there is no room for it.
+  if (slot.generated >= slot.job->request_.max_tokens || slot.pos >= n_ctx_) return end(slot, FinishReason::Length);
+  slot.last = token;
+}
+
+void Scheduler::end(Slot& slot, FinishReason reason, std::string error) {
+  if (reason == FinishReason::Stop || reason == FinishReason::Length) {
+    // Text held back for an incomplete character or a possible stop string is the reply's end.
+    std::string tail = slot.stop->push(slot.decoder->finish());
+    if (slot.stop->stopped())
+      reason = FinishReason::Stop;
+    else
+      tail += slot.stop->finish();
+    slot.job->append(tail);
+  }
+  metrics_.count_finished(std::string(finish_reason_name(reason)));
+  slot.job->finish(reason, {static_cast<int32_t>(slot.job->request_.prompt.size()), slot.generated}, std::move(error));
+  slot.job.reset();
+  --active_;
+}
+
+}  // namespace orchard::serve

@@ -1,0 +1,181 @@
+// Pins the planner's decisions on a table of scenarios, and the cost model's arithmetic on
+// figures worked out by hand.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster/hardware_catalog.h"
+#include "cluster/planner.h"
+#include "core/error.h"
+
+namespace orchard::cluster {
+namespace {
+
+using parallel::Strategy;
+
+struct Scenario {
+  const char* name;
+  const char* model;  // preset "shape:type"
+  std::vector<std::pair<const char*, double>> machines;  // chip, memory GB
+  double latency_us, gbps;
+  int32_t context;
+  Strategy expected;
+  int expected_world;
+};
+
+PlanRequest request_for(const Scenario& s) {
+  PlanRequest r;
+  r.model = ModelFacts::from_preset(s.model);
+  int i = 0;
+  for (const auto& [chip, memory] : s.machines)
+    r.machines.push_back(machine_from_chip(HardwareCatalog::builtin().chip(chip), memory, "mac" + std::to_string(i++)));
+  r.default_link = {s.latency_us, s.gbps};
+  r.work.context = s.context;
+  r.link_source = "what-if";
+  return r;
+}
+
+const std::vector<Scenario>& scenarios() {
+  static const std::vector<Scenario> table = {
+      {"small model fits one machine", "llama-8b:q4_k_m", {{"M4 Max", 64}, {"M4 Max", 64}}, 50, 80, 8192, Strategy::Single, 1},
+      {"8B on 4 TB5 Macs: all-reduces eat the gain", "llama-8b:q4_k_m", {{"M4 Pro", 64}, {"M4 Pro", 64}, {"M4 Pro", 64}, {"M4 Pro", 64}}, 50, 80, 8192, Strategy::Single, 1},
+      {"70B Q8 on 2 M4 Max, RDMA", "llama-70b:q8_0", {{"M4 Max", 128}, {"M4 Max", 128}}, 50, 80, 8192, Strategy::Tensor, 2},
+      {"70B Q4 on 2 M2 Ultra 64 GB, RDMA-class", "llama-70b:q4_k_m", {{"M2 Ultra", 64}, {"M2 Ultra", 64}}, 50, 80, 32768, Strategy::Tensor, 2},
+      {"70B Q4 on 2 M2 Ultra 64 GB, TCP", "llama-70b:q4_k_m", {{"M2 Ultra", 64}, {"M2 Ultra", 64}}, 300, 10, 32768, Strategy::Pipeline, 2},
+      {"70B Q4 on 2 M4 Pro 48 GB, TB5 RDMA", "llama-70b:q4_k_m", {{"M4 Pro", 48}, {"M4 Pro", 48}}, 50, 80, 8192, Strategy::Tensor, 2},
+      {"70B Q8 on 4 M4 Pro 48 GB, TB5 RDMA", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 50, 80, 8192, Strategy::Tensor, 4},
+      {"70B Q8 on 4 M4 Pro 48 GB, 2 ms links", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 2000, 10, 8192, Strategy::Pipeline, 3},
+      {"70B Q8 on 4 M4 Pro 48 GB, 500 µs links", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 500, 10, 8192, Strategy::Hybrid, 4},
+  };
+  return table;
+}
+
+TEST(Planner, ScenarioTable) {
+  std::string table = "\n";
+  for (const Scenario& s : scenarios()) {
+    SCOPED_TRACE(s.name);
+    const Plan plan = make_plan(request_for(s));
+    table += fmt::format("{:<48} {:<9} tp{} pp{} gen {:6.1f} tok/s (single {:5.1f}) all-reduce {:5.1f} ms\n", s.name,
+                         parallel::strategy_name(plan.strategy), plan.predicted.layout.tp, plan.predicted.layout.pp,
+                         plan.predicted.gen_tok_s, plan.single_gen_tok_s, plan.predicted.allreduce_ms);
+    EXPECT_EQ(parallel::strategy_name(plan.strategy), parallel::strategy_name(s.expected)) << plan.explanation;
+    EXPECT_EQ(plan.predicted.layout.world(), s.expected_world) << plan.explanation;
+    EXPECT_FALSE(plan.explanation.empty());
+  }
+  std::cout << table;
+}
+
+TEST(Planner, TensorOnRdmaIsAtLeast1_8TimesOneMachine) {
+  const Plan plan = make_plan(request_for(scenarios()[2]));
+  ASSERT_EQ(plan.strategy, Strategy::Tensor);
+  ASSERT_GT(plan.single_gen_tok_s, 0);
+  EXPECT_GE(plan.predicted.gen_tok_s / plan.single_gen_tok_s, 1.8) << plan.explanation;
+}
+
+TEST(Planner, PipelineOnTcpExplainsTheAllReduceTime) {
+  const Plan plan = make_plan(request_for(scenarios()[4]));
+  ASSERT_EQ(plan.strategy, Strategy::Pipeline);
+  // 80 layers × 2 all-reduces × (300 µs + 32 KiB at 10 Gb/s) = 52 ms.
+  EXPECT_NE(plan.explanation.find("would spend 52."), std::string::npos) << plan.explanation;
+  EXPECT_NE(plan.explanation.find("does not fit one machine"), std::string::npos) << plan.explanation;
+}
+
+TEST(Planner, RefusesWithTheNumbers) {
+  Scenario s{"", "llama-70b:q8_0", {{"M4", 16}, {"M4", 24}}, 50, 80, 8192, Strategy::Single, 1};
+  try {
+    make_plan(request_for(s));
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("[cluster] plan refused"), std::string::npos) << m;
+    EXPECT_NE(m.find("30.0 GB usable of 40 GB"), std::string::npos) << m;
+    EXPECT_NE(m.find("mac0 12.0 of 16 GB"), std::string::npos) << m;
+  }
+}
+
+TEST(Planner, WhatIfLatencyFlipsTheChoice) {
+  Scenario s = scenarios()[3];
+  std::vector<std::string> picks;
+  for (double latency : {10.0, 50.0, 300.0, 1000.0}) {
+    s.latency_us = latency;
+    picks.push_back(parallel::strategy_name(make_plan(request_for(s)).strategy));
+  }
+  EXPECT_EQ(picks, (std::vector<std::string>{"tensor", "tensor", "pipeline", "pipeline"}));
+}
+
+TEST(Planner, UnequalMachinesGetProportionalLayers) {
+  PlanRequest r;
+  r.model = ModelFacts::from_preset("llama-70b:q4_k_m");
+  r.machines = {machine_from_chip(HardwareCatalog::builtin().chip("M4 Pro"), 24, "small"),
+                machine_from_chip(HardwareCatalog::builtin().chip("M4 Pro"), 64, "big")};
+  r.default_link = {300, 10};
+  const Plan plan = make_plan(r);
+  ASSERT_EQ(plan.strategy, Strategy::Pipeline) << plan.explanation;
+  const auto& ranks = plan.predicted.ranks;
+  // Split by memory: the 64 GB machine holds most layers, each within its usable memory.
+  const int small = plan.hosts[0] == "small" ? 0 : 1;
+  EXPECT_LT(ranks[static_cast<size_t>(small)].shard.n_layers(), ranks[static_cast<size_t>(1 - small)].shard.n_layers());
+  for (const RankCost& rc : ranks) EXPECT_TRUE(rc.fits());
+}
+
+TEST(Planner, JsonHasTheDocumentedFields) {
+  const nlohmann::json j = plan_to_json(make_plan(request_for(scenarios()[2])));
+  EXPECT_EQ(j["strategy"], "tensor");
+  EXPECT_EQ(j["tp"], 2);
+  EXPECT_EQ(j["pp"], 1);
+  ASSERT_EQ(j["assignment"].size(), 2u);
+  EXPECT_EQ(j["assignment"][0]["heads"], nlohmann::json({0, 32}));
+  EXPECT_EQ(j["assignment"][1]["heads"], nlohmann::json({32, 64}));
+  EXPECT_TRUE(j["predicted"]["gen_tok_s"].is_number());
+  EXPECT_TRUE(j["predicted"]["prompt_tok_s"].is_number());
+  EXPECT_TRUE(j["explanation"].is_string());
+}
+
+TEST(CostModel, HandWorkedTwoRankFigures) {
+  // tinyllama at 4.5 bits on two identical 10 GB/s machines, 100 µs links, 1 Gb/s.
+  const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");
+  const MachineSpec machine{"x", 16, 10, 100};
+  Workload w;
+  w.position = 0;
+  w.prompt_tokens = 512;
+  const LinkSpec link{100, 1};
+  const Prediction single = predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, {}, w);
+  const double layer = (m.attn_bytes + m.ffn_bytes);
+  EXPECT_NEAR(single.gen_ms, (22 * layer + m.output_bytes) / 10e9 * 1e3, 1e-9);
+
+  const Prediction tensor = predict(m, parallel::Layout::make(Strategy::Tensor, 2), {machine, machine}, link, w);
+  // 44 all-reduces of 8 KiB: 100 µs + 8192 × 8 bits / 1 Gb/s = 165.536 µs each.
+  EXPECT_NEAR(tensor.allreduce_ms, 44 * 0.165536, 1e-9);
+  // Logits: one ring step of half the 128000-byte vector.
+  EXPECT_NEAR(tensor.gen_comm_ms - tensor.allreduce_ms, 0.1 + 64000 * 8 / 1e9 * 1e3, 1e-9);
+  EXPECT_EQ(tensor.messages_per_token, 45);
+
+  const Prediction pipe = predict(m, parallel::Layout::make(Strategy::Pipeline, 2), {machine, machine}, link, w);
+  EXPECT_NEAR(pipe.gen_compute_ms, single.gen_ms - m.output_bytes * 0 / 1e9, 1e-9);
+  // Hidden state (8 KiB) once, logits (128000 bytes, <= 256 KiB) broadcast once.
+  EXPECT_NEAR(pipe.gen_comm_ms, 2 * 0.1 + (8192 + 128000) * 8 / 1e9 * 1e3, 1e-9);
+}
+
+TEST(Catalog, EmbeddedCatalogKnowsTheRdmaChips) {
+  const HardwareCatalog& c = HardwareCatalog::builtin();
+  for (const char* name : {"M4 Pro", "M4 Max", "M3 Ultra", "M5 Pro", "M5 Max"}) EXPECT_TRUE(c.chip(name).rdma_tb5) << name;
+  for (const char* name : {"M1", "M2 Ultra", "M3 Max", "M4", "M5"}) EXPECT_FALSE(c.chip(name).rdma_tb5) << name;
+  EXPECT_EQ(c.chip("M4").thunderbolt, 4);
+  EXPECT_EQ(c.chip("m1 max").memory_bandwidth_gbs, 400);
+  ASSERT_NE(c.match_brand("Apple M4 Max"), nullptr);
+  EXPECT_EQ(c.match_brand("Apple M4 Max")->name, "M4 Max");
+  EXPECT_EQ(c.match_brand("Apple M4")->name, "M4");
+  EXPECT_EQ(c.match_brand("AMD EPYC 9R14 96-Core Processor"), nullptr);
+  EXPECT_THROW(c.chip("M9 Hyper"), Error);
+}
+
+TEST(Catalog, RejectsInconsistentEntries) {
+  EXPECT_THROW(HardwareCatalog::parse("{}"), FormatError);
+  EXPECT_THROW(HardwareCatalog::parse(R"({"chips": [{"name": "X", "family": "M9", "tier": "max", "performance_cores": 1,
+      "efficiency_cores": 1, "gpu_cores": [1, 2], "memory_bandwidth_gbs": 1, "memory_options_gb": [8],
+      "thunderbolt": 4, "rdma_tb5": true}]})"),
+               FormatError);
+}
+
+}  // namespace
+}  // namespace orchard::cluster

@@ -1,0 +1,225 @@
+// Every kernel set this CPU runs (and the generic one) × every weight type × both layouts ×
+// odd row counts × token counts, against the reference dequantizer and a float64 dot product.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/kernels/kernel_set.h"
+#include "core/quant.h"
+
+namespace orchard::core {
+namespace {
+
+std::vector<const kernels::KernelSet*> all_sets() {
+  std::vector<const kernels::KernelSet*> sets = kernels::supported_simd_kernels();
+  sets.push_back(&kernels::generic_kernels());
+  return sets;
+}
+
+// Activation quantization step (amax / 127) of the block holding each element, or 0 where
+// matmul feeds f32 activations.
+double activation_step(TensorType type, const float* x, int64_t cols, int64_t i) {
+  int64_t block = type == TensorType::Q4_0 || type == TensorType::Q8_0 ? 32
+                  : type == TensorType::Q4_K || type == TensorType::Q6_K ? 256
+                                                                           : 0;
+  if (block == 0) return 0;
+  int64_t start = i / block * block;
+  float amax = 0;
+  for (int64_t j = start; j < start + block && j < cols; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax / 127.0;
+}
+
+struct Problem {
+  TensorType type;
+  int64_t rows, cols, n_tokens;
+  std::vector<uint8_t> weights;
+  std::vector<float> x;         // [n_tokens, cols]
+  std::vector<double> expected;  // [n_tokens, rows]
+  std::vector<double> tolerance;
+};
+
+Problem make_problem(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens, uint32_t seed) {
+  Problem p{type, rows, cols, n_tokens, {}, {}, {}, {}};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const size_t rb = row_bytes(type, cols);
+  p.weights.resize(rb * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<float> w(static_cast<size_t>(rows * cols));  // dequantized weights
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = normal(rng);
+    quantize_row_reference(type, row.data(), p.weights.data() + rb * static_cast<size_t>(r), cols);
+    dequantize_row_reference(type, p.weights.data() + rb * static_cast<size_t>(r), w.data() + r * cols, cols);
+  }
+  p.x.resize(static_cast<size_t>(n_tokens * cols));
+  for (auto& v : p.x) v = uniform(rng) * 3.0f;
+  p.expected.resize(static_cast<size_t>(n_tokens * rows));
+  p.tolerance.resize(p.expected.size());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = p.x.data() + t * cols;
+    std::vector<double> step(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < cols; ++i) step[i] = activation_step(type, xt, cols, i);
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0, magnitude = 0, quant_error = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        double wi = w[r * cols + i];
+        sum += wi * xt[i];
+        magnitude += std::fabs(wi * xt[i]);
+        quant_error += std::fabs(wi) * step[i] / 2;  // rounding x moves it at most half a step
+      }
+      p.expected[t * rows + r] = sum;
+      // Worst-case activation rounding, plus float32 accumulation and scale products.
+      p.tolerance[t * rows + r] = quant_error + 1e-5 * magnitude + 1e-6;
+    }
+  }
+  return p;
+}
+
+void check(const Problem& p, const std::vector<float>& y, const std::string& what) {
+  for (int64_t t = 0; t < p.n_tokens; ++t)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      size_t i = static_cast<size_t>(t * p.rows + r);
+      ASSERT_NEAR(y[i], p.expected[i], p.tolerance[i]) << what << " token " << t << " row " << r;
+    }
+}
+
+struct TypeCase {
+  TensorType type;
+  int64_t cols;
+};
+
+class Matmul : public ::testing::TestWithParam<TypeCase> {
+ protected:
+  void TearDown() override { kernels::use_kernel_set(nullptr); }
+};
+
+TEST_P(Matmul, EveryKernelSetMatchesReference) {
+  const TypeCase c = GetParam();
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (int64_t rows : {1, 17, 50}) {
+    for (int64_t n_tokens : {1, 2, 3, 7, 16, 33}) {
+      Problem p = make_problem(c.type, rows, c.cols, n_tokens, static_cast<uint32_t>(rows * 100 + n_tokens));
+      for (const kernels::KernelSet* set : all_sets()) {
+        kernels::use_kernel_set(set);
+        for (bool repack : {false, true}) {
+          WeightMatrix w = WeightMatrix::prepare(c.type, p.weights.data(), rows, c.cols, repack);
+          std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+          matmul(w, p.x.data(), n_tokens, y.data(), pool, scratch);
+          check(p, y, std::string(set->name) + (w.repacked() ? " repacked" : " rows") + " rows=" + std::to_string(rows) +
+                          " tokens=" + std::to_string(n_tokens));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Matmul, ManyTokensAndOneThread) {
+  // Crosses the driver's 64-token chunks; one thread runs every task itself.
+  const TypeCase c = GetParam();
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  Problem p = make_problem(c.type, 40, c.cols, 70, 99);
+  for (const kernels::KernelSet* set : all_sets()) {
+    kernels::use_kernel_set(set);
+    WeightMatrix w = WeightMatrix::prepare(c.type, p.weights.data(), p.rows, c.cols);
+    std::vector<float> y(static_cast<size_t>(p.n_tokens * p.rows), NAN);
+    matmul(w, p.x.data(), p.n_tokens, y.data(), pool, scratch);
+    check(p, y, set->name);
+  }
+}
+
+TEST_P(Matmul, RepackedRowsDequantizeIdentically) {
+  const TypeCase c = GetParam();
+  Problem p = make_problem(c.type, 37, c.cols, 1, 5);
+  for (const kernels::KernelSet* set : all_sets()) {
+    kernels::use_kernel_set(set);
+    WeightMatrix view = WeightMatrix::view(c.type, p.weights.data(), p.rows, c.cols);
+    WeightMatrix prepared = WeightMatrix::prepare(c.type, p.weights.data(), p.rows, c.cols);
+    std::vector<float> a(static_cast<size_t>(c.cols)), b(a.size());
+    for (int64_t r = 0; r < p.rows; ++r) {
+      view.dequantize_row(r, a.data());
+      prepared.dequantize_row(r, b.data());
+      ASSERT_EQ(a, b) << set->name << " row " << r;
+    }
+    EXPECT_EQ(view.bytes(), row_bytes(c.type, c.cols) * static_cast<size_t>(p.rows));
+    EXPECT_GE(prepared.bytes(), view.bytes());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Matmul,
+                         ::testing::Values(TypeCase{TensorType::F32, 77}, TypeCase{TensorType::F16, 77},
+                                           TypeCase{TensorType::F16, 512}, TypeCase{TensorType::BF16, 77},
+                                           TypeCase{TensorType::Q4_0, 96}, TypeCase{TensorType::Q4_0, 512},
+                                           TypeCase{TensorType::Q8_0, 96}, TypeCase{TensorType::Q8_0, 512},
+                                           TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 512}),
+                         [](const auto& info) {
+                           return std::string(type_name(info.param.type)) + "_" + std::to_string(info.param.cols);
+                         });
+
+TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
+  // The generic kernels rebuild each interleaved block, so both layouts run the same arithmetic.
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
+    Problem p = make_problem(type, 33, 256, 3, 11);
+    std::vector<uint8_t> copy(kernels::interleaved_bytes(type == TensorType::Q4_0 ? kernels::kQ4_0x16 : kernels::kQ8_0x16, 33, 8));
+    kernels::repack(type == TensorType::Q4_0 ? kernels::kQ4_0x16 : kernels::kQ8_0x16, p.weights.data(), 33, 8, copy.data());
+    ThreadPool pool(1);
+    MatmulScratch scratch;
+    kernels::use_kernel_set(&kernels::generic_kernels());
+    WeightMatrix w = WeightMatrix::view(type, p.weights.data(), 33, 256);
+    std::vector<float> y_rows(3 * 33), y_interleaved(3 * 33);
+    matmul(w, p.x.data(), 3, y_rows.data(), pool, scratch);
+    // Drive the generic interleaved kernel directly on the copy.
+    std::vector<kernels::ActQ8_0> act(3 * 8);
+    for (int t = 0; t < 3; ++t) kernels::quantize_act_q8_0(p.x.data() + t * 256, act.data() + t * 8, 8);
+    kernels::Tile tile{copy.data(), copy.size() / 3, 33, 8, reinterpret_cast<const uint8_t*>(act.data()),
+                       8 * sizeof(kernels::ActQ8_0), 3, y_interleaved.data(), 33};
+    (type == TensorType::Q4_0 ? kernels::generic_kernels().q4_0x16 : kernels::generic_kernels().q8_0x16)(tile);
+    EXPECT_EQ(y_rows, y_interleaved) << type_name(type);
+  }
+  kernels::use_kernel_set(nullptr);
+}
+
+TEST(MatmulContract, ScratchStopsGrowing) {
+  Problem p = make_problem(TensorType::Q4_0, 16, 256, 4, 1);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  WeightMatrix w = WeightMatrix::prepare(TensorType::Q4_0, p.weights.data(), 16, 256);
+  std::vector<float> y(64);
+  matmul(w, p.x.data(), 4, y.data(), pool, scratch);
+  const uint8_t* buffer = scratch.activations.data();
+  for (int64_t n : {1, 4, 2}) {
+    matmul(w, p.x.data(), n, y.data(), pool, scratch);
+    EXPECT_EQ(scratch.activations.data(), buffer);
+  }
+}
+
+TEST(MatmulContract, ColumnsMustBeWholeBlocks) {
+  std::vector<uint8_t> bytes(4096);
+  EXPECT_THROW(WeightMatrix::view(TensorType::Q4_0, bytes.data(), 2, 48), FormatError);
+  EXPECT_THROW(WeightMatrix::prepare(TensorType::Q6_K, bytes.data(), 2, 128), FormatError);
+  EXPECT_THROW(WeightMatrix::view(TensorType::Q8_K, bytes.data(), 2, 256), FormatError);
+  EXPECT_NO_THROW(WeightMatrix::view(TensorType::F16, bytes.data(), 2, 3));
+}
+
+TEST(MatmulContract, IsaNameNamesTheChosenSet) {
+  std::string best = kernel_isa_name();
+  force_generic_kernels(true);
+  EXPECT_EQ(kernel_isa_name(), "generic");
+  force_generic_kernels(false);
+  EXPECT_EQ(kernel_isa_name(), best);
+  std::vector<const kernels::KernelSet*> simd = kernels::supported_simd_kernels();
+  if (!simd.empty()) {
+    EXPECT_EQ(best, simd.front()->name);
+  }
+}
+
+}  // namespace
+}  // namespace orchard::core

@@ -1,0 +1,126 @@
+// Placement against a brute-force reference: the best unit is the one a scan of every unit
+// with the same scoring picks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "network/placement.h"
+
+namespace orchard::network {
+namespace {
+
+constexpr int64_t kGB = 1000LL * 1000 * 1000;
+
+NodeSpec node(const std::string& id, int64_t mem_gb, double bw, std::vector<std::string> models = {}) {
+  return NodeSpec{id, mem_gb * kGB, bw, std::move(models), 1.0};
+}
+
+Demand demand(const std::string& model, int64_t model_gb, int64_t need_gb) {
+  return Demand{model, model_gb * kGB, need_gb * kGB, {}};
+}
+
+TEST(Placement, PicksTheFastestMachineThatFits) {
+  Placement p;
+  p.add_node(node("air", 16, 100));
+  p.add_node(node("max", 64, 400));
+  p.add_node(node("ultra", 192, 800));
+  for (auto id : {"air", "max", "ultra"}) p.set_available(id, true);
+  EXPECT_EQ(p.place(demand("m", 4, 8))->unit, "ultra");
+  p.job_started("ultra");
+  p.job_started("ultra");  // full queue: no longer eligible
+  EXPECT_EQ(p.place(demand("m", 4, 8))->unit, "max");
+  EXPECT_EQ(p.place(demand("m", 4, 100)), std::nullopt);
+  p.job_finished("ultra");
+  EXPECT_EQ(p.place(demand("m", 4, 100))->unit, "ultra");
+}
+
+TEST(Placement, PrefersTheModelOnDiskAndReliableNodes) {
+  Placement p;
+  p.add_node(node("a", 64, 400));
+  p.add_node(node("b", 64, 400, {"llama"}));
+  p.set_available("a", true);
+  p.set_available("b", true);
+  auto c = p.place(demand("llama", 4, 8));
+  EXPECT_EQ(c->unit, "b");
+  EXPECT_TRUE(c->on_disk);
+  p.set_reliability("b", 0.2);  // 0.2 with the model < 0.5 x 1.0 without
+  EXPECT_EQ(p.place(demand("llama", 4, 8))->unit, "a");
+  Demand d = demand("llama", 4, 8);
+  d.exclude = {"a"};
+  EXPECT_EQ(p.place(d)->unit, "b");
+}
+
+TEST(Placement, PodsTakeWhatNoMachineHoldsAndNeverSpanStrangers) {
+  Placement p;
+  p.add_node(node("p1", 128, 800));
+  p.add_node(node("p2", 128, 800));
+  p.add_node(node("lone", 128, 800));
+  p.add_pod(PodSpec{"pod", {"p1", "p2"}, 10});
+  for (auto id : {"p1", "p2", "lone"}) p.set_available(id, true);
+  auto c = p.place(demand("big", 200, 230));
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->pod);
+  EXPECT_EQ(c->nodes, (std::vector<std::string>{"p1", "p2"}));
+  // lone + p1 would hold 300 GB too, but they are not one pod.
+  p.set_available("p2", false);
+  EXPECT_EQ(p.place(demand("big", 200, 230)), std::nullopt);
+  EXPECT_TRUE(p.could_fit(230 * kGB));
+  EXPECT_FALSE(p.could_fit(300 * kGB));
+  EXPECT_THROW(p.add_pod(PodSpec{"again", {"p1", "lone"}, 10}), Error);
+  p.remove_node("p1");
+  EXPECT_EQ(p.pod_count(), 0u);
+  EXPECT_EQ(p.node_count(), 2u);
+}
+
+TEST(Placement, AgreesWithABruteForceScan) {
+  std::mt19937_64 rng(7);
+  Placement p(3);
+  struct Ref {
+    std::string id;
+    int64_t mem;
+    double bw;
+    bool disk;
+    double rel;
+    int queue = 0;
+    bool avail;
+  };
+  std::vector<Ref> ref;
+  const int64_t mems[] = {16, 32, 64, 128, 192};
+  const double bws[] = {100, 200, 400, 800};
+  for (int i = 0; i < 400; ++i) {
+    Ref r{"n" + std::to_string(i), mems[rng() % 5] * kGB, bws[rng() % 4], rng() % 3 == 0,
+          0.1 + 0.9 * (rng() % 1000) / 1000.0, 0, rng() % 4 != 0};
+    p.add_node(NodeSpec{r.id, r.mem, r.bw, r.disk ? std::vector<std::string>{"m"} : std::vector<std::string>{},
+                        r.rel});
+    p.set_available(r.id, r.avail);
+    ref.push_back(r);
+  }
+  for (int step = 0; step < 300; ++step) {
+    Demand d = demand("m", 4, 8 + static_cast<int64_t>(rng() % 150));
+    double best = -1;
+    for (const Ref& r : ref) {
+      if (!r.avail || r.queue >= 3 || r.mem < d.need_bytes) continue;
+      best = std::max(best, expected_tok_s(d.model_bytes, r.bw, 1, 0) * r.rel / (1 + r.queue) * (r.disk ? 1 : 0.5));
+    }
+    auto c = p.place(d);
+    if (best < 0) {
+      EXPECT_FALSE(c);
+      continue;
+    }
+    ASSERT_TRUE(c);
+    EXPECT_NEAR(c->score, best, best * 1e-12);
+    Ref& chosen = ref[std::stoi(c->unit.substr(1))];
+    if (rng() % 2) {
+      p.job_started(c->unit);
+      chosen.queue++;
+    } else if (chosen.queue > 0) {
+      p.job_finished(c->unit);
+      chosen.queue--;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace orchard::network

@@ -1,0 +1,104 @@
+#include "serve/chat_templates.h"
+
+#include <gtest/gtest.h>
+
+namespace orchard::serve {
+namespace {
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."},
+    {"user", "Hi"},
+    {"assistant", "Hello!"},
+    {"user", "Name a fruit."},
+};
+
+// Expected strings written out from each family's reference template (Meta's Llama 2 and 3,
+// Qwen's ChatML, Mistral-7B-Instruct v0.1 with system text leading the first user turn), less
+// the leading BOS the tokenizer adds.
+TEST(ChatTemplates, Llama2) {
+  EXPECT_EQ(render_chat(ChatFamily::Llama2, kConversation, "<s>", "</s>"),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] Name a fruit. [/INST]");
+}
+
+TEST(ChatTemplates, Llama3) {
+  EXPECT_EQ(render_chat(ChatFamily::Llama3, kConversation, "<|begin_of_text|>", "<|end_of_text|>"),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nName a fruit.<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplates, ChatML) {
+  EXPECT_EQ(render_chat(ChatFamily::ChatML, kConversation, "", "<|endoftext|>"),
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\nName a fruit.<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplates, Mistral) {
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, kConversation, "<s>", "</s>"),
+            "[INST] Be brief.\n\nHi [/INST]Hello!</s>[INST] Name a fruit. [/INST]");
+}
+
+TEST(ChatTemplates, SystemWithoutUserTurnStandsAlone) {
+  const std::vector<ChatMessage> only_system = {{"system", "Rules."}};
+  EXPECT_EQ(render_chat(ChatFamily::Llama2, only_system, "<s>", "</s>"), "[INST] <<SYS>>\nRules.\n<</SYS>> [/INST]");
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, only_system, "<s>", "</s>"), "[INST] Rules.\n\n [/INST]");
+}
+
+TEST(ChatTemplates, UserOnly) {
+  const std::vector<ChatMessage> user = {{"user", "  Hi  "}};
+  EXPECT_EQ(render_chat(ChatFamily::Llama2, user, "<s>", "</s>"), "[INST] Hi [/INST]");
+  EXPECT_EQ(render_chat(ChatFamily::Llama3, user, "", ""),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplates, FamilyFromTemplateMarkers) {
+  EXPECT_EQ(family_from_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"), ChatFamily::Llama3);
+  EXPECT_EQ(family_from_template("{{'<|im_start|>' + message['role'] + '\n'}}"), ChatFamily::ChatML);
+  EXPECT_EQ(family_from_template("{% set content = '<<SYS>>\\n' + system_message %}{{ bos_token + '[INST] ' }}"), ChatFamily::Llama2);
+  EXPECT_EQ(family_from_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatFamily::Mistral);
+  EXPECT_EQ(family_from_template("{{ message['content'] }}"), std::nullopt);
+  EXPECT_EQ(family_from_template(""), std::nullopt);
+}
+
+model::Tokenizer vocab_with(std::vector<std::string> specials) {
+  model::VocabData v;
+  v.model = "gpt2";
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(std::string(1, static_cast<char>('!' + b % 90)) + std::to_string(b));
+  v.kinds.assign(v.tokens.size(), model::TokenKind::Normal);
+  for (auto& s : specials) {
+    v.tokens.push_back(std::move(s));
+    v.kinds.push_back(model::TokenKind::Control);
+  }
+  return model::Tokenizer::from_vocab(v);
+}
+
+TEST(ChatTemplates, FamilyFromVocabulary) {
+  EXPECT_EQ(family_from_vocab(vocab_with({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})),
+            ChatFamily::Llama3);
+  EXPECT_EQ(family_from_vocab(vocab_with({"<|endoftext|>", "<|im_start|>", "<|im_end|>"})), ChatFamily::ChatML);
+  EXPECT_EQ(family_from_vocab(vocab_with({"[INST]", "[/INST]"})), ChatFamily::Mistral);
+  EXPECT_EQ(family_from_vocab(vocab_with({"<s>", "</s>"})), std::nullopt);
+}
+
+TEST(ChatTemplates, PickPrefersTemplateThenVocabularyThenArchitecture) {
+  const auto chatml_vocab = vocab_with({"<|im_start|>", "<|im_end|>"});
+  const auto plain_vocab = vocab_with({"<s>", "</s>"});
+  EXPECT_EQ(pick_chat_family("<|start_header_id|>", chatml_vocab, "llama"), ChatFamily::Llama3);
+  EXPECT_EQ(pick_chat_family("", chatml_vocab, "llama"), ChatFamily::ChatML);
+  EXPECT_EQ(pick_chat_family("", plain_vocab, "qwen3"), ChatFamily::ChatML);
+  EXPECT_EQ(pick_chat_family("", plain_vocab, "llama"), ChatFamily::Llama2);
+}
+
+TEST(ChatTemplates, FamilyNamesRoundTrip) {
+  for (ChatFamily f : {ChatFamily::Llama2, ChatFamily::Llama3, ChatFamily::ChatML, ChatFamily::Mistral})
+    EXPECT_EQ(parse_chat_family(chat_family_name(f)), f);
+  EXPECT_EQ(parse_chat_family("jinja"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace orchard::serve

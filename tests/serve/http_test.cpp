@@ -1,0 +1,297 @@
+// The HTTP layer end to end with httplib's client: a real synthetic model for what the answers
+// hold, and the fake engine (slowed down) for disconnects and a full queue.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "model/model_files.h"
+#include "serve/fake_engine.h"
+#include "serve/local_engine.h"
+#include "serve/openai/routes.h"
+
+namespace orchard::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+// The whole server stack on a free port of 127.0.0.1.
+class TestServer {
+ public:
+  TestServer(Engine& engine, SchedulerOptions scheduler_options = {})
+      : scheduler_(engine, metrics_, scheduler_options),
+        service_(engine, scheduler_, metrics_,
+                 pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture)),
+        http_(service_, metrics_, {.threads = 16, .max_body_bytes = 1 << 20, .probe_interval = 50ms}) {
+    port_ = http_.bind("127.0.0.1", 0);
+    scheduler_.start();
+    thread_ = std::thread([this] { http_.listen(); });
+  }
+  ~TestServer() {
+    http_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const Metrics& metrics() const { return metrics_; }
+  const openai::Service& service() const { return service_; }
+
+ private:
+  Metrics metrics_;
+  Scheduler scheduler_;
+  openai::Service service_;
+  openai::HttpServer http_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json post(const TestServer& server, const std::string& path, const json& body, int expected_status = 200) {
+  auto res = server.client().Post(path.c_str(), body.dump(), "application/json");
+  EXPECT_TRUE(res);
+  if (!res) return {};
+  EXPECT_EQ(res->status, expected_status) << res->body;
+  return json::parse(res->body);
+}
+
+// The data of each server-sent event ("[DONE]" as a string), keep-alive comments skipped.
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) break;
+    std::string e = body.substr(at, end - at);
+    at = end + 2;
+    if (e.starts_with(":")) continue;
+    EXPECT_TRUE(e.starts_with("data: ")) << e;
+    std::string data = e.substr(6);
+    out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+  }
+  return out;
+}
+
+class RealModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LocalEngineOptions o;
+    o.model_path = orchard::testing::synthetic_model("llama", "tiny", "q8_0");
+    o.alias = "tiny";
+    o.n_slots = 3;
+    o.threads = 2;
+    engine_ = new LocalEngine(o);
+    server_ = new TestServer(*engine_);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete engine_;
+  }
+  static LocalEngine* engine_;
+  static TestServer* server_;
+};
+LocalEngine* RealModel::engine_ = nullptr;
+TestServer* RealModel::server_ = nullptr;
+
+const json kChat = {{"model", "tiny"},
+                    {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Tell me a story."}}}},
+                    {"max_tokens", 24},
+                    {"temperature", 0}};
+
+TEST_F(RealModel, ModelsHealthAndMetrics) {
+  auto c = server_->client();
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  json h = json::parse(health->body);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["slots"], 3);
+  EXPECT_EQ(h["chat_template"], "llama2");  // SentencePiece llama without template metadata
+  post(*server_, "/v1/chat/completions", kChat);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  for (const char* name : {"orchard_tokens_generated_total ", "orchard_prompt_tokens_total ", "orchard_requests_total{status=\"200\"} ",
+                           "orchard_queue_depth 0", "orchard_generation_tokens_per_second ", "orchard_rank_forward_seconds_total{rank=\"0\"} "})
+    EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
+}
+
+TEST_F(RealModel, ChatAnswerMatchesItsStreamAndCountsTokens) {
+  json whole = post(*server_, "/v1/chat/completions", kChat);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["model"], "tiny");
+  const std::string content = whole["choices"][0]["message"]["content"];
+  const openai::ApiRequest parsed = openai::parse_request(openai::Endpoint::ChatCompletions, kChat.dump());
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], server_->service().prompt_tokens(parsed).size());
+  const int completion_tokens = whole["usage"]["completion_tokens"];
+  EXPECT_GT(completion_tokens, 0);
+  EXPECT_LE(completion_tokens, 24);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], completion_tokens == 24 ? "length" : "stop");
+
+  json streamed_request = kChat;
+  streamed_request["stream"] = true;
+  streamed_request["stream_options"] = {{"include_usage", true}};
+  auto res = server_->client().Post("/v1/chat/completions", streamed_request.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto events = sse_events(res->body);
+  ASSERT_GE(events.size(), 3u);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+    EXPECT_EQ(events[i]["id"], events[0]["id"]);
+    text += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, content);
+  EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  EXPECT_EQ(events[events.size() - 2]["usage"], whole["usage"]);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(RealModel, CompletionWithStopAndSeed) {
+  json request = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}};
+  json plain = post(*server_, "/v1/completions", request);
+  EXPECT_EQ(plain["object"], "text_completion");
+  const std::string text = plain["choices"][0]["text"];
+  ASSERT_GE(text.size(), 4u);
+  // Stopping at a piece of the greedy text cuts it just before that piece.
+  request["stop"] = text.substr(text.size() / 2, 2);
+  json stopped = post(*server_, "/v1/completions", request);
+  const std::string cut = stopped["choices"][0]["text"];
+  EXPECT_EQ(cut, text.substr(0, text.find(request["stop"].get<std::string>())));
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+
+  json sampled = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 1.0}, {"seed", 1234}};
+  EXPECT_EQ(post(*server_, "/v1/completions", sampled)["choices"][0]["text"],
+            post(*server_, "/v1/completions", sampled)["choices"][0]["text"]);
+}
+
+TEST_F(RealModel, ConcurrentRequestsGetWhatTheyWouldGetAlone) {
+  constexpr int kClients = 6;
+  auto request = [](int i) {
+    return json{{"prompt", "Story number " + std::to_string(i) + " begins"}, {"max_tokens", 12 + i}, {"temperature", 0}};
+  };
+  std::vector<std::string> alone(kClients), together(kClients);
+  for (int i = 0; i < kClients; ++i) alone[i] = post(*server_, "/v1/completions", request(i))["choices"][0]["text"];
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] { together[i] = post(*server_, "/v1/completions", request(i))["choices"][0]["text"]; });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(together, alone);
+}
+
+TEST_F(RealModel, BadRequestsGetOpenAIErrors) {
+  auto c = server_->client();
+  auto bad_json = c.Post("/v1/chat/completions", "{not json", "application/json");
+  ASSERT_TRUE(bad_json);
+  EXPECT_EQ(bad_json->status, 400);
+  EXPECT_EQ(json::parse(bad_json->body)["error"]["type"], "invalid_request_error");
+
+  json e = post(*server_, "/v1/chat/completions", {{"model", "gpt-4"}, {"messages", kChat["messages"]}}, 404);
+  EXPECT_EQ(e["error"]["code"], "model_not_found");
+
+  e = post(*server_, "/v1/completions", {{"prompt", [] { std::string s; for (int i = 0; i < 300; ++i) s += "The quick brown fox. "; return s; }()}}, 400);
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");
+  e = post(*server_, "/v1/completions", {{"prompt", "short"}, {"max_tokens", 100000}}, 400);
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(e["error"]["param"], "max_tokens");
+  e = post(*server_, "/v1/completions", {{"prompt", {5, 99999}}}, 400);
+  EXPECT_EQ(e["error"]["param"], "prompt");
+
+  auto unknown = c.Get("/v1/engines");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"]["type"], "invalid_request_error");
+  auto too_big = c.Post("/v1/completions", std::string(2 << 20, ' '), "application/json");
+  ASSERT_TRUE(too_big);
+  EXPECT_EQ(too_big->status, 413);
+  // The server is still fine.
+  EXPECT_EQ(post(*server_, "/v1/completions", {{"prompt", "ok"}, {"max_tokens", 2}})["object"], "text_completion");
+}
+
+// Opens a connection, sends a POST and reads until `want` bytes of response came (or the end).
+class RawClient {
+ public:
+  RawClient(int port, const std::string& path, const std::string& body) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    EXPECT_EQ(send(fd_, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  }
+  ~RawClient() { close(); }
+  std::string read_some(size_t want) {
+    std::string got;
+    char buf[4096];
+    while (got.size() < want) {
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A slow fake model: 5 ms per pass.
+model::TokenId slow_next(model::TokenId last, int32_t pos) {
+  std::this_thread::sleep_for(5ms);
+  return testing::next_letter(last, pos);
+}
+
+bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 200; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(25ms);
+  }
+  return false;
+}
+
+TEST(HttpFake, DisconnectingClientsFreeTheirSlot) {
+  testing::FakeEngine engine(1, 4096, 512, slow_next);
+  TestServer server(engine, {.max_queue = 0, .prompt_chunk = 64});
+  for (bool stream : {true, false}) {
+    json body = {{"prompt", {3, 4, 5}}, {"max_tokens", 4000}, {"temperature", 0}, {"stream", stream}};
+    {
+      RawClient client(server.port(), "/v1/completions", body.dump());
+      if (stream) {
+        EXPECT_NE(client.read_some(400).find("data: "), std::string::npos);
+      }
+      ASSERT_TRUE(eventually([&] { return server.scheduler().active_slots() == 1; }));
+      // With the only slot busy and no queue, another request is refused.
+      json e = post(server, "/v1/completions", body, 429);
+      EXPECT_EQ(e["error"]["code"], "queue_full");
+    }
+    // The client hung up long before 4000 tokens (20 s) could be made.
+    EXPECT_TRUE(eventually([&] { return server.scheduler().active_slots() == 0; })) << "stream " << stream;
+  }
+  EXPECT_EQ(server.metrics().requests_with_status(429), 2);
+  json done = post(server, "/v1/completions", {{"prompt", {3}}, {"max_tokens", 3}, {"temperature", 0}});
+  EXPECT_EQ(done["choices"][0]["text"], "bcd");
+}
+
+}  // namespace
+}  // namespace orchard::serve

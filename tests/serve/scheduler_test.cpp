@@ -1,0 +1,306 @@
+#include "serve/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "serve/fake_engine.h"
+
+namespace orchard::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeEngine;
+using testing::letter;
+using testing::letters;
+
+GenerationRequest request(std::string_view prompt, int32_t max_tokens, std::vector<std::string> stop = {}) {
+  GenerationRequest r;
+  r.prompt = letters(prompt);
+  r.max_tokens = max_tokens;
+  r.stop = std::move(stop);
+  return r;  // temperature 0: greedy, so the fake model's choice is the token
+}
+
+// Drains what the job has produced so far without waiting.
+JobUpdate poll(Job& job) { return job.wait(0ms); }
+
+// Steps until every job has finished; returns each one's whole text.
+std::vector<std::string> run_to_end(Scheduler& s, const std::vector<std::shared_ptr<Job>>& jobs, std::vector<JobUpdate>* ends = nullptr) {
+  std::vector<std::string> text(jobs.size());
+  std::vector<JobUpdate> last(jobs.size());
+  for (int round = 0; round < 10000; ++round) {
+    bool all = true;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      last[i] = poll(*jobs[i]);
+      text[i] += last[i].text;
+      all = all && last[i].finished;
+    }
+    if (all) break;
+    s.step();
+  }
+  if (ends) *ends = last;
+  return text;
+}
+
+TEST(Scheduler, GeneratesUntilMaxTokens) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto job = s.submit(request("abc", 5));
+  std::vector<JobUpdate> ends;
+  EXPECT_EQ(run_to_end(s, {job}, &ends)[0], "defgh");
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Length);
+  EXPECT_EQ(ends[0].usage.prompt_tokens, 3);
+  EXPECT_EQ(ends[0].usage.completion_tokens, 5);
+  EXPECT_EQ(metrics.generated_tokens(), 5);
+  // The last token sampled is never evaluated: 1 prompt pass + 4 decode steps.
+  EXPECT_EQ(engine.log.size(), 5u);
+}
+
+TEST(Scheduler, StopsAtEndOfGeneration) {
+  FakeEngine engine(1, 256, 512, [](model::TokenId last, int32_t pos) { return pos >= 5 ? testing::kEos : testing::next_letter(last, pos); });
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto job = s.submit(request("ab", 100));
+  std::vector<JobUpdate> ends;
+  // Positions 2, 3, 4 get c, d, e; the token for position 5 is EOS, not shown but counted.
+  EXPECT_EQ(run_to_end(s, {job}, &ends)[0], "cde");
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Stop);
+  EXPECT_EQ(ends[0].usage.completion_tokens, 4);
+}
+
+TEST(Scheduler, StopStringIsHeldBackAndNotReturned) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto job = s.submit(request("a", 20, {"xyz", "def"}));
+  s.step();  // b
+  EXPECT_EQ(poll(*job).text, "b");
+  s.step();  // c
+  EXPECT_EQ(poll(*job).text, "c");
+  s.step();  // d: could start "def", held back
+  EXPECT_EQ(poll(*job).text, "");
+  s.step();  // e: still possible
+  EXPECT_EQ(poll(*job).text, "");
+  s.step();  // f: the stop string is complete
+  JobUpdate u = poll(*job);
+  EXPECT_EQ(u.text, "");
+  EXPECT_TRUE(u.finished);
+  EXPECT_EQ(u.finish_reason, FinishReason::Stop);
+  EXPECT_EQ(u.usage.completion_tokens, 5);
+}
+
+TEST(Scheduler, HeldBackTextIsReleasedWhenGenerationEnds) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto job = s.submit(request("a", 3, {"dx"}));
+  std::vector<JobUpdate> ends;
+  EXPECT_EQ(run_to_end(s, {job}, &ends)[0], "bcd");
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Length);
+}
+
+TEST(Scheduler, ConcurrentRequestsProgressInterleaved) {
+  FakeEngine engine(2);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("a", 30));
+  auto b = s.submit(request("m", 30));
+  std::string ta, tb;
+  for (int round = 1; round <= 30; ++round) {
+    s.step();
+    ta += poll(*a).text;
+    tb += poll(*b).text;
+    // One token each per round: neither waits for the other to finish.
+    ASSERT_EQ(ta.size(), static_cast<size_t>(round));
+    ASSERT_EQ(tb.size(), static_cast<size_t>(round));
+  }
+  EXPECT_EQ(ta.substr(0, 5), "bcdef");
+  EXPECT_EQ(tb.substr(0, 5), "nopqr");
+  // The slots' passes alternate.
+  for (size_t i = 0; i < engine.log.size(); ++i) EXPECT_EQ(engine.log[i].slot, static_cast<int32_t>(i % 2));
+}
+
+TEST(Scheduler, LongPromptIsProcessedInChunksWhileOthersDecode) {
+  FakeEngine engine(2);
+  Metrics metrics;
+  Scheduler s(engine, metrics, {.max_queue = 4, .prompt_chunk = 16});
+  auto shortjob = s.submit(request("a", 10));
+  auto longjob = s.submit(request(std::string(50, 'c'), 1));
+  std::string short_text;
+  for (int round = 1; round <= 4; ++round) {
+    s.step();
+    short_text += poll(*shortjob).text;
+    EXPECT_EQ(short_text.size(), static_cast<size_t>(round));
+    EXPECT_EQ(poll(*longjob).finished, round == 4);  // 16 + 16 + 16 + 2 prompt positions
+  }
+  for (const auto& e : engine.log)
+    if (e.slot == 1) {
+      EXPECT_LE(e.n, 16);
+    }
+}
+
+TEST(Scheduler, WaitingRequestsStartInArrivalOrder) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("a", 2));
+  auto b = s.submit(request("b", 2));
+  auto c = s.submit(request("c", 2));
+  EXPECT_EQ(s.queue_depth(), 3);
+  s.step();
+  EXPECT_EQ(s.queue_depth(), 2);
+  EXPECT_EQ(s.active_slots(), 1);
+  s.step();
+  EXPECT_TRUE(poll(*a).finished);
+  EXPECT_FALSE(poll(*b).finished);
+  s.step();
+  s.step();
+  EXPECT_TRUE(poll(*b).finished);
+  EXPECT_FALSE(poll(*c).finished);
+  EXPECT_EQ(run_to_end(s, {c})[0], "de");
+}
+
+TEST(Scheduler, RefusesWhenTheQueueIsFull) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics, {.max_queue = 1, .prompt_chunk = 64});
+  auto a = s.submit(request("a", 100));
+  auto b = s.submit(request("b", 100));
+  EXPECT_THROW(s.submit(request("c", 100)), QueueFullError);
+  s.step();  // a in the slot, b waiting: still full
+  EXPECT_THROW(s.submit(request("c", 100)), QueueFullError);
+  a->cancel();
+  s.step();  // a leaves, b takes the slot
+  EXPECT_NO_THROW(s.submit(request("c", 100)));
+}
+
+TEST(Scheduler, CancellingFreesTheSlotForTheNextRequest) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("a", 100));
+  auto b = s.submit(request("m", 3));
+  s.step();
+  s.step();
+  EXPECT_EQ(poll(*a).text, "bc");
+  a->cancel();
+  s.step();  // a leaves; b starts next round
+  JobUpdate ua = poll(*a);
+  EXPECT_TRUE(ua.finished);
+  EXPECT_EQ(ua.finish_reason, FinishReason::Cancelled);
+  EXPECT_EQ(ua.usage.completion_tokens, 2);
+  std::vector<JobUpdate> ends;
+  EXPECT_EQ(run_to_end(s, {b}, &ends)[0], "nop");
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Length);
+}
+
+TEST(Scheduler, CancellingAWaitingRequestRemovesIt) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("a", 100));
+  auto b = s.submit(request("b", 100));
+  s.step();
+  EXPECT_EQ(s.queue_depth(), 1);
+  b->cancel();
+  s.step();
+  EXPECT_EQ(s.queue_depth(), 0);
+  JobUpdate ub = poll(*b);
+  EXPECT_TRUE(ub.finished);
+  EXPECT_EQ(ub.finish_reason, FinishReason::Cancelled);
+  EXPECT_EQ(ub.usage.completion_tokens, 0);
+  EXPECT_FALSE(poll(*a).finished);
+}
+
+TEST(Scheduler, StopsWhenTheContextIsFull) {
+  FakeEngine engine(1, /*n_ctx=*/8);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto job = s.submit(request("abc", 100));
+  std::vector<JobUpdate> ends;
+  // Positions 3..7 are evaluated; the token for position 8 is shown but has no room.
+  EXPECT_EQ(run_to_end(s, {job}, &ends)[0], "defghi");
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Length);
+  EXPECT_EQ(ends[0].usage.completion_tokens, 6);
+}
+
+TEST(Scheduler, RefusesRequestsBreakingTheContract) {
+  FakeEngine engine(1, /*n_ctx=*/8);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  EXPECT_THROW(s.submit(request("", 5)), Error);
+  EXPECT_THROW(s.submit(request("abcdefgh", 5)), Error);  // 8 tokens leave no room
+  EXPECT_THROW(s.submit(request("a", 0)), Error);
+  GenerationRequest bad_token = request("a", 5);
+  bad_token.prompt[0] = 1000;
+  EXPECT_THROW(s.submit(bad_token), Error);
+}
+
+TEST(Scheduler, SamplerRefusalAndEngineFailureEndOnlyThatRequest) {
+  FakeEngine engine(1, 256, 512, [](model::TokenId last, int32_t pos) {
+    if (last == letter('y')) throw std::runtime_error("engine broke");
+    return testing::next_letter(last, pos);
+  });
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  GenerationRequest bad_sampling = request("a", 5);
+  bad_sampling.sampling.temperature = 1;
+  bad_sampling.sampling.top_p = 0;  // the sampler refuses it
+  auto a = s.submit(bad_sampling);
+  auto b = s.submit(request("wx", 5));  // fails evaluating the y it generates
+  auto c = s.submit(request("a", 2));
+  std::vector<JobUpdate> ends;
+  auto text = run_to_end(s, {a, b, c}, &ends);
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Error);
+  EXPECT_NE(ends[0].error.find("top_p"), std::string::npos);
+  EXPECT_EQ(ends[1].finish_reason, FinishReason::Error);
+  EXPECT_NE(ends[1].error.find("engine broke"), std::string::npos);
+  EXPECT_EQ(text[2], "bc");
+  EXPECT_EQ(ends[2].finish_reason, FinishReason::Length);
+}
+
+TEST(Scheduler, ComputeThreadServesConcurrentCallers) {
+  FakeEngine engine(3);
+  Metrics metrics;
+  Scheduler s(engine, metrics, {.max_queue = 16, .prompt_chunk = 64});
+  s.start();
+  constexpr int kClients = 12;
+  std::vector<std::string> texts(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      auto job = s.submit(request(std::string(1, static_cast<char>('a' + i)), 5 + i));
+      for (;;) {
+        JobUpdate u = job->wait(1000ms);
+        texts[i] += u.text;
+        if (u.finished) break;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    std::string expected;
+    for (int k = 1; k <= 5 + i; ++k) expected += static_cast<char>('a' + (i + k) % 26);
+    EXPECT_EQ(texts[i], expected) << "client " << i;
+  }
+}
+
+TEST(Scheduler, ShutdownFinishesWaitingJobs) {
+  FakeEngine engine(1);
+  Metrics metrics;
+  std::shared_ptr<Job> a, b;
+  {
+    Scheduler s(engine, metrics);
+    a = s.submit(request("a", 100));
+    b = s.submit(request("b", 100));
+    s.step();
+  }
+  EXPECT_EQ(poll(*a).finish_reason, FinishReason::Cancelled);
+  EXPECT_TRUE(poll(*b).finished);
+  EXPECT_EQ(poll(*b).finish_reason, FinishReason::Cancelled);
+}
+
+}  // namespace
+}  // namespace orchard::serve
