@@ -8,7 +8,11 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsodium-dev libsqlite3-dev libpq-dev postgresql libssl-dev
   iproute2 util-linux procps
+  chromium wrk
 )
+# The World page is built with npm and tested with playwright-core, which needs Node.js 20 or
+# later; Debian 12's own nodejs (18) builds the page, and the browser test then skips itself.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -2,12 +2,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "apps/orchard/commands.h"
 #include "apps/orchard/progress.h"
-#include "comm/bootstrap.h"
-#include "comm/launcher.h"
+#include "apps/orchard/split_flags.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "parallel/engine.h"
@@ -23,16 +21,7 @@ struct RunOptions {
   bool json = false;
   bool no_repack = false;
   std::string logits_path;
-  // Splitting over several ranks.
-  int world = 1;
-  std::string strategy = "single";
-  int tp = 0;
-  int pp = 0;
-  std::string backend = "shm";
-  double link_latency_us = 0;
-  double link_gbps = 0;
-  double comm_timeout_s = 10;
-  bool pin_cpus = false;
+  parallel::SplitOptions split;
 };
 
 void write_logits(const std::string& path, const float* logits, int32_t n) {
@@ -83,45 +72,14 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   std::fflush(stdout);
 }
 
-// Hybrid takes --tp, --pp or both; the others are implied by the world size.
-int tensor_group_size(const RunOptions& o, int world) {
-  if (o.pp > 0 && o.tp > 0 && o.pp * o.tp != world)
-    throw Error(error_message("run", "--tp {} × --pp {} is not the world of {} ranks", o.tp, o.pp, world));
-  if (o.tp > 0) return o.tp;
-  if (o.pp > 0 && world % o.pp == 0) return world / o.pp;
-  if (o.pp > 0) throw Error(error_message("run", "--pp {} does not divide the world of {} ranks", o.pp, world));
-  return 0;
-}
-
 void run(RunOptions o) {
-  // Started by `orchard launch` or mpirun: this process is one rank of a job.
-  if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
-    comm::Config config = comm::config_from_env();
-    comm::Group group = comm::init(config);
-    o.engine.layout = parallel::Layout::make(parallel::parse_strategy(o.strategy), group.size(),
-                                             tensor_group_size(o, group.size()));
-    run_rank(o, group.size() > 1 ? &group : nullptr);
-    return;
-  }
-  const auto strategy = parallel::parse_strategy(o.strategy);
-  if (o.world == 1 && strategy == parallel::Strategy::Single) {
-    run_rank(o, nullptr);
-    return;
-  }
-  o.engine.layout = parallel::Layout::make(strategy, o.world, tensor_group_size(o, o.world));
-  if (o.engine.threads == 0)
-    o.engine.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.world);
-  comm::Config base;
-  base.backend = comm::parse_backend(o.backend);
-  base.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.comm_timeout_s * 1000));
-  base.link.latency_us = o.link_latency_us;
-  base.link.gbps = o.link_gbps;
-  comm::LocalLaunchOptions launch;
-  launch.pin_cpus = o.pin_cpus;
-  std::fflush(stdout);
-  auto exits = comm::spawn_local_ranks(o.world, base, [&](comm::Group& group) { run_rank(o, &group); }, launch);
-  for (const auto& e : exits)
-    if (!e.ok()) throw Error(error_message("run", "rank {} failed: {}", e.rank, e.describe()));
+  if (o.engine.threads == 0) o.engine.threads = parallel::threads_per_local_rank(o.split);
+  o.engine.layout.strategy = parallel::parse_strategy(o.split.strategy);
+  parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
+    RunOptions mine = o;
+    mine.engine.layout = layout;
+    run_rank(mine, group);
+  });
 }
 
 }  // namespace
@@ -144,16 +102,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");
-  cmd->add_option("--world", o->world, "Start this many local ranks and split the model over them")->capture_default_str();
-  cmd->add_option("--strategy", o->strategy, "single | pipeline | tensor | hybrid")->capture_default_str();
-  cmd->add_option("--tp", o->tp, "Hybrid: ranks per tensor-parallel group (pp = world / tp)");
-  cmd->add_option("--pp", o->pp, "Hybrid: pipeline stages (tp = world / pp)");
-  cmd->add_option("--backend", o->backend, "ring | shm | mpi (local ranks)")->capture_default_str();
-  cmd->add_option("--link-latency-us", o->link_latency_us, "Emulated link latency per message");
-  cmd->add_option("--link-gbps", o->link_gbps, "Emulated link bandwidth cap");
-  cmd->add_option("--comm-timeout", o->comm_timeout_s, "Seconds without progress before a peer is declared dead")
-      ->capture_default_str();
-  cmd->add_flag("--pin-cpus", o->pin_cpus, "Pin local rank r to CPU r");
+  add_split_flags(cmd, o->split);
   cmd->callback([o] { run(*o); });
 }
 

@@ -7,6 +7,7 @@ namespace orchard::app {
 
 void add_make_model_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", ORCHARD_VERSION);
   orchard::app::add_make_model_command(app);
   orchard::app::add_run_command(app);
+  orchard::app::add_bench_command(app);
   orchard::app::add_tokenize_command(app);
   orchard::app::add_bench_comm_command(app);
   orchard::app::add_serve_command(app);

@@ -188,4 +188,15 @@ void Agent::probe_peers(const std::atomic<bool>& stop) {
   }
 }
 
+Topology find_cluster(const std::string& cluster, const std::string& secret, uint16_t port, uint16_t agent_port,
+                      std::chrono::milliseconds wait) {
+  try {
+    return topology_from_json(
+        nlohmann::json::parse(query_topology("127.0.0.1", agent_port, cluster, secret, std::chrono::milliseconds(2000))));
+  } catch (const Error& e) {
+    spdlog::debug("[cluster] no local agent ({}); listening for {} ms", e.what(), wait.count());
+  }
+  return topology_from_announcements(listen_for_peers(cluster, secret, port, wait));
+}
+
 }  // namespace orchard::cluster

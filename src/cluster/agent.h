@@ -56,4 +56,10 @@ class Agent {
   std::map<std::string, LinkMeasurement> links_;  // by "peer|from_addr|to_addr"
 };
 
+// The cluster as seen from here: the local agent's topology when one answers on
+// 127.0.0.1:agent_port, else the announcements heard for `wait` (links as their agents
+// measured them).
+Topology find_cluster(const std::string& cluster, const std::string& secret, uint16_t port, uint16_t agent_port,
+                      std::chrono::milliseconds wait);
+
 }  // namespace orchard::cluster

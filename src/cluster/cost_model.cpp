@@ -206,7 +206,7 @@ double message_ms(const LinkSpec& link, double bytes) {
 }
 
 Prediction predict(const ModelFacts& model, const parallel::Layout& layout, const std::vector<MachineSpec>& machines,
-                   const LinkSpec& link, const Workload& work) {
+                   const LinkSpec& link, const LinkSpec& stage_link, const Workload& work) {
   const model::ModelConfig& c = model.config;
   ORCHARD_CHECK(static_cast<int>(machines.size()) == layout.world(), "{} machines for a layout of {} ranks",
                 machines.size(), layout.world());
@@ -214,6 +214,7 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
   Prediction p;
   p.layout = layout;
   p.link = link;
+  p.stage_link = stage_link;
   for (int r = 0; r < layout.world(); ++r) {
     p.ranks.push_back(rank_cost(model, layout, r, machines[static_cast<size_t>(r)], work));
     p.fits = p.fits && p.ranks.back().fits();
@@ -236,7 +237,7 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
     allreduce += 2 * layers * one;
     steps += static_cast<int>(2 * layers) * sum_steps;
   }
-  double transfers = (pp - 1) * message_ms(link, hidden);
+  double transfers = (pp - 1) * message_ms(stage_link, hidden);
   steps += pp - 1;
   const double slice = logits / tp;
   if (pp == 1) {
@@ -246,7 +247,7 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
       transfers += exchange_ms(link, slice, tp);
       steps += 1;
     }
-    transfers += broadcast_ms(link, logits, layout.world(), &steps);
+    transfers += broadcast_ms(stage_link, logits, layout.world(), &steps);
   }
   p.gen_compute_ms = compute;
   p.allreduce_ms = allreduce;
@@ -268,7 +269,7 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
     const double sums = 2 * layers *
                         (pp == 1 ? all_reduce_ms(link, hidden * chunk, tp, &unused) : leader_sum_ms(link, hidden * chunk, tp, &unused));
     const double stage_ms = slowest + sums;
-    const double send_ms = stage + 1 < pp ? message_ms(link, hidden * chunk) : 0;
+    const double send_ms = stage + 1 < pp ? message_ms(stage_link, hidden * chunk) : 0;
     fill += stage_ms + send_ms;
     slowest_stage = std::max(slowest_stage, std::max(stage_ms, send_ms));
   }

@@ -81,7 +81,8 @@ struct RankCost {
 struct Prediction {
   parallel::Layout layout;
   std::vector<RankCost> ranks;  // by rank
-  LinkSpec link;
+  LinkSpec link;        // between the ranks of a tensor group
+  LinkSpec stage_link;  // between pipeline stages
   double gen_ms = 0;          // per generated token
   double gen_compute_ms = 0;  // of which reading weights and KV on the critical path
   double gen_comm_ms = 0;     // of which messages (all-reduces, hidden states, logits)
@@ -92,10 +93,16 @@ struct Prediction {
   bool fits = true;
 };
 
-// Cost of `layout` with rank r on machines[r] (machines.size() == layout.world()), every pair
-// of ranks joined by `link`. Throws Error when the layout does not suit the model.
+// Cost of `layout` with rank r on machines[r] (machines.size() == layout.world()); the ranks of
+// a tensor group talk over `tensor_link`, pipeline stages over `stage_link` (hybrid plans put
+// tensor groups on the fast cables). Throws Error when the layout does not suit the model.
 Prediction predict(const ModelFacts& model, const parallel::Layout& layout, const std::vector<MachineSpec>& machines,
-                   const LinkSpec& link, const Workload& work);
+                   const LinkSpec& tensor_link, const LinkSpec& stage_link, const Workload& work);
+// Every pair of ranks joined by `link`.
+inline Prediction predict(const ModelFacts& model, const parallel::Layout& layout, const std::vector<MachineSpec>& machines,
+                          const LinkSpec& link, const Workload& work) {
+  return predict(model, layout, machines, link, link, work);
+}
 
 // Time of one message of `bytes` over `link`, in ms.
 double message_ms(const LinkSpec& link, double bytes);

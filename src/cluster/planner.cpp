@@ -20,13 +20,15 @@ struct Candidate {
   std::vector<size_t> machines;  // indices into the request, by rank
 };
 
-// The slowest figure over every pair of the subset: collectives wait for the worst link.
-LinkSpec worst_link(const PlanRequest& request, const std::vector<size_t>& subset) {
-  if (subset.size() < 2) return {};
+// The slowest figure over the pairs `pair_counts` selects (by rank): collectives wait for the
+// worst link.
+template <typename Pred>
+LinkSpec worst_link(const PlanRequest& request, const std::vector<size_t>& subset, Pred pair_counts) {
   LinkSpec worst{0, 0};
   bool first = true;
   for (size_t a = 0; a < subset.size(); ++a)
     for (size_t b = a + 1; b < subset.size(); ++b) {
+      if (!pair_counts(a, b)) continue;
       const LinkSpec& l = request.links.empty() ? request.default_link : request.links[subset[a]][subset[b]];
       worst.latency_us = std::max(worst.latency_us, l.latency_us);
       // 0 Gbps means unlimited: it only counts when every pair is unlimited.
@@ -51,6 +53,8 @@ std::vector<double> stage_sums(const std::vector<double>& per_rank, int tp) {
 
 void try_layout(const PlanRequest& request, const std::vector<size_t>& subset, Layout layout,
                 std::vector<Candidate>& out) {
+  if (request.only && *request.only != layout.strategy) return;
+  if (request.world > 0 && request.world != layout.world()) return;
   std::vector<MachineSpec> ms;
   for (size_t i : subset) ms.push_back(request.machines[i]);
   // Equal split, split by speed, split by memory: machines that differ need one of the last two.
@@ -61,8 +65,11 @@ void try_layout(const PlanRequest& request, const std::vector<size_t>& subset, L
       else if (layout.pp == 1) layout.tensor_weights = w;
       else layout.stage_weights = stage_sums(w, layout.tp);
     }
+    const int tp = layout.tp;
+    const LinkSpec tensor_link = worst_link(request, subset, [&](size_t a, size_t b) { return a / tp == b / tp; });
+    const LinkSpec stage_link = worst_link(request, subset, [&](size_t a, size_t b) { return a / tp != b / tp; });
     try {
-      Prediction p = predict(request.model, layout, ms, worst_link(request, subset), request.work);
+      Prediction p = predict(request.model, layout, ms, tensor_link, stage_link, request.work);
       if (p.fits) out.push_back({std::move(p), subset});
     } catch (const Error&) {
       return;  // the model cannot be split this way (more ranks than heads, ...)
@@ -108,9 +115,13 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
     text += fmt::format("That does not fit one machine: the roomiest, {}, offers {:.1f} GB ({:.0f}% of {:g} GB). ",
                         roomiest->host, roomiest->memory_gb * kUsableMemoryFraction, kUsableMemoryFraction * 100,
                         roomiest->memory_gb);
-  text += fmt::format("Chosen: {} ({} on {}), predicting {:.1f} tok/s generation and {:.0f} tok/s prompt. ",
-                      strategy_words(p), p.layout.world() > 1 ? link_words(p.link) : "no links",
-                      request.link_source, p.gen_tok_s, p.prompt_tok_s);
+  const std::string links = p.layout.world() == 1            ? "no links"
+                            : p.layout.strategy == Strategy::Pipeline ? link_words(p.stage_link)
+                            : p.layout.strategy == Strategy::Tensor   ? link_words(p.link)
+                                                                      : link_words(p.link) + " inside tensor groups, " +
+                                                                            link_words(p.stage_link) + " between stages";
+  text += fmt::format("Chosen: {} ({}, {}), predicting {:.1f} tok/s generation and {:.0f} tok/s prompt. ",
+                      strategy_words(p), links, request.link_source, p.gen_tok_s, p.prompt_tok_s);
   const double per_token_sums = 2.0 * m.config.n_layers;
   if (p.layout.strategy == Strategy::Tensor || p.layout.strategy == Strategy::Hybrid) {
     text += fmt::format("Each machine reads only its share of the weights ({:.1f} ms per token) and the {:.0f} all-reduces "
@@ -182,6 +193,11 @@ Plan make_plan(const PlanRequest& request) {
                                            [](const MachineSpec& a, const MachineSpec& b) { return a.memory_gb < b.memory_gb; });
   const RankCost whole = predict(request.model, Layout::make(Strategy::Single, 1), {roomiest}, {}, request.work).ranks[0];
 
+  if (fitting.empty() && (request.only || request.world > 0))
+    throw Error(error_message("cluster", "plan refused: no {} plan{} fits {} ({} on one machine)",
+                              request.only ? parallel::strategy_name(*request.only) : std::string("possible"),
+                              request.world > 0 ? fmt::format(" over {} machines", request.world) : std::string(),
+                              request.model.name, need_words(whole)));
   if (fitting.empty()) {
     double usable = 0, total = 0;
     std::string per_machine;
@@ -258,6 +274,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
             {"messages_per_token", p.messages_per_token},
             {"speedup_vs_single", plan.single_gen_tok_s > 0 ? json(p.gen_tok_s / plan.single_gen_tok_s) : json(nullptr)}}},
           {"link", {{"latency_us", p.link.latency_us}, {"gbps", p.link.gbps}}},
+          {"stage_link", {{"latency_us", p.stage_link.latency_us}, {"gbps", p.stage_link.gbps}}},
           {"considered", std::move(considered)},
           {"explanation", plan.explanation}};
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Chooses single, pipeline, tensor or hybrid and the split, from the cost model's predictions.
 // Pure: model facts, machines and links in; a Plan with its reasons out. No sockets.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,11 @@ struct PlanRequest {
   std::vector<std::vector<LinkSpec>> links;
   LinkSpec default_link{300, 10};
   Workload work;
-  std::string link_source = "measured";  // said in the explanation: "measured", "what-if", ...
+  std::string link_source = "measured";
+  // Only plans of this strategy (what-if comparisons, benchmarks); empty: all.
+  std::optional<parallel::Strategy> only;
+  // Only plans over exactly this many machines; 0: any number.
+  int world = 0;  // said in the explanation: "measured", "what-if", ...
 };
 
 struct Plan {

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cluster/hardware_catalog.h"
 #include "core/error.h"
 
 namespace orchard::cluster {
@@ -84,6 +85,25 @@ std::optional<LinkSpec> pair_link(const Topology& t, const std::string& node_a, 
     link.gbps += c.gbps;
   }
   return link;
+}
+
+MachineSpec machine_spec(const Announcement& a) {
+  const std::string host = a.hostname.empty() ? a.node_id : a.hostname;
+  const double memory_gb = static_cast<double>(a.memory_total_bytes) / 1e9;
+  if (a.decode_gbs > 0 && a.compute_gflops > 0) return {host, memory_gb, a.decode_gbs, a.compute_gflops};
+  if (const ChipSpec* chip = HardwareCatalog::builtin().find(a.chip)) return machine_from_chip(*chip, memory_gb, host);
+  throw Error(error_message("cluster", "{}: its agent measured no bandwidth and its CPU '{}' is not in the catalog", host,
+                            a.cpu_brand));
+}
+
+std::vector<std::vector<LinkSpec>> link_matrix(const Topology& t, const LinkSpec& fallback) {
+  const size_t n = t.machines.size();
+  std::vector<std::vector<LinkSpec>> links(n, std::vector<LinkSpec>(n, fallback));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j)
+      if (i != j)
+        if (std::optional<LinkSpec> l = pair_link(t, t.machines[i].node_id, t.machines[j].node_id)) links[i][j] = *l;
+  return links;
 }
 
 }  // namespace orchard::cluster

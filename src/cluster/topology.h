@@ -32,4 +32,13 @@ std::string format_topology(const Topology& t);
 // nullopt when nothing was measured between them.
 std::optional<LinkSpec> pair_link(const Topology& t, const std::string& node_a, const std::string& node_b);
 
+// What the planner assumes for a machine: its measured decode bandwidth and compute rate when
+// its agent ran the probe, else the catalog's figures for its chip. Throws Error naming the
+// host when neither is known.
+MachineSpec machine_spec(const Announcement& a);
+
+// links[i][j] for the machines of `t` in order: measured figures where there are some, else
+// `fallback`.
+std::vector<std::vector<LinkSpec>> link_matrix(const Topology& t, const LinkSpec& fallback);
+
 }  // namespace orchard::cluster

@@ -24,7 +24,6 @@ constexpr int kContextTokens = 4096;
 constexpr double kPrefillSpeedup = 8;     // prompt tokens per second relative to decode
 constexpr double kDownloadBytesPerS = 100e6;
 constexpr double kMeanOfflineHours = 2;
-constexpr size_t kDispatchScan = 64;      // waiting jobs looked at per dispatch (no head-of-line block)
 
 struct SimModel {
   const char* name;
@@ -123,8 +122,8 @@ class Simulator {
       e.credits = static_cast<double>(book_.balance(ledger::node_account(cls))) / 1e6;
     }
     report_.utilization = online_hours > 0 ? busy_seconds_ / 3600 / online_hours : 0;
-    report_.jobs_in_flight = static_cast<int64_t>(jobs_.size() - waiting_.size());
-    report_.jobs_queued = static_cast<int64_t>(waiting_.size());
+    for (const auto& q : waiting_) report_.jobs_queued += static_cast<int64_t>(q.size());
+    report_.jobs_in_flight = static_cast<int64_t>(jobs_.size()) - report_.jobs_queued;
     report_.jobs_lost =
         report_.jobs_submitted - report_.jobs_completed - report_.jobs_in_flight - report_.jobs_queued;
     report_.queue_delay_p50_s = delay_.percentile(0.5);
@@ -212,9 +211,9 @@ class Simulator {
         for (; m < static_cast<int>(std::size(kModels)) - 1; ++m)
           if ((acc += kModels[m].share) >= r) break;
         int64_t id = next_job_++;
-        jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450)});
+        jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450), 0, {}, {}});
         report_.jobs_submitted++;
-        waiting_.push_back(id);
+        waiting_[m].push_back(id);
         dispatch();
         break;
       }
@@ -258,7 +257,7 @@ class Simulator {
         j.attempt++;  // the old lease's finish event is now stale
         j.nodes.clear();
         report_.requeued++;
-        waiting_.push_front(e.id);
+        waiting_[j.model].push_front(e.id);
         dispatch();
         break;
       }
@@ -291,23 +290,23 @@ class Simulator {
     jobs_.erase(id);
   }
 
+  // One FIFO per model: a job no unit can hold now (a 405B model waiting for a pod) never
+  // blocks the small jobs behind it.
   void dispatch() {
-    size_t looked = 0;
-    for (auto it = waiting_.begin(); it != waiting_.end() && looked < kDispatchScan; ++looked) {
-      SimJob& j = jobs_.at(*it);
-      const SimModel& m = kModels[j.model];
-      Demand d{m.name, static_cast<int64_t>(m.bytes),
-               static_cast<int64_t>(m.bytes + m.kv_bytes_per_token * kContextTokens), {}};
-      auto t0 = std::chrono::steady_clock::now();
-      auto choice = placement_.place(d);
-      placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-      report_.placements++;
-      if (!choice) {
-        ++it;
-        continue;
+    for (size_t m = 0; m < waiting_.size(); ++m) {
+      const SimModel& model = kModels[m];
+      Demand d{model.name, static_cast<int64_t>(model.bytes),
+               static_cast<int64_t>(model.bytes + model.kv_bytes_per_token * kContextTokens), {}};
+      while (!waiting_[m].empty()) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto choice = placement_.place(d);
+        placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        report_.placements++;
+        if (!choice) break;
+        int64_t id = waiting_[m].front();
+        waiting_[m].pop_front();
+        start(id, jobs_.at(id), *choice, model);
       }
-      start(*it, j, *choice, m);
-      it = waiting_.erase(it);
     }
   }
 
@@ -342,7 +341,7 @@ class Simulator {
     double& operator[](int i) { return r.try_emplace(i, 1.0).first->second; }
   } reliability_;
   std::unordered_map<int64_t, SimJob> jobs_;
-  std::deque<int64_t> waiting_;
+  std::vector<std::deque<int64_t>> waiting_ = std::vector<std::deque<int64_t>>(std::size(kModels));
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t next_job_ = 0;
   double now_ = 0, end_ = 0, busy_seconds_ = 0;

@@ -1,5 +1,6 @@
 #include "serve/chat_templates.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace orchard::serve {
@@ -68,7 +69,7 @@ TEST(ChatTemplates, FamilyFromTemplateMarkers) {
 model::Tokenizer vocab_with(std::vector<std::string> specials) {
   model::VocabData v;
   v.model = "gpt2";
-  for (int b = 0; b < 256; ++b) v.tokens.push_back(std::string(1, static_cast<char>('!' + b % 90)) + std::to_string(b));
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(fmt::format("t{}", b));
   v.kinds.assign(v.tokens.size(), model::TokenKind::Normal);
   for (auto& s : specials) {
     v.tokens.push_back(std::move(s));

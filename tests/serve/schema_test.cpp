@@ -199,7 +199,10 @@ std::vector<json> events(const std::string& sse) {
 
 TEST(Schema, ChatStreamEvents) {
   StreamWriter w(Endpoint::ChatCompletions, kMeta, true);
-  auto e = events(w.text("Hel") + w.text("lo") + w.end(FinishReason::Stop, {3, 2}));
+  std::string sse = w.text("Hel");  // one statement each: the order of a + b's operands is unspecified
+  sse += w.text("lo");
+  sse += w.end(FinishReason::Stop, {3, 2});
+  auto e = events(sse);
   ASSERT_EQ(e.size(), 5u);
   EXPECT_EQ(e[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(e[0]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", "Hel"}}));
@@ -215,7 +218,9 @@ TEST(Schema, ChatStreamEvents) {
 
 TEST(Schema, CompletionStreamEventsWithoutUsage) {
   StreamWriter w(Endpoint::Completions, kMeta, false);
-  auto e = events(w.text("a") + w.end(FinishReason::Length, {1, 1}));
+  std::string sse = w.text("a");
+  sse += w.end(FinishReason::Length, {1, 1});
+  auto e = events(sse);
   ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[0]["object"], "text_completion");
   EXPECT_EQ(e[0]["choices"][0]["text"], "a");

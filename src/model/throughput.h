@@ -1,0 +1,19 @@
+#pragma once
+// llama-bench-style throughput of a TokenModel: prompt processing of n_prompt tokens in
+// batches, and generation of n_gen tokens one at a time, on fixed pseudo-random token ids.
+#include <cstdint>
+
+#include "model/generate.h"
+
+namespace orchard::model {
+
+struct Throughput {
+  double prompt_tok_s = 0;  // n_prompt / seconds, mean over repetitions
+  double gen_tok_s = 0;     // n_gen / seconds, mean over repetitions
+};
+
+// Runs `repetitions` times after one warm-up pass; every rank of a parallel model must call it
+// with the same arguments. n_prompt + n_gen must fit the context.
+Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions);
+
+}  // namespace orchard::model

@@ -1,0 +1,604 @@
+#include "network/coordinator.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "network/ledger.h"
+
+namespace orchard::network {
+
+using nlohmann::json;
+
+int64_t wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+constexpr int64_t kDefaultMaxTokens = 256;
+constexpr int64_t kMaxMaxTokens = 32768;
+// A job's context estimate: its prompt in bytes (never fewer tokens than bytes) plus max_tokens.
+int64_t context_estimate(const json& request) {
+  int64_t bytes = 0;
+  if (request.contains("prompt")) bytes += static_cast<int64_t>(request["prompt"].get<std::string>().size());
+  if (request.contains("messages"))
+    for (const auto& m : request["messages"]) bytes += static_cast<int64_t>(m.value("content", "").size()) + 16;
+  return bytes + request.value("max_tokens", kDefaultMaxTokens);
+}
+
+}  // namespace
+
+Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
+    : store_(store),
+      options_(options),
+      clock_(std::move(clock)),
+      catalog_(HardwareCatalog::shipped()),
+      rng_(options.seed ? options.seed : std::random_device{}()) {
+  store_.migrate();
+  recover();
+}
+
+Coordinator::~Coordinator() = default;
+
+void Coordinator::recover() {
+  std::lock_guard lock(mu_);
+  for (const NodeRecord& r : store_.list_nodes()) {
+    NodeState& n = nodes_[r.id];
+    n.description = json::parse(r.description, nullptr, false);
+    n.seat = r.seat;
+    n.reliability = r.reputation;
+    n.mismatches = r.mismatches;
+    n.banned = r.banned;
+    n.jobs_failed = r.jobs_failed;
+    n.last_seen = r.last_seen;
+    // Until it speaks again a node is offline: its agent re-registers after a restart.
+    update_node_locked(r.id);
+  }
+  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back(j.id);
+  for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
+    // Its holder may still finish it; if not, the lease expires and the job returns.
+    live_[j.id].unit = j.node_id;
+    placement_.job_started(j.node_id);
+  }
+}
+
+KeyRecord Coordinator::authenticate(const std::string& secret) {
+  auto key = store_.find_key_by_secret(secret);
+  if (!key) throw ApiError(401, "[network] unknown API key");
+  if (key->banned) throw ApiError(403, "[network] this API key is banned");
+  return *key;
+}
+
+std::string Coordinator::add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min) {
+  return store_.create_key(name, quota_tokens, rate_per_min, clock_()).second;
+}
+
+json Coordinator::submit(const KeyRecord& key, const json& body) {
+  if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
+    throw ApiError(400, "[network] a job needs a \"model\"");
+  bool has_messages = body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
+  bool has_prompt = body.contains("prompt") && body["prompt"].is_string();
+  if (has_messages == has_prompt) throw ApiError(400, "[network] a job needs \"messages\" or \"prompt\" (one of them)");
+  if (has_messages)
+    for (const auto& m : body["messages"])
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string())
+        throw ApiError(400, "[network] each message needs a string \"role\" and \"content\"");
+  json request = {{"max_tokens", body.value("max_tokens", kDefaultMaxTokens)},
+                  {"temperature", body.value("temperature", 1.0)},
+                  {"top_p", body.value("top_p", 1.0)},
+                  {"top_k", body.value("top_k", 0)},
+                  // A fixed seed makes a re-run after a lost lease produce the same text.
+                  {"seed", body.value("seed", static_cast<uint64_t>(rng_() >> 1))}};
+  if (has_messages) request["messages"] = body["messages"];
+  else request["prompt"] = body["prompt"];
+  int64_t max_tokens = request["max_tokens"].get<int64_t>();
+  if (max_tokens < 1 || max_tokens > kMaxMaxTokens)
+    throw ApiError(400, fmt::format("[network] max_tokens must be in [1, {}]", kMaxMaxTokens));
+
+  std::lock_guard lock(mu_);
+  std::string model = body["model"].get<std::string>();
+  auto m = models_.find(model);
+  if (m == models_.end()) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
+  if (key.quota_tokens > 0 && key.tokens_used >= key.quota_tokens)
+    throw ApiError(429, fmt::format("[network] key '{}' used its quota of {} tokens", key.name, key.quota_tokens));
+  const int64_t now = clock_();
+  if (key.rate_per_min > 0) {
+    // Token bucket: rate_per_min submissions a minute, bursts up to the same number.
+    Bucket& b = rate_[key.id];
+    if (b.at == 0) b.tokens = static_cast<double>(key.rate_per_min);
+    b.tokens = std::min<double>(static_cast<double>(key.rate_per_min),
+                                b.tokens + static_cast<double>(now - b.at) * key.rate_per_min / 60000.0);
+    b.at = now;
+    if (b.tokens < 1) throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name,
+                                                      key.rate_per_min));
+    b.tokens -= 1;
+  }
+  JobRecord job;
+  job.id = "job-" + random_hex(12);
+  job.key_id = key.id;
+  job.model = model;
+  job.request = request.dump();
+  job.created_at = job.updated_at = now;
+  store_.insert_job(job);
+  live_[job.id];
+  queue_.push_back(job.id);
+  dispatch_locked();
+  return job_to_json(*store_.get_job(job.id));
+}
+
+json Coordinator::job_to_json(const JobRecord& j) {
+  json out = {{"id", j.id},
+              {"object", "job"},
+              {"model", j.model},
+              {"state", job_state_name(j.state)},
+              {"created", j.created_at / 1000},
+              {"attempts", j.attempt}};
+  if (j.state == JobState::Completed) {
+    json r = json::parse(j.result, nullptr, false);
+    out["text"] = r.value("text", "");
+    out["finish_reason"] = r.value("finish_reason", "stop");
+    out["usage"] = {{"prompt_tokens", j.prompt_tokens},
+                    {"completion_tokens", j.completion_tokens},
+                    {"total_tokens", j.prompt_tokens + j.completion_tokens}};
+    if (!j.verify_state.empty()) out["check"] = j.verify_state;
+  } else if (auto it = live_.find(j.id); it != live_.end()) {
+    out["text"] = it->second.text;
+  }
+  if (!j.error.empty()) out["error"] = j.error;
+  return out;
+}
+
+json Coordinator::job_json(const KeyRecord& key, const std::string& id) {
+  auto job = store_.get_job(id);
+  if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
+  std::lock_guard lock(mu_);
+  return job_to_json(*job);
+}
+
+json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
+  auto job = store_.get_job(id);
+  if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
+  std::lock_guard lock(mu_);
+  if (store_.cancel_job(id, clock_())) {
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    Live& live = live_[id];
+    if (!live.unit.empty()) placement_.job_finished(live.unit);
+    live.unit.clear();
+    live.done = true;
+    live.finish_reason = "cancelled";
+    for (auto& [nid, n] : nodes_)
+      n.inbox.erase(std::remove_if(n.inbox.begin(), n.inbox.end(), [&](const json& j) { return j["id"] == id; }),
+                    n.inbox.end());
+    changed_.notify_all();
+    dispatch_locked();
+  }
+  return job_to_json(*store_.get_job(id));
+}
+
+Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, size_t offset,
+                                std::chrono::steady_clock::time_point deadline) {
+  auto job = store_.get_job(id);
+  if (!job || job->key_id != key.id) throw ApiError(404, "[network] no such job");
+  auto finished = [&](const JobRecord& j) {
+    json r = json::parse(j.result, nullptr, false);
+    std::string text = j.state == JobState::Completed ? r.value("text", "") : "";
+    return Output{offset < text.size() ? text.substr(offset) : "", true, job_state_name(j.state),
+                  j.state == JobState::Completed ? r.value("finish_reason", "stop") : job_state_name(j.state)};
+  };
+  if (job->state == JobState::Completed || job->state == JobState::Failed || job->state == JobState::Cancelled)
+    return finished(*job);
+  std::unique_lock lock(mu_);
+  Live& live = live_[id];
+  changed_.wait_until(lock, deadline, [&] { return live.done || live.text.size() > offset; });
+  if (live.done) {
+    lock.unlock();
+    return finished(*store_.get_job(id));
+  }
+  return Output{offset < live.text.size() ? live.text.substr(offset) : "", false, "running", ""};
+}
+
+json Coordinator::models() {
+  std::lock_guard lock(mu_);
+  json data = json::array();
+  for (const auto& [name, m] : models_)
+    data.push_back({{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard-network"},
+                    {"size_bytes", m.bytes}, {"context_length", m.context_length}});
+  return {{"object", "list"}, {"data", data}};
+}
+
+json Coordinator::world() {
+  std::vector<NodeRecord> records = store_.list_nodes();
+  std::lock_guard lock(mu_);
+  json nodes = json::array();
+  int64_t online = 0, memory = 0, served = 0;
+  for (const NodeRecord& r : records) {
+    const NodeState& n = nodes_[r.id];
+    const json& d = n.description;
+    bool on = n.online && n.offering && !n.banned;
+    nodes.push_back({{"id", r.id},
+                     {"chip", d.value("chip", "")},
+                     {"memory_bytes", d.value("memory_bytes", int64_t{0})},
+                     {"region", r.region},
+                     {"seat", r.seat},
+                     {"pod", d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : ""},
+                     {"online", on},
+                     {"jobs_served", r.jobs_served},
+                     {"tok_s", r.tok_s}});
+    online += on;
+    if (on) memory += d.value("memory_bytes", int64_t{0});
+    served += r.jobs_served;
+  }
+  json totals = {{"nodes", records.size()},     {"online", online},
+                 {"memory_bytes_online", memory}, {"jobs_served", served},
+                 {"jobs_queued", queue_.size()},  {"pods", placement_.pod_count()},
+                 {"models", models_.size()}};
+  return {{"nodes", nodes}, {"totals", totals}};
+}
+
+void Coordinator::register_node(const std::string& node_id, const json& d) {
+  if (!d.is_object() || !d.contains("memory_bytes") || !d["memory_bytes"].is_number_integer() ||
+      !d.contains("models") || !d["models"].is_array())
+    throw ApiError(400, "[network] a node description needs memory_bytes and models");
+  for (const auto& m : d["models"])
+    if (!m.is_object() || !m.contains("name") || !m.contains("bytes") || !m["bytes"].is_number_integer())
+      throw ApiError(400, "[network] each model needs a name and bytes");
+  const int64_t now = clock_();
+  std::string seat = d.value("seat", "shared") == "dedicated" ? "dedicated" : "shared";
+  {
+    auto existing = store_.get_node(node_id);
+    NodeRecord r = existing ? *existing : NodeRecord{};
+    r.id = node_id;
+    r.description = d.dump();
+    r.seat = seat;
+    r.region = d.value("region", "");
+    if (!existing) r.registered_at = now;
+    r.last_seen = now;
+    r.online = true;
+    store_.upsert_node(r);
+  }
+  std::lock_guard lock(mu_);
+  NodeState& n = nodes_[node_id];
+  n.description = d;
+  n.seat = seat;
+  n.online = true;
+  n.offering = d.value("offering", true);
+  n.last_seen = now;
+  update_node_locked(node_id);
+  // A pod forms once every member has registered naming the same pod and members.
+  if (d.contains("pod") && d["pod"].is_object()) {
+    std::string pod_id = d["pod"].value("id", "");
+    auto members = d["pod"].value("members", std::vector<std::string>{});
+    bool all = !pod_id.empty() && members.size() > 1 && !placement_.has_node("pod:" + pod_id);
+    for (const std::string& m : members) {
+      auto it = nodes_.find(m);
+      all = all && it != nodes_.end() && it->second.description.contains("pod") &&
+            it->second.description["pod"].value("id", "") == pod_id;
+    }
+    if (all) {
+      double latency = 10;
+      if (d["pod"].contains("links"))
+        for (const auto& l : d["pod"]["links"]) latency = std::max(latency, l.value("latency_us", 10.0));
+      try {
+        placement_.add_pod(PodSpec{"pod:" + pod_id, members, latency});
+        for (const std::string& m : members) refresh_availability_locked(m);
+      } catch (const Error&) {
+        // A member already in another pod: the pod stays unformed until the members agree.
+      }
+    }
+  }
+  changed_.notify_all();
+  dispatch_locked();
+}
+
+void Coordinator::update_node_locked(const std::string& node_id) {
+  NodeState& n = nodes_[node_id];
+  const json& d = n.description;
+  n.chip = d.value("chip", "");
+  double bandwidth = d.value("memory_bandwidth_gbs", 0.0);
+  n.tier = "base";
+  if (auto chip = catalog_.find(n.chip)) {
+    // The catalog's figures win over the node's claims: a node cannot talk its way up.
+    n.tier = ledger::tier_name(chip->tier);
+    if (chip->memory_bandwidth_gbs > 0) bandwidth = chip->memory_bandwidth_gbs;
+  }
+  NodeSpec spec{node_id, d.value("memory_bytes", int64_t{0}), bandwidth, {}, n.reliability};
+  if (d.contains("models"))
+    for (const auto& m : d["models"]) {
+      std::string name = m.value("name", "");
+      spec.models.push_back(name);
+      ModelInfo& info = models_[name];
+      info.bytes = m.value("bytes", int64_t{0});
+      info.kv_bytes_per_token = m.value("kv_bytes_per_token", int64_t{0});
+      info.context_length = m.value("context_length", int64_t{4096});
+    }
+  placement_.add_node(spec);
+  refresh_availability_locked(node_id);
+}
+
+void Coordinator::refresh_availability_locked(const std::string& node_id) {
+  const NodeState& n = nodes_[node_id];
+  placement_.set_available(node_id, n.online && n.offering && !n.banned);
+}
+
+json Coordinator::heartbeat(const std::string& node_id, const json& state) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
+  NodeState& n = it->second;
+  if (n.banned) throw ApiError(403, "[network] this node is banned");
+  bool was_online = n.online;
+  n.online = true;
+  n.last_seen = clock_();
+  n.offering = state.value("offering", true);
+  if (!was_online) store_.set_node_online(node_id, true, n.last_seen);
+  if (!n.offering) {
+    // The owner is back: work not yet picked up goes to someone else at once.
+    while (!n.inbox.empty()) {
+      json j = n.inbox.front();
+      n.inbox.pop_front();
+      if (store_.requeue_job(j["id"], node_id, j["attempt"], clock_())) requeue_locked(j["id"], node_id, false);
+    }
+  }
+  refresh_availability_locked(node_id);
+  dispatch_locked();
+  return {{"ok", true}, {"online", n.online}, {"offering", n.offering}};
+}
+
+json Coordinator::poll(const std::string& node_id, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
+  if (it->second.banned) throw ApiError(403, "[network] this node is banned");
+  it->second.last_seen = clock_();
+  if (!it->second.online) {
+    it->second.online = true;
+    refresh_availability_locked(node_id);
+    dispatch_locked();
+  }
+  NodeState& n = it->second;
+  changed_.wait_until(lock, deadline, [&] { return !n.inbox.empty() || n.banned; });
+  n.last_seen = clock_();
+  if (n.inbox.empty()) return nullptr;
+  json j = n.inbox.front();
+  n.inbox.pop_front();
+  // The lease counts from pickup: time spent in the inbox is not the node's.
+  store_.renew_lease(j["id"], node_id, j["attempt"], clock_() + options_.lease_ms);
+  return j;
+}
+
+void Coordinator::progress(const std::string& node_id, const std::string& job_id, int64_t attempt, size_t offset,
+                           const std::string& text) {
+  if (!store_.renew_lease(job_id, node_id, attempt, clock_() + options_.lease_ms))
+    throw ApiError(409, "[network] the lease on this job is not yours any more");
+  std::lock_guard lock(mu_);
+  nodes_[node_id].last_seen = clock_();
+  Live& live = live_[job_id];
+  // A re-run after a lost lease repeats what clients already saw (same seed): only new bytes go out.
+  if (offset + text.size() > live.text.size() && offset <= live.text.size())
+    live.text += text.substr(live.text.size() - offset);
+  changed_.notify_all();
+}
+
+json Coordinator::complete(const std::string& node_id, const std::string& job_id, int64_t attempt,
+                           const json& result) {
+  auto job = store_.get_job(job_id);
+  if (!job) throw ApiError(404, "[network] no such job");
+  std::lock_guard lock(mu_);
+  if (job->kind == "verify") return complete_check_locked(node_id, *job, attempt, result);
+  auto node = nodes_.find(node_id);
+  if (node == nodes_.end()) throw ApiError(404, "[network] unknown node");
+  Completion c;
+  c.prompt_tokens = result.value("prompt_tokens", int64_t{0});
+  c.completion_tokens = result.value("completion_tokens", int64_t{0});
+  c.tok_s = result.value("tok_s", 0.0);
+  c.result = json{{"text", result.value("text", "")}, {"finish_reason", result.value("finish_reason", "stop")}}.dump();
+  const ModelInfo& model = models_[job->model];
+  int64_t amount = ledger::job_credits(c.prompt_tokens + c.completion_tokens, model.bytes,
+                                       ledger::parse_seat(node->second.seat), ledger::parse_tier(node->second.tier));
+  bool verifiable = result.contains("prompt_ids") && result.contains("output_ids");
+  bool check = verifiable && options_.verify_fraction > 0 &&
+               std::uniform_real_distribution<double>(0, 1)(rng_) < options_.verify_fraction;
+  c.txns = {ledger::settle_job(job_id, job->key_id, node_id, amount, check)};
+  if (check) c.verify_state = "pending";
+  CompleteOutcome outcome = store_.complete_job(job_id, node_id, attempt, c, clock_());
+  if (outcome == CompleteOutcome::Refused)
+    throw ApiError(409, "[network] the lease on this job is not yours any more");
+  if (outcome == CompleteOutcome::Completed) {
+    Live& live = live_[job_id];
+    if (!live.unit.empty()) placement_.job_finished(live.unit);
+    live.unit.clear();
+    live.done = true;
+    live.text = result.value("text", "");
+    live.finish_reason = result.value("finish_reason", "stop");
+    node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
+    placement_.set_reliability(node_id, node->second.reliability);
+    if (check) maybe_schedule_check_locked(*store_.get_job(job_id), result);
+    changed_.notify_all();
+    dispatch_locked();
+  }
+  return {{"ok", true}, {"credits", amount}, {"check", check}};
+}
+
+void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& result) {
+  json request = json::parse(job.request);
+  JobRecord check;
+  check.id = "chk-" + random_hex(12);
+  check.key_id = job.key_id;
+  check.kind = "verify";
+  check.model = job.model;
+  check.request = json{{"prompt_ids", result["prompt_ids"]},
+                       {"output_ids", result["output_ids"]},
+                       {"temperature", request.value("temperature", 1.0)},
+                       {"top_p", request.value("top_p", 1.0)},
+                       {"top_k", request.value("top_k", 0)}}
+                      .dump();
+  check.verify_of = job.id;
+  check.created_at = check.updated_at = clock_();
+  store_.insert_job(check);
+  queue_.push_back(check.id);
+}
+
+json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
+                                        const json& result) {
+  auto original = store_.get_job(check.verify_of);
+  auto verifier = nodes_.find(node_id);
+  if (!original || verifier == nodes_.end()) throw ApiError(404, "[network] no such job");
+  bool ok = result.value("ok", false);
+  const ModelInfo& model = models_[check.model];
+  int64_t held = store_.escrowed(original->id);
+  int64_t pay = static_cast<int64_t>(
+      static_cast<double>(ledger::job_credits(original->prompt_tokens + original->completion_tokens, model.bytes,
+                                              ledger::parse_seat(verifier->second.seat),
+                                              ledger::parse_tier(verifier->second.tier))) *
+      ledger::kVerifyRate);
+  Completion c;
+  c.result = result.dump();
+  c.prompt_tokens = original->prompt_tokens + original->completion_tokens;
+  c.txns = {ledger::pay_verifier(check.id, node_id, pay),
+            ok ? ledger::release_escrow(original->id, original->node_id, held)
+               : ledger::refund_escrow(original->id, original->key_id, held)};
+  CompleteOutcome outcome = store_.complete_job(check.id, node_id, attempt, c, clock_());
+  if (outcome == CompleteOutcome::Refused)
+    throw ApiError(409, "[network] the lease on this check is not yours any more");
+  if (outcome == CompleteOutcome::Completed) {
+    store_.set_verify_state(original->id, ok ? "ok" : "mismatch");
+    Live& live = live_[check.id];
+    if (!live.unit.empty()) placement_.job_finished(live.unit);
+    live_.erase(check.id);
+    if (!ok) {
+      NodeState& producer = nodes_[original->node_id];
+      producer.reliability = next_reliability(producer.reliability, Outcome::FailedCheck);
+      producer.mismatches++;
+      producer.banned = producer.mismatches >= options_.ban_after_mismatches;
+      store_.update_node_trust(original->node_id, producer.reliability, producer.mismatches, producer.banned,
+                               producer.jobs_failed);
+      placement_.set_reliability(original->node_id, producer.reliability);
+      refresh_availability_locked(original->node_id);
+    }
+    changed_.notify_all();
+    dispatch_locked();
+  }
+  return {{"ok", true}, {"credits", pay}};
+}
+
+void Coordinator::hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt) {
+  std::lock_guard lock(mu_);
+  if (store_.requeue_job(job_id, node_id, attempt, clock_())) {
+    requeue_locked(job_id, node_id, false);
+    dispatch_locked();
+  }
+}
+
+void Coordinator::requeue_locked(const std::string& job_id, const std::string& node_id, bool lost) {
+  Live& live = live_[job_id];
+  if (!live.unit.empty()) placement_.job_finished(live.unit);
+  live.unit.clear();
+  auto n = nodes_.find(node_id);
+  if (n != nodes_.end()) {
+    n->second.inbox.erase(std::remove_if(n->second.inbox.begin(), n->second.inbox.end(),
+                                         [&](const json& j) { return j["id"] == job_id; }),
+                          n->second.inbox.end());
+    if (lost) {
+      n->second.reliability = next_reliability(n->second.reliability, Outcome::LostLease);
+      n->second.jobs_failed++;
+      store_.update_node_trust(node_id, n->second.reliability, n->second.mismatches, n->second.banned,
+                               n->second.jobs_failed);
+      placement_.set_reliability(node_id, n->second.reliability);
+    }
+  }
+  // Back at the front: it has waited longest.
+  queue_.push_front(job_id);
+}
+
+Demand Coordinator::demand_for(const JobRecord& job) const {
+  const ModelInfo& m = models_.at(job.model);
+  json request = json::parse(job.request, nullptr, false);
+  int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), context_estimate(request));
+  Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}};
+  if (!job.verify_of.empty())
+    if (auto original = store_.get_job(job.verify_of)) d.exclude.insert(original->node_id);
+  return d;
+}
+
+void Coordinator::dispatch_locked() {
+  const int64_t now = clock_();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    auto job = store_.get_job(*it);
+    if (!job || job->state != JobState::Queued) {
+      it = queue_.erase(it);
+      continue;
+    }
+    if (!models_.count(job->model)) {
+      ++it;
+      continue;
+    }
+    auto choice = placement_.place(demand_for(*job));
+    if (!choice) {
+      ++it;
+      continue;
+    }
+    // A pod's job goes to its first member, which runs it across the pod.
+    const std::string& leader = choice->nodes.front();
+    auto attempt = store_.lease_job(job->id, leader, now + options_.lease_ms, now);
+    if (!attempt) {
+      it = queue_.erase(it);
+      continue;
+    }
+    placement_.job_started(choice->unit);
+    live_[job->id].unit = choice->unit;
+    nodes_[leader].inbox.push_back({{"id", job->id},
+                                    {"attempt", *attempt},
+                                    {"kind", job->kind},
+                                    {"model", job->model},
+                                    {"request", json::parse(job->request)},
+                                    {"nodes", choice->nodes}});
+    it = queue_.erase(it);
+  }
+  changed_.notify_all();
+}
+
+void Coordinator::tick() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_();
+  for (auto& [job_id, node_id] : store_.expire_leases(now)) requeue_locked(job_id, node_id, true);
+  for (auto& [id, n] : nodes_) {
+    if (n.online && n.last_seen < now - options_.offline_after_ms) {
+      n.online = false;
+      store_.set_node_online(id, false, n.last_seen);
+      refresh_availability_locked(id);
+    }
+  }
+  dispatch_locked();
+}
+
+json Coordinator::node_status(const std::string& node_id) {
+  auto r = store_.get_node(node_id);
+  if (!r) throw ApiError(404, "[network] unknown node: register first");
+  json lines = json::array();
+  for (const StatementLine& l : store_.statement(ledger::node_account(node_id), 50))
+    lines.push_back({{"txn", l.txn_id}, {"job", l.job_id}, {"memo", l.memo}, {"amount", l.amount},
+                     {"at", l.created_at}});
+  std::lock_guard lock(mu_);
+  const NodeState& n = nodes_[node_id];
+  return {{"id", node_id},
+          {"online", n.online},
+          {"offering", n.offering},
+          {"banned", n.banned},
+          {"seat", r->seat},
+          {"tier", n.tier},
+          {"jobs_served", r->jobs_served},
+          {"jobs_failed", r->jobs_failed},
+          {"reputation", r->reputation},
+          {"mismatches", r->mismatches},
+          {"balance", store_.balance(ledger::node_account(node_id))},
+          {"statement", lines}};
+}
+
+size_t Coordinator::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace orchard::network

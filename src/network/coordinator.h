@@ -1,0 +1,150 @@
+#pragma once
+// The coordinator's service core: API keys with quotas and rate limits, node registration and
+// liveness, jobs with leases, placement, completion with the ledger, and spot checks. No HTTP:
+// http_api.cpp maps requests onto these calls (after checking node signatures), and tests call
+// them directly. Thread-safe; waits (long-poll, output streaming) take deadlines.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "network/catalog.h"
+#include "network/placement.h"
+#include "network/store/store.h"
+
+namespace orchard::network {
+
+// A refusal the client can act on, with the HTTP status it maps to.
+class ApiError : public Error {
+ public:
+  ApiError(int status, const std::string& message) : Error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+struct CoordinatorOptions {
+  int64_t lease_ms = 15000;          // a job's lease: renewed by the holder's progress reports
+  int64_t offline_after_ms = 15000;  // a node unheard of this long is offline
+  double verify_fraction = 0.0;      // share of verifiable jobs checked on a second node
+  int64_t ban_after_mismatches = 3;
+  int64_t default_quota_tokens = 0;  // for new keys; 0: unlimited
+  int64_t default_rate_per_min = 0;
+  uint64_t seed = 0;                 // 0: random (which jobs get checked)
+};
+
+using Clock = std::function<int64_t()>;  // milliseconds since the epoch
+int64_t wall_clock_ms();
+
+struct Output {
+  std::string text;      // from the requested offset
+  bool done = false;
+  std::string state;     // job state name
+  std::string finish_reason;
+};
+
+class Coordinator {
+ public:
+  Coordinator(Store& store, CoordinatorOptions options, Clock clock = wall_clock_ms);
+  ~Coordinator();
+
+  // Clients. authenticate throws ApiError 401; the others take the authenticated key.
+  KeyRecord authenticate(const std::string& secret);
+  // body: {"model", "messages" | "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"}.
+  // Returns the job as job_json. 400 bad request, 404 unknown model, 429 quota or rate.
+  nlohmann::json submit(const KeyRecord& key, const nlohmann::json& body);
+  nlohmann::json job_json(const KeyRecord& key, const std::string& id);  // 404 for another key's job
+  nlohmann::json cancel(const KeyRecord& key, const std::string& id);
+  // The job's output from byte `offset`, waiting until there is more or it is done or the
+  // deadline passes.
+  Output wait_output(const KeyRecord& key, const std::string& id, size_t offset,
+                     std::chrono::steady_clock::time_point deadline);
+  nlohmann::json models();  // OpenAI /v1/models shape
+  nlohmann::json world();   // public: nodes and totals
+
+  // Nodes (already authenticated by signature: node_id is the public key).
+  void register_node(const std::string& node_id, const nlohmann::json& description);
+  // state: {"offering": bool}. Returns {"ok": true} or 403 when banned / 404 unregistered.
+  nlohmann::json heartbeat(const std::string& node_id, const nlohmann::json& state);
+  // The next job for this node, or null at the deadline.
+  nlohmann::json poll(const std::string& node_id, std::chrono::steady_clock::time_point deadline);
+  // Streams text (bytes [offset, offset + text.size()) of the attempt's output) and renews the
+  // lease. 409 when the lease is no longer this node's (it must stop).
+  void progress(const std::string& node_id, const std::string& job_id, int64_t attempt, size_t offset,
+                const std::string& text);
+  // result: {"text", "finish_reason", "prompt_tokens", "completion_tokens", "tok_s",
+  // ["prompt_ids", "output_ids"]} or for checks {"ok", "checked", "mismatch_at"}.
+  // Idempotent for the same attempt; 409 for a lost lease.
+  nlohmann::json complete(const std::string& node_id, const std::string& job_id, int64_t attempt,
+                          const nlohmann::json& result);
+  void hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt);
+  nlohmann::json node_status(const std::string& node_id);  // record, balance, statement
+
+  // Expires leases and silent nodes, and places what waits. Call about once a second.
+  void tick();
+  std::string add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min);
+  Store& store() { return store_; }
+  size_t queued() const;
+
+ private:
+  struct ModelInfo {
+    int64_t bytes = 0;
+    int64_t kv_bytes_per_token = 0;
+    int64_t context_length = 0;
+  };
+  struct NodeState {
+    nlohmann::json description;
+    std::string seat, tier, chip;
+    bool online = false, offering = false, banned = false;
+    int64_t last_seen = 0;
+    double reliability = 1;
+    int64_t mismatches = 0, jobs_failed = 0;
+    std::deque<nlohmann::json> inbox;  // leased to this node, not yet picked up
+  };
+  struct Live {
+    std::string text;
+    bool done = false;
+    std::string finish_reason;
+    std::string unit;  // the placement unit holding it while leased
+  };
+  struct Bucket {
+    double tokens = 0;
+    int64_t at = 0;
+  };
+
+  void recover();  // rebuilds memory from the store after a start
+  void dispatch_locked();
+  void requeue_locked(const std::string& job_id, const std::string& node_id, bool lost);
+  void update_node_locked(const std::string& node_id);
+  void refresh_availability_locked(const std::string& node_id);
+  Demand demand_for(const JobRecord& job) const;
+  nlohmann::json job_to_json(const JobRecord& job);
+  void maybe_schedule_check_locked(const JobRecord& job, const nlohmann::json& result);
+  nlohmann::json complete_check_locked(const std::string& node_id, const JobRecord& job, int64_t attempt,
+                                       const nlohmann::json& result);
+
+  Store& store_;
+  CoordinatorOptions options_;
+  Clock clock_;
+  HardwareCatalog catalog_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  Placement placement_;
+  std::unordered_map<std::string, NodeState> nodes_;
+  std::map<std::string, ModelInfo> models_;
+  std::deque<std::string> queue_;  // queued job ids, oldest first
+  std::unordered_map<std::string, Live> live_;
+  std::unordered_map<std::string, Bucket> rate_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace orchard::network

@@ -1,0 +1,57 @@
+#include "parallel/split_run.h"
+
+#include <cstdlib>
+#include <cstdio>
+#include <thread>
+
+#include "comm/bootstrap.h"
+#include "comm/launcher.h"
+#include "core/error.h"
+
+namespace orchard::parallel {
+namespace {
+
+int tensor_group_size(const SplitOptions& o, int world) {
+  if (o.pp > 0 && o.tp > 0 && o.pp * o.tp != world)
+    throw Error(error_message("parallel", "--tp {} × --pp {} is not the world of {} ranks", o.tp, o.pp, world));
+  if (o.tp > 0) return o.tp;
+  if (o.pp > 0 && world % o.pp == 0) return world / o.pp;
+  if (o.pp > 0) throw Error(error_message("parallel", "--pp {} does not divide the world of {} ranks", o.pp, world));
+  return 0;
+}
+
+}  // namespace
+
+int threads_per_local_rank(const SplitOptions& o) {
+  if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) return 0;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, o.world));
+}
+
+void run_split(const SplitOptions& o, const std::function<void(comm::Group*, const Layout&)>& fn) {
+  const Strategy strategy = parse_strategy(o.strategy);
+  if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    comm::Group group = comm::init(comm::config_from_env());
+    const Layout layout = Layout::make(strategy, group.size(), tensor_group_size(o, group.size()));
+    fn(group.size() > 1 ? &group : nullptr, layout);
+    return;
+  }
+  if (o.world == 1 && strategy == Strategy::Single) {
+    fn(nullptr, Layout{});
+    return;
+  }
+  const Layout layout = Layout::make(strategy, o.world, tensor_group_size(o, o.world));
+  comm::Config base;
+  base.backend = comm::parse_backend(o.backend);
+  base.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  base.link.latency_us = o.link_latency_us;
+  base.link.gbps = o.link_gbps;
+  comm::LocalLaunchOptions launch;
+  launch.pin_cpus = o.pin_cpus;
+  std::fflush(stdout);  // the children inherit stdio buffers
+  std::fflush(stderr);
+  auto exits = comm::spawn_local_ranks(o.world, base, [&](comm::Group& group) { fn(&group, layout); }, launch);
+  for (const auto& e : exits)
+    if (!e.ok()) throw Error(error_message("parallel", "rank {} failed: {}", e.rank, e.describe()));
+}
+
+}  // namespace orchard::parallel

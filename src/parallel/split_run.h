@@ -1,0 +1,32 @@
+#pragma once
+// Runs a function as every rank of a split job: in this process alone (single), in N forked
+// local ranks (`--world N`), or as the one rank this process is when `orchard launch` or
+// mpirun started it (ORCHARD_WORLD / OMPI_COMM_WORLD_SIZE in the environment).
+#include <functional>
+#include <string>
+
+#include "comm/group.h"
+#include "parallel/layout.h"
+
+namespace orchard::parallel {
+
+struct SplitOptions {
+  int world = 1;
+  std::string strategy = "single";
+  int tp = 0;  // hybrid: ranks per tensor group
+  int pp = 0;  // hybrid: pipeline stages (tp = world / pp)
+  std::string backend = "shm";
+  double link_latency_us = 0;
+  double link_gbps = 0;
+  double timeout_s = 10;
+  bool pin_cpus = false;
+};
+
+// Calls fn(group, layout) on every rank (group == nullptr for a single rank). Throws Error
+// naming the first rank that failed.
+void run_split(const SplitOptions& options, const std::function<void(comm::Group*, const Layout&)>& fn);
+
+// Threads each local rank should use when the user did not say: the cores shared out.
+int threads_per_local_rank(const SplitOptions& options);
+
+}  // namespace orchard::parallel

@@ -1,0 +1,172 @@
+// The CLI as a user runs it: `orchard run --world N` ends with an error naming a rank that
+// died, within the comm timeout, leaving no process behind; `orchard launch` starts ranks
+// through an ssh stand-in and gives the same tokens as one process.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "model/model_files.h"
+
+namespace orchard {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Children of `parent`, read from /proc (Linux only: the test skips elsewhere).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+struct Finished {
+  int exit_code;
+  std::string stderr_text;
+  double seconds;
+};
+
+// Starts argv with stderr to a file; returns its pid.
+pid_t start(const std::vector<std::string>& argv, const std::string& stderr_path, const std::string& stdout_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(stderr_path.c_str(), "w", stderr);
+    freopen(stdout_path.c_str(), "w", stdout);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::seconds limit) {
+  const auto begin = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - begin > limit) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "still running after " << limit.count() << " s";
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  std::ifstream err(stderr_path);
+  std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count()};
+}
+
+class RankKilled : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(RankKilled, CallerNamesTheRankAndNothingIsLeft) {
+  if (!std::filesystem::exists("/proc/self/stat")) GTEST_SKIP() << "needs /proc to find the ranks";
+  const auto& [strategy, backend] = GetParam();
+  const std::string model = testing::synthetic_model("llama", "small", "q8_0");
+  const std::string dir = ::testing::TempDir();
+  const std::string err = dir + "/fault-err.txt", out = dir + "/fault-out.txt";
+  pid_t launcher = start({ORCHARD_BINARY, "run", "-m", model, "-p", "Once upon a time", "-n", "100000", "--ctx",
+                          "2048", "--world", "2", "--strategy", strategy, "--backend", backend, "--threads", "1",
+                          "--comm-timeout", "2"},
+                         err, out);
+  // Wait until both ranks run and have generated something.
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 500 && ranks.size() < 2; ++i) {
+    std::this_thread::sleep_for(20ms);
+    ranks = children_of(launcher);
+  }
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start";
+  for (int i = 0; i < 500 && std::filesystem::file_size(out) == 0; ++i) std::this_thread::sleep_for(20ms);
+  std::sort(ranks.begin(), ranks.end());  // forked in rank order
+  kill(ranks[1], SIGKILL);
+
+  Finished f = wait_for(launcher, err, 30s);
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_NE(f.stderr_text.find("rank 1"), std::string::npos) << f.stderr_text;
+  EXPECT_LT(f.seconds, 2 + 5 + 3) << "timeout 2 s, launcher grace 5 s, slack";
+  for (pid_t r : ranks) EXPECT_FALSE(alive(r)) << "rank process " << r << " left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, RankKilled,
+                         ::testing::Values(std::make_pair("pipeline", "shm"), std::make_pair("tensor", "ring")),
+                         [](const auto& info) { return info.param.first + "_" + info.param.second; });
+
+// `orchard launch --hostfile` over an ssh stand-in that runs the remote command here.
+TEST(Launch, HostfileRanksMatchOneProcess) {
+  const std::string model = testing::synthetic_model("qwen2", "tiny", "q4_0");
+  const std::string dir = ::testing::TempDir();
+  const std::string fake_ssh = dir + "/fake-ssh.sh", hostfile = dir + "/hosts.json";
+  {
+    std::ofstream s(fake_ssh);
+    // ssh -o BatchMode=yes HOST COMMAND: run COMMAND in a local shell.
+    s << "#!/bin/sh\nshift 3\nexec sh -c \"$1\"\n";
+  }
+  std::filesystem::permissions(fake_ssh, std::filesystem::perms::owner_all);
+  {
+    std::ofstream h(hostfile);
+    h << R"([{"ssh": "mac-1", "ips": ["127.0.0.1"]}, {"ssh": "mac-2", "ips": ["127.0.0.1"]}])";
+  }
+  auto run_json = [&](std::vector<std::string> argv) {
+    const std::string err = dir + "/launch-err.txt", out = dir + "/launch-out.txt";
+    Finished f = wait_for(start(argv, err, out), err, 60s);
+    EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+    std::ifstream o(out);
+    std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+    return nlohmann::json::parse(text, nullptr, false);
+  };
+  const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello", "-n", "24", "--json"};
+  auto single = run_json(run);
+  std::vector<std::string> launched = {ORCHARD_BINARY, "launch", "--hostfile", hostfile, "--ssh", fake_ssh,
+                                       "--port", std::to_string(36000 + getpid() % 2000), "--"};
+  launched.insert(launched.end(), run.begin(), run.end());
+  launched.insert(launched.end(), {"--strategy", "pipeline"});
+  auto split = run_json(launched);
+  ASSERT_TRUE(single.contains("tokens") && split.contains("tokens"));
+  EXPECT_EQ(split["tokens"], single["tokens"]);
+}
+
+TEST(Launch, LocalRanksMatchOneProcess) {
+  const std::string model = testing::synthetic_model("qwen3", "tiny", "q8_0");
+  const std::string dir = ::testing::TempDir();
+  auto run_json = [&](std::vector<std::string> argv) {
+    const std::string err = dir + "/local-err.txt", out = dir + "/local-out.txt";
+    Finished f = wait_for(start(argv, err, out), err, 60s);
+    EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+    std::ifstream o(out);
+    std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+    return nlohmann::json::parse(text, nullptr, false);
+  };
+  const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello", "-n", "24", "--json"};
+  auto single = run_json(run);
+  std::vector<std::string> launched = {ORCHARD_BINARY, "launch", "-n", "2", "--"};
+  launched.insert(launched.end(), run.begin(), run.end());
+  launched.insert(launched.end(), {"--strategy", "pipeline"});
+  auto split = run_json(launched);
+  ASSERT_TRUE(single.contains("tokens") && split.contains("tokens"));
+  EXPECT_EQ(split["tokens"], single["tokens"]);
+}
+
+}  // namespace
+}  // namespace orchard
