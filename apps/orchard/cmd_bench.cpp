@@ -21,7 +21,7 @@ void add_bench_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt and generation tok/s, like llama-bench");
-  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")->required();
   cmd->add_option("-p,--prompt-tokens", o->prompt, "Prompt tokens (pp)")->capture_default_str();
   cmd->add_option("-n,--gen-tokens", o->generate, "Generated tokens (tg)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repetitions, "Measured repetitions after a warm-up")->capture_default_str();

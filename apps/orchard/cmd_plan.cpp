@@ -1,1 +1,198 @@
-// placeholder: being written
+// `orchard plan`: which split to run a model with on these machines, and how fast it should
+// be. Machine facts come from the agents (--discover, or each --hostfile host's agent), from
+// the catalog (--chip), or from measuring this machine; what-if flags override any of them.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cluster/agent.h"
+#include "cluster/hardware_catalog.h"
+#include "cluster/local_machine.h"
+#include "cluster/machine_probe.h"
+#include "cluster/planner.h"
+#include "comm/bootstrap.h"
+#include "comm/transport/tcp/socket.h"
+#include "commands.h"
+#include "core/error.h"
+
+namespace orchard::app {
+namespace {
+
+struct PlanFlags {
+  std::string model, hostfile, strategy;
+  bool discover = false, json = false;
+  std::vector<std::string> chips;
+  int machines = 0, world = 0, threads = 0;
+  double memory_gb = 0, memory_bw_gbs = 0, compute_gflops = 0;
+  double link_latency_us = -1, link_gbps = -1;
+  cluster::Workload work;
+  int32_t context = 0;
+  std::string cluster = "orchard", secret;
+  uint16_t port = cluster::kDiscoveryPort, agent_port = cluster::kAgentPort;
+  double wait_s = 3;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(error_message("cluster", "cannot read {}", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool is_local(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
+// This machine, measured, shared by `count` ranks (they split its memory).
+cluster::MachineSpec local_machine_spec(const PlanFlags& f, int count, int index) {
+  static const cluster::MachineProbe probe = cluster::probe_machine(f.threads);
+  static const cluster::LocalMachine me = cluster::detect_local_machine();
+  return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
+          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs, probe.compute_gflops};
+}
+
+cluster::MachineSpec catalog_machine(const PlanFlags& f, size_t index, const std::string& host) {
+  const cluster::ChipSpec& chip = cluster::HardwareCatalog::builtin().chip(f.chips[std::min(index, f.chips.size() - 1)]);
+  // Without --memory, the largest configuration the chip is sold with.
+  const double memory = f.memory_gb > 0 ? f.memory_gb : chip.memory_options_gb.back();
+  return cluster::machine_from_chip(chip, memory, host);
+}
+
+// Machines and measured links of the hosts of a hostfile: each host's agent when it answers,
+// else the catalog (--chip), else this machine when the host is local.
+void hostfile_machines(const PlanFlags& f, cluster::PlanRequest& r, std::vector<std::string>& sources) {
+  const auto ranks = comm::parse_hostfile(read_text(f.hostfile), comm::kDefaultBasePort);
+  std::vector<std::string> nodes;
+  cluster::Topology all;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string host = comm::tcp::parse_endpoint(ranks[i].front()).host;
+    try {
+      const cluster::Topology t = cluster::topology_from_json(nlohmann::json::parse(
+          cluster::query_topology(host, f.agent_port, f.cluster, f.secret, std::chrono::milliseconds(1500))));
+      // The agent that answered is the machine holding `host` among its addresses.
+      const cluster::Announcement* me = &t.machines.front();
+      for (const cluster::Announcement& a : t.machines)
+        for (const cluster::NetInterface& n : a.interfaces)
+          if (n.address == host) me = &a;
+      r.machines.push_back(cluster::machine_spec(*me));
+      nodes.push_back(me->node_id);
+      all.links.insert(all.links.end(), t.links.begin(), t.links.end());
+      sources.push_back("agent");
+      continue;
+    } catch (const Error& e) {
+      if (f.chips.empty() && !is_local(host))
+        throw Error(error_message("cluster", "{}: no agent answered ({}) and no --chip says what it is", host, e.what()));
+    }
+    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, static_cast<int>(ranks.size()), static_cast<int>(i)));
+    nodes.push_back("");
+    sources.push_back(f.chips.empty() ? "probe" : "catalog");
+  }
+  r.links.assign(ranks.size(), std::vector<cluster::LinkSpec>(ranks.size(), r.default_link));
+  for (size_t i = 0; i < ranks.size(); ++i)
+    for (size_t j = 0; j < ranks.size(); ++j)
+      if (i != j && !nodes[i].empty() && !nodes[j].empty())
+        if (auto l = cluster::pair_link(all, nodes[i], nodes[j])) r.links[i][j] = *l;
+}
+
+void run_plan(PlanFlags f) {
+  cluster::PlanRequest r;
+  r.model = std::filesystem::exists(f.model) ? cluster::ModelFacts::from_gguf(model::gguf::Reader::open(f.model))
+                                             : cluster::ModelFacts::from_preset(f.model);
+  r.work = f.work;
+  r.work.context = f.context > 0 ? f.context : r.model.config.context_length;
+  std::vector<std::string> sources;
+  bool all_local = false;
+  r.default_link = {300, 10};  // unmeasured pairs: a typical TCP link over Thunderbolt or 10 GbE
+  r.link_source = "measured";
+  if (f.discover) {
+    const cluster::Topology t = cluster::find_cluster(f.cluster, f.secret, f.port, f.agent_port,
+                                                      std::chrono::milliseconds(static_cast<int64_t>(f.wait_s * 1000)));
+    if (t.machines.empty()) throw Error(error_message("cluster", "no agent of cluster '{}' found", f.cluster));
+    for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
+    r.links = cluster::link_matrix(t, r.default_link);
+  } else if (!f.hostfile.empty()) {
+    hostfile_machines(f, r, sources);
+  } else {
+    const int count = std::max(1, f.machines);
+    for (int i = 0; i < count; ++i)
+      r.machines.push_back(f.chips.empty() ? local_machine_spec(f, count, i)
+                                           : catalog_machine(f, static_cast<size_t>(i), fmt::format("mac{}", i)));
+    all_local = f.chips.empty();
+    if (all_local) {
+      r.default_link = {0, 0};  // ranks on one machine: shared memory
+      r.link_source = "one machine";
+    } else {
+      r.link_source = "assumed TCP";
+    }
+  }
+  // What-if overrides.
+  for (cluster::MachineSpec& m : r.machines) {
+    if (f.memory_gb > 0) m.memory_gb = f.memory_gb;
+    if (f.memory_bw_gbs > 0) m.memory_bw_gbs = f.memory_bw_gbs;
+    if (f.compute_gflops > 0) m.compute_gflops = f.compute_gflops;
+  }
+  if (f.link_latency_us >= 0 || f.link_gbps >= 0) {
+    auto apply = [&](cluster::LinkSpec& l) {
+      if (f.link_latency_us >= 0) l.latency_us = f.link_latency_us;
+      if (f.link_gbps >= 0) l.gbps = f.link_gbps;
+    };
+    apply(r.default_link);
+    for (auto& row : r.links)
+      for (auto& l : row) apply(l);
+    r.link_source = "what-if";
+  }
+  if (!f.strategy.empty()) r.only = parallel::parse_strategy(f.strategy);
+  r.world = f.world;
+
+  const cluster::Plan plan = cluster::make_plan(r);
+  if (f.json) {
+    nlohmann::json j = cluster::plan_to_json(plan);
+    nlohmann::json machines = nlohmann::json::array();
+    for (size_t i = 0; i < r.machines.size(); ++i) {
+      const cluster::MachineSpec& m = r.machines[i];
+      machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gbs", m.memory_bw_gbs},
+                          {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
+    }
+    j["machines"] = std::move(machines);
+    j["model"] = {{"name", r.model.name}, {"weights_gb", r.model.total_bytes() / 1e9}, {"context", r.work.context}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << cluster::format_plan(plan);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Choose single, pipeline, tensor or hybrid for a model on these machines");
+  auto f = std::make_shared<PlanFlags>();
+  if (const char* c = std::getenv("ORCHARD_CLUSTER")) f->cluster = c;
+  if (const char* s = std::getenv("ORCHARD_CLUSTER_SECRET")) f->secret = s;
+  cmd->add_option("-m,--model", f->model, "GGUF file, or a preset shape:type such as llama-70b:q4_k_m")->required();
+  cmd->add_option("--hostfile", f->hostfile, "MLX-style JSON hostfile: the machines to plan for")->check(CLI::ExistingFile);
+  cmd->add_flag("--discover", f->discover, "Plan for the agents found on the LAN");
+  cmd->add_option("--chip", f->chips, "Catalog chip of each machine (one for all, or one per machine), e.g. \"M4 Max\"");
+  cmd->add_option("--machines", f->machines, "Without hostfile or discovery: how many machines (this one, or --chip)");
+  cmd->add_option("--memory", f->memory_gb, "What-if: memory of every machine, GB");
+  cmd->add_option("--memory-bw-gbs", f->memory_bw_gbs, "What-if: effective decode memory bandwidth of every machine, GB/s");
+  cmd->add_option("--compute-gflops", f->compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
+  cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
+  cmd->add_option("--link-gbps", f->link_gbps, "What-if: bandwidth of every link, Gb/s (0: unlimited)");
+  cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid)");
+  cmd->add_option("--world", f->world, "Only consider plans over this many machines");
+  cmd->add_option("-c,--ctx", f->context, "Context length to reserve KV cache for (default: the model's)");
+  cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();
+  cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();
+  cmd->add_option("--position", f->work.position, "Context position generation runs at (KV cache read)")->capture_default_str();
+  cmd->add_option("-t,--threads", f->threads, "Threads per rank when measuring this machine (default: all cores)");
+  cmd->add_option("--cluster", f->cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
+  cmd->add_option("--secret", f->secret, "Cluster secret (env ORCHARD_CLUSTER_SECRET)");
+  cmd->add_option("--port", f->port, "UDP port of announcements")->capture_default_str();
+  cmd->add_option("--agent-port", f->agent_port, "TCP port of the agents")->capture_default_str();
+  cmd->add_option("--wait", f->wait_s, "--discover without a local agent: seconds to listen")->capture_default_str();
+  cmd->add_flag("--json", f->json, "Print JSON: {strategy, tp, pp, assignment, predicted, explanation, ...}");
+  cmd->callback([f] { run_plan(*f); });
+}
+
+}  // namespace orchard::app

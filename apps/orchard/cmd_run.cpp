@@ -36,8 +36,11 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   parallel::EngineOptions options = o.engine;
   options.allow_repack = !o.no_repack;
   ProgressBar bar("loading " + options.model_path);
+  ProgressBar receiving("receiving this rank's shard from rank 0");
   if (speaker) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  options.on_receive_progress = [&](size_t done, size_t total) { receiving.update(done, total); };
   parallel::Engine engine(options, group);
+  receiving.finish();
   bar.finish();
 
   const auto& tokenizer = engine.tokenizer();
@@ -87,7 +90,7 @@ void run(RunOptions o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, on one process or split over several ranks");
-  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();

@@ -235,7 +235,12 @@ Plan make_plan(const PlanRequest& request) {
   plan.predicted = best->prediction;
   for (const Candidate& c : fitting) {
     if (c.machines.size() == 1) plan.single_gen_tok_s = std::max(plan.single_gen_tok_s, c.prediction.gen_tok_s);
-    plan.considered.push_back(c.prediction);
+    // The best variant of each shape only (fitting is sorted best first).
+    const Layout& l = c.prediction.layout;
+    const bool seen = std::any_of(plan.considered.begin(), plan.considered.end(), [&](const Prediction& q) {
+      return q.layout.strategy == l.strategy && q.layout.tp == l.tp && q.layout.pp == l.pp;
+    });
+    if (!seen) plan.considered.push_back(c.prediction);
   }
   plan.explanation = explain(request, *best, fitting, whole, more_machines);
   return plan;

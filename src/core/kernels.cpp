@@ -35,6 +35,8 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
   switch (layout) {
     case kernels::kQ4_0x16: return set.q4_0x16;
     case kernels::kQ8_0x16: return set.q8_0x16;
+    case kernels::kQ4_Kx16: return set.q4_kx16;
+    case kernels::kQ6_Kx16: return set.q6_kx16;
     default: break;
   }
   switch (type) {
@@ -53,6 +55,8 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
 Layout interleaved_layout(TensorType type) {
   if (type == TensorType::Q4_0) return kernels::kQ4_0x16;
   if (type == TensorType::Q8_0) return kernels::kQ8_0x16;
+  if (type == TensorType::Q4_K) return kernels::kQ4_Kx16;
+  if (type == TensorType::Q6_K) return kernels::kQ6_Kx16;
   return kernels::kRows;
 }
 
@@ -145,12 +149,13 @@ void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
     dequantize_row_reference(type_, static_cast<const uint8_t*>(data_) + row_bytes(type_, cols_) * static_cast<size_t>(r), dst, cols_);
     return;
   }
-  // Interleaved copies hold Q4_0 or Q8_0 blocks of 32 (BlockQ8_0 is the larger of the two).
-  int64_t n_blocks = cols_ / 32;
-  BlockQ8_0 block;
+  // Each block is rebuilt in GGUF form and dequantized by the reference code.
+  const int64_t block_elements = type_traits(type_).block_elements;
+  const int64_t n_blocks = cols_ / block_elements;
+  alignas(BlockQ8_K) uint8_t block[sizeof(BlockQ6_K)];  // the largest interleaved block
   for (int64_t b = 0; b < n_blocks; ++b) {
-    kernels::extract_block(static_cast<Layout>(layout_), data_, n_blocks, r, b, &block);
-    dequantize_row_reference(type_, &block, dst + 32 * b, 32);
+    kernels::extract_block(static_cast<Layout>(layout_), data_, n_blocks, r, b, block);
+    dequantize_row_reference(type_, block, dst + block_elements * b, block_elements);
   }
 }
 

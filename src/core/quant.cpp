@@ -22,17 +22,6 @@ float bits_float(uint32_t bits) {
 
 int nearest_int(float v) { return static_cast<int>(std::nearbyint(v)); }
 
-// Q4_K keeps 8 scales and 8 mins of 6 bits in 12 bytes: bytes 0-3 hold scales 0-3, bytes 4-7
-// mins 0-3, bytes 8-11 the low nibbles of scales 4-7 (low) and mins 4-7 (high); the top two
-// bits of scales 4-7 and mins 4-7 ride in the top bits of bytes 0-3 and 4-7.
-void pack_k4_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
-  for (int j = 0; j < 4; ++j) {
-    packed[j] = static_cast<uint8_t>((scales[j] & 63) | ((scales[j + 4] >> 4) << 6));
-    packed[j + 4] = static_cast<uint8_t>((mins[j] & 63) | ((mins[j + 4] >> 4) << 6));
-    packed[j + 8] = static_cast<uint8_t>((scales[j + 4] & 0x0F) | ((mins[j + 4] & 0x0F) << 4));
-  }
-}
-
 void check_whole_blocks(TensorType type, int64_t n) {
   const TypeTraits& traits = type_traits(type);
   if (n < 0 || n % traits.block_elements != 0)
@@ -94,7 +83,7 @@ void quantize_q4_k(const float* x, BlockQ4_K* out, int64_t n_blocks) {
       sc[j] = static_cast<uint8_t>(dq > 0 ? std::clamp(nearest_int(scale[j] / dq), 0, 63) : 0);
       mn[j] = static_cast<uint8_t>(dminq > 0 ? std::clamp(nearest_int(min[j] / dminq), 0, 63) : 0);
     }
-    pack_k4_scales(sc, mn, out[b].scales);
+    pack_q4_k_scales(sc, mn, out[b].scales);
     uint8_t q[kQK_K];
     for (int j = 0; j < 8; ++j) {
       float step = dq * sc[j], offset = dminq * mn[j];
@@ -156,6 +145,17 @@ void quantize_q8_k(const float* x, BlockQ8_K* out, int64_t n_blocks) {
 }
 
 }  // namespace
+
+// Q4_K keeps 8 scales and 8 mins of 6 bits in 12 bytes: bytes 0-3 hold scales 0-3, bytes 4-7
+// mins 0-3, bytes 8-11 the low nibbles of scales 4-7 (low) and mins 4-7 (high); the top two
+// bits of scales 4-7 and mins 4-7 ride in the top bits of bytes 0-3 and 4-7.
+void pack_q4_k_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>((scales[j] & 63) | ((scales[j + 4] >> 4) << 6));
+    packed[j + 4] = static_cast<uint8_t>((mins[j] & 63) | ((mins[j + 4] >> 4) << 6));
+    packed[j + 8] = static_cast<uint8_t>((scales[j + 4] & 0x0F) | ((mins[j + 4] & 0x0F) << 4));
+  }
+}
 
 void unpack_q4_k_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
   for (int j = 0; j < 4; ++j) {

@@ -71,6 +71,8 @@ static_assert(sizeof(BlockQ8_K) == 292);
 // Layout helpers shared by the reference code and the portable kernels.
 // Q4_K: the 8 six-bit scales and mins packed in BlockQ4_K::scales.
 void unpack_q4_k_scales(const uint8_t* packed, uint8_t* scales, uint8_t* mins);
+// The inverse: 8 scales and 8 mins (each < 64) into the 12 packed bytes.
+void pack_q4_k_scales(const uint8_t* scales, const uint8_t* mins, uint8_t* packed);
 // Q6_K: the 6-bit quant (0..63) of element i in [0, 256).
 int q6_k_quant(const BlockQ6_K& block, int i);
 

@@ -158,3 +158,42 @@ size_t ModelWeights::bytes_per_token() const {
 }
 
 }  // namespace orchard::model
+
+namespace orchard::model {
+
+std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelConfig& config, const Shard& shard) {
+  std::vector<ByteRange> ranges;
+  auto whole = [&](const std::string& name) {
+    if (const TensorInfo* t = file.find_tensor(name))
+      ranges.push_back({file.data_offset() + t->offset, t->size_bytes});
+  };
+  auto rows = [&](const std::string& name, int64_t begin, int64_t end) {
+    const TensorInfo& t = file.tensor(name);
+    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
+    ranges.push_back({file.data_offset() + t.offset + stride * static_cast<uint64_t>(begin),
+                      stride * static_cast<uint64_t>(end - begin)});
+  };
+  // Mirrors ModelWeights' constructor: a rank given only these bytes computes what a rank with
+  // the whole file computes (tests/parallel checks it).
+  if (shard.has_embedding) whole("token_embd.weight");
+  whole("rope_freqs.weight");
+  const int64_t hd = config.head_dim;
+  for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    for (const char* name : {"attn_norm.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
+                             "attn_q_norm.weight", "attn_k_norm.weight", "ffn_norm.weight", "ffn_down.weight"})
+      whole(p + name);
+    rows(p + "attn_q.weight", shard.head_begin * hd, shard.head_end * hd);
+    rows(p + "attn_k.weight", shard.kv_head_begin * hd, shard.kv_head_end * hd);
+    rows(p + "attn_v.weight", shard.kv_head_begin * hd, shard.kv_head_end * hd);
+    rows(p + "ffn_gate.weight", shard.ff_begin, shard.ff_end);
+    rows(p + "ffn_up.weight", shard.ff_begin, shard.ff_end);
+  }
+  if (shard.has_output) {
+    whole("output_norm.weight");
+    rows(config.tied_output ? "token_embd.weight" : "output.weight", shard.vocab_begin, shard.vocab_end);
+  }
+  return ranges;
+}
+
+}  // namespace orchard::model

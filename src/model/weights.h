@@ -61,3 +61,17 @@ class ModelWeights {
 };
 
 }  // namespace orchard::model
+
+namespace orchard::model {
+
+// A span of the model file's bytes.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// The bytes of `file` that ModelWeights reads for `shard` (row ranges of row-split tensors,
+// whole tensors otherwise), so a rank without the file can be sent exactly those.
+std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelConfig& config, const Shard& shard);
+
+}  // namespace orchard::model

@@ -1,9 +1,29 @@
 #include "parallel/engine.h"
 
+#include <cstdlib>
+
+#include "parallel/weight_distribution.h"
+
 namespace orchard::parallel {
+namespace {
+
+std::string model_path_for_rank(const EngineOptions& options, comm::Group* group) {
+  if (!group) return options.model_path;
+  return ensure_model_file(*group, options.model_path, options.layout, options.shard_cache_dir,
+                           options.on_receive_progress);
+}
+
+}  // namespace
+
+std::string default_shard_cache_dir() {
+  if (const char* dir = std::getenv("ORCHARD_CACHE_DIR")) return std::string(dir) + "/shards";
+  if (const char* dir = std::getenv("XDG_CACHE_HOME")) return std::string(dir) + "/orchard/shards";
+  if (const char* home = std::getenv("HOME")) return std::string(home) + "/.cache/orchard/shards";
+  return "/tmp/orchard-shards";
+}
 
 Engine::Engine(const EngineOptions& options, comm::Group* group)
-    : file_(model::gguf::Reader::open(options.model_path)),
+    : file_(model::gguf::Reader::open(model_path_for_rank(options, group))),
       config_(model::ModelConfig::from_gguf(file_)),
       tokenizer_(model::Tokenizer::from_gguf(file_)),
       pool_(options.threads) {

@@ -18,6 +18,9 @@
 
 namespace orchard::parallel {
 
+// $ORCHARD_CACHE_DIR, else $XDG_CACHE_HOME/orchard or ~/.cache/orchard, + "/shards".
+std::string default_shard_cache_dir();
+
 struct EngineOptions {
   std::string model_path;
   Layout layout;           // ignored without a group
@@ -25,7 +28,10 @@ struct EngineOptions {
   int32_t context = 0;     // 0: the model's trained context
   int32_t batch = 512;     // positions per forward pass (pipeline chunk size)
   bool allow_repack = true;
+  // Where a rank without the model file keeps the shard rank 0 sends it.
+  std::string shard_cache_dir = default_shard_cache_dir();
   std::function<void(size_t, size_t)> on_load_progress;
+  std::function<void(size_t, size_t)> on_receive_progress;
 };
 
 class Engine {

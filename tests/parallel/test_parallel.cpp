@@ -2,7 +2,10 @@
 // that differ only by the order of float additions, for every strategy, world size,
 // architecture and weight type.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <cmath>
 #include <fstream>
@@ -155,6 +158,42 @@ std::vector<Case> all_cases() {
     cases.push_back({arch, "small", "q8_0", "hybrid", 4, 2});
   }
   return cases;
+}
+
+// A rank with no copy of the model receives its shard from rank 0 and computes the same tokens;
+// its local copy holds only that shard's bytes (the rest are holes).
+TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
+  const std::string path = testing::synthetic_model("llama", "small", "q8_0");
+  Outcome single;
+  {
+    parallel::Engine engine(engine_options(path), nullptr);
+    single = generate_with(engine);
+  }
+  const std::string dir = ::testing::TempDir() + "/shards-" + std::to_string(getpid());
+  const std::string out = dir + "-tokens.bin";
+  comm::Config base;
+  base.backend = comm::Backend::Ring;
+  auto exits = comm::spawn_local_ranks(2, base, [&](comm::Group& group) {
+    parallel::EngineOptions o = engine_options(group.rank() == 0 ? path : "/nonexistent/model.gguf");
+    o.layout = parallel::Layout::make(parallel::Strategy::Tensor, 2);
+    o.shard_cache_dir = dir;
+    parallel::Engine engine(o, &group);
+    Outcome got = generate_with(engine);
+    if (group.rank() != 0) return;
+    std::ofstream f(out, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(got.tokens.data()), static_cast<std::streamsize>(got.tokens.size() * 4));
+  });
+  for (const auto& e : exits) ASSERT_TRUE(e.ok()) << e.describe();
+  std::vector<int32_t> tokens(kTokens);
+  std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
+  std::remove(out.c_str());
+  const std::string copy = dir + "/rank1-model.gguf";
+  struct stat st {};
+  ASSERT_EQ(stat(copy.c_str(), &st), 0) << copy;
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(tokens, single.tokens);
+  // Rank 1 holds half of each layer's rows: well under the whole file is on its disk.
+  EXPECT_LT(static_cast<double>(st.st_blocks) * 512, 0.75 * static_cast<double>(st.st_size));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, SplitMatchesSingleRank, ::testing::ValuesIn(all_cases()), case_name);

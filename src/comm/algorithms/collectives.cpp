@@ -49,7 +49,7 @@ uint8_t* P2PGroup::scratch(size_t index, size_t bytes) {
 void P2PGroup::all_reduce(void* data, size_t count, DType dtype) {
   check_usable("all_reduce");
   if (size_ == 1 || count == 0) return;
-  if (count * dtype_size(dtype) <= kDirectExchangeBytes) {
+  if (count * dtype_size(dtype) * static_cast<size_t>(size_ - 1) <= kDirectAllReduceBytes) {
     all_reduce_direct(data, count, dtype);
   } else {
     all_reduce_ring(data, count, dtype);

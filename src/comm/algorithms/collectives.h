@@ -10,8 +10,11 @@
 
 namespace orchard::comm {
 
-// Payload per rank up to which the direct (all-to-all) algorithms are used: they cost
-// (n - 1) x bytes per rank of bandwidth but only one message latency.
+// Bytes each rank sends, (n - 1) x the vector, up to which all-reduce takes the direct
+// exchange (one message latency) instead of the ring (2 (n - 1) hops, 2 (n - 1) / n x the
+// vector). With 2 ranks both send the vector once, so the direct path wins up to here.
+inline constexpr size_t kDirectAllReduceBytes = 1024 * 1024;
+// Total size up to which all_gather, reduce_scatter and broadcast go direct.
 inline constexpr size_t kDirectExchangeBytes = 256 * 1024;
 
 class P2PGroup final : public GroupImpl {

@@ -11,15 +11,27 @@
 namespace orchard::core::kernels {
 
 // Weight layouts. kRows is GGUF's: row after row, each a run of blocks. The interleaved ones
-// group 16 rows: for every block column, the 16 rows' scales (halves) then their quants,
-// 4 bytes of each row in turn, so one 64-byte load feeds 16 int32 lanes (one per row) of a
-// VNNI dot product and the output of a block column is a vector of 16 rows.
+// group 16 rows: for every block column, the 16 rows' scales then their quants, 4 bytes of each
+// row in turn, so one 64-byte load feeds 16 int32 lanes (one per row) of a VNNI dot product and
+// the output of a block column is a vector of 16 rows.
 enum Layout : int {
   kRows = 0,
   kQ4_0x16 = 1,  // per block column: d[16], then for k in 0..3, for row: qs[4k..4k+3]
   kQ8_0x16 = 2,  // per block column: d[16], then for k in 0..7, for row: qs[4k..4k+3] ^ 0x80
+  kQ4_Kx16 = 3,  // per super-block column: see kQ4_K* below
+  kQ6_Kx16 = 4,  // per super-block column: see kQ6_K* below
 };
 constexpr int64_t kInterleave = 16;
+
+// kQ4_Kx16 column (2368 bytes, a multiple of 64): d[16] and dmin[16] as halves; the 6-bit
+// scales and mins unpacked to bytes as pairs, [pair p][row][2] = sub-blocks 2p, 2p+1 (so one
+// vpmovzxbw gives a row's pair in each int32 lane); then qs as [k in 0..31][row][4 bytes]
+// holding qs[4k..4k+3] of each row (low nibbles: sub-block 2(k/8), high: 2(k/8)+1).
+constexpr size_t kQ4_KDmin = 32, kQ4_KScales = 64, kQ4_KMins = 192, kQ4_KQuants = 320, kQ4_KColumn = 2368;
+// kQ6_Kx16 column (3392 bytes, a multiple of 64): d[16] as floats; scales as pairs
+// [pair p][row][2] (sub-blocks 2p, 2p+1); ql as [k in 0..31][row][4] and qh as
+// [k in 0..15][row][4], the GGUF bytes ql[4k..4k+3] and qh[4k..4k+3] of each row.
+constexpr size_t kQ6_KScales = 64, kQ6_KLow = 320, kQ6_KHigh = 2368, kQ6_KColumn = 3392;
 
 // Q8_0-style activation block shared by the Q4_0 and Q8_0 kernels: a float scale (more exact
 // than GGUF's half, and the activations never reach a file) and the sum of the quants, which
@@ -52,7 +64,7 @@ struct KernelSet {
   const char* name;
   bool is_generic;
   TileFn f32, f16, bf16, q4_0, q8_0, q4_k, q6_k;
-  TileFn q4_0x16, q8_0x16;
+  TileFn q4_0x16, q8_0x16, q4_kx16, q6_kx16;
 };
 
 const KernelSet& generic_kernels();
@@ -67,11 +79,12 @@ void use_kernel_set(const KernelSet* set);
 // x [n_blocks * 32] -> out [n_blocks]
 void quantize_act_q8_0(const float* x, ActQ8_0* out, int64_t n_blocks);
 
-// Interleaved layouts: bytes of the repacked copy of W [rows, n_blocks blocks], rows padded to
-// a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.
+// Interleaved layouts: bytes of the repacked copy of W [rows, n_blocks blocks of its type],
+// rows padded to a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.
 size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
-// Rebuilds the GGUF block (BlockQ4_0 or BlockQ8_0) of row r, block b from an interleaved copy.
+// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K) of row r, block b
+// from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
 
 }  // namespace orchard::core::kernels

@@ -50,6 +50,8 @@ class Reader {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return bytes_.size(); }
   uint64_t data_offset() const { return data_offset_; }
+  // The whole file as mapped (header included): for sending parts of it to another machine.
+  std::span<const uint8_t> bytes() const { return bytes_; }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }

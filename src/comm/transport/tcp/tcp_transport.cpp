@@ -21,6 +21,7 @@ constexpr auto kSpinBeforePoll = std::chrono::microseconds(30);
 // A connection has this long to complete the handshake, so a silent foreign client cannot
 // hold up the accept loop.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(2);
+constexpr int kSocketBufferBytes = 4 << 20;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,11 +117,11 @@ void TcpTransport::connect_all(const Config& config) {
   for (auto& link : links_) {
     for (auto& s : link.sockets) {
       set_nonblocking(s.fd.get(), true);
-      if (const char* b = std::getenv("ORCHARD_EXP_BUF")) {
-        int v = std::atoi(b);
-        setsockopt(s.fd.get(), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
-        setsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
-      }
+      // Room for a whole ring step of a large message in flight (measured: 16 MiB all-reduce
+      // about 1.5x faster on loopback than with the auto-tuned default).
+      int bytes = kSocketBufferBytes;
+      setsockopt(s.fd.get(), SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+      setsockopt(s.fd.get(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
     }
   }
 }
@@ -280,8 +281,7 @@ void TcpTransport::transfer(WireOp op, uint32_t tag, std::span<const SendOp> sen
                                          wire_op_name(op)));
       }
     }
-    static const auto spin = std::chrono::microseconds(std::getenv("ORCHARD_EXP_SPIN") ? std::atoi(std::getenv("ORCHARD_EXP_SPIN")) : 30);
-    if (busy_poll_ || now - spin_from < spin) {
+    if (busy_poll_ || now - spin_from < kSpinBeforePoll) {
       cpu_relax();
       continue;
     }

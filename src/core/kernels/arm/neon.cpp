@@ -29,6 +29,8 @@ const KernelSet kNeon{
     row_tile<Q6_KKernel, 4>,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

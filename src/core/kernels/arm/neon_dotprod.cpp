@@ -25,6 +25,8 @@ const KernelSet kNeonDotprod{
     row_tile<Q6_KKernel, 4>,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -96,10 +96,10 @@ struct QuantRow {
 
 // Interleaved copies: each block is first rebuilt in GGUF form, so the arithmetic (and the
 // result, bit for bit) is that of the row layout.
-template <class Block, Layout kLayout, float (*kDot)(const Block&, const ActQ8_0&)>
+template <class Block, class Act, Layout kLayout, float (*kDot)(const Block&, const Act&)>
 struct InterleavedRow {
   static float dot(const uint8_t* group, const uint8_t* x, int64_t n, int64_t lane) {
-    auto* xb = reinterpret_cast<const ActQ8_0*>(x);
+    auto* xb = reinterpret_cast<const Act*>(x);
     float sum = 0;
     Block block;
     for (int64_t b = 0; b < n; ++b) {
@@ -131,8 +131,10 @@ const KernelSet kGeneric{
     tile_fn<QuantRow<BlockQ8_0, ActQ8_0, dot_q8_0>, false>,
     tile_fn<QuantRow<BlockQ4_K, BlockQ8_K, dot_q4_k>, false>,
     tile_fn<QuantRow<BlockQ6_K, BlockQ8_K, dot_q6_k>, false>,
-    tile_fn<InterleavedRow<BlockQ4_0, kQ4_0x16, dot_q4_0>, true>,
-    tile_fn<InterleavedRow<BlockQ8_0, kQ8_0x16, dot_q8_0>, true>,
+    tile_fn<InterleavedRow<BlockQ4_0, ActQ8_0, kQ4_0x16, dot_q4_0>, true>,
+    tile_fn<InterleavedRow<BlockQ8_0, ActQ8_0, kQ8_0x16, dot_q8_0>, true>,
+    tile_fn<InterleavedRow<BlockQ4_K, BlockQ8_K, kQ4_Kx16, dot_q4_k>, true>,
+    tile_fn<InterleavedRow<BlockQ6_K, BlockQ8_K, kQ6_Kx16, dot_q6_k>, true>,
 };
 
 }  // namespace

@@ -6,62 +6,131 @@
 namespace orchard::core::kernels {
 namespace {
 
-// Quant bytes per row per block: the interleaved copies keep the quants of one row and block
-// together in 4-byte pieces; Q8_0's are stored plus 128 so the VNNI kernels read them unsigned.
-struct Geometry {
-  size_t quant_bytes;
-  uint8_t bias;
-};
-
-Geometry geometry(Layout layout) {
+// Bytes of one block column (one block of each of the 16 rows) and of the GGUF block.
+size_t column_bytes(Layout layout) {
   switch (layout) {
-    case kQ4_0x16: return {16, 0};
-    case kQ8_0x16: return {32, 0x80};
+    case kQ4_0x16: return kInterleave * sizeof(BlockQ4_0);
+    case kQ8_0x16: return kInterleave * sizeof(BlockQ8_0);
+    case kQ4_Kx16: return kQ4_KColumn;
+    case kQ6_Kx16: return kQ6_KColumn;
     case kRows: break;
   }
   ORCHARD_CHECK(false, "[kernels] layout {} is not interleaved", static_cast<int>(layout));
-  return {};
+  return 0;
 }
 
-size_t column_bytes(const Geometry& g) { return kInterleave * (sizeof(Half) + g.quant_bytes); }
+size_t block_bytes(Layout layout) {
+  switch (layout) {
+    case kQ4_0x16: return sizeof(BlockQ4_0);
+    case kQ8_0x16: return sizeof(BlockQ8_0);
+    case kQ4_Kx16: return sizeof(BlockQ4_K);
+    case kQ6_Kx16: return sizeof(BlockQ6_K);
+    case kRows: break;
+  }
+  return 0;
+}
+
+// Moves `n_words` 4-byte words of one row between the GGUF block (`row`) and the column's
+// [word][16 rows][4] array (`lanes`), XORing each byte with `bias`. Both directions, so repack
+// and extract are inverses by construction.
+void copy_words(uint8_t* row, uint8_t* lanes, size_t n_words, int64_t lane, uint8_t bias, bool to_column) {
+  for (size_t k = 0; k < n_words; ++k)
+    for (size_t i = 0; i < 4; ++i) {
+      uint8_t& interleaved = lanes[(k * kInterleave + static_cast<size_t>(lane)) * 4 + i];
+      if (to_column) interleaved = row[4 * k + i] ^ bias;
+      else row[4 * k + i] = interleaved ^ bias;
+    }
+}
+
+// Q4_0 / Q8_0: d[16] halves, then the quants; Q8_0's stored plus 128 so VNNI reads them unsigned.
+void move_small_block(Layout layout, uint8_t* block, uint8_t* column, int64_t lane, bool to_column) {
+  uint8_t* d = column + lane * sizeof(Half);
+  if (to_column) std::memcpy(d, block, sizeof(Half));
+  else std::memcpy(block, d, sizeof(Half));
+  const size_t quant_words = (block_bytes(layout) - sizeof(Half)) / 4;
+  copy_words(block + sizeof(Half), column + kInterleave * sizeof(Half), quant_words, lane,
+             layout == kQ8_0x16 ? 0x80 : 0, to_column);
+}
+
+void move_q4_k(BlockQ4_K& block, uint8_t* column, int64_t lane, bool to_column) {
+  const auto l = static_cast<size_t>(lane);
+  uint8_t* d = column + l * sizeof(Half);
+  uint8_t* dmin = column + kQ4_KDmin + l * sizeof(Half);
+  uint8_t* scales = column + kQ4_KScales;
+  uint8_t* mins = column + kQ4_KMins;
+  uint8_t sc[8], mn[8];
+  if (to_column) {
+    std::memcpy(d, &block.d, sizeof(Half));
+    std::memcpy(dmin, &block.dmin, sizeof(Half));
+    unpack_q4_k_scales(block.scales, sc, mn);
+    for (size_t j = 0; j < 8; ++j) {
+      scales[(j / 2 * kInterleave + l) * 2 + j % 2] = sc[j];
+      mins[(j / 2 * kInterleave + l) * 2 + j % 2] = mn[j];
+    }
+  } else {
+    std::memcpy(&block.d, d, sizeof(Half));
+    std::memcpy(&block.dmin, dmin, sizeof(Half));
+    for (size_t j = 0; j < 8; ++j) {
+      sc[j] = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+      mn[j] = mins[(j / 2 * kInterleave + l) * 2 + j % 2];
+    }
+    pack_q4_k_scales(sc, mn, block.scales);
+  }
+  copy_words(block.qs, column + kQ4_KQuants, sizeof block.qs / 4, lane, 0, to_column);
+}
+
+void move_q6_k(BlockQ6_K& block, uint8_t* column, int64_t lane, bool to_column) {
+  const auto l = static_cast<size_t>(lane);
+  float* d = reinterpret_cast<float*>(column) + l;  // a half widens to float exactly, and back
+  auto* scales = reinterpret_cast<int8_t*>(column + kQ6_KScales);
+  for (size_t j = 0; j < 16; ++j) {
+    int8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    if (to_column) s = block.scales[j];
+    else block.scales[j] = s;
+  }
+  if (to_column) *d = half_to_float(block.d);
+  else block.d = float_to_half(*d);
+  copy_words(block.ql, column + kQ6_KLow, sizeof block.ql / 4, lane, 0, to_column);
+  copy_words(block.qh, column + kQ6_KHigh, sizeof block.qh / 4, lane, 0, to_column);
+}
+
+void move_block(Layout layout, void* block, uint8_t* column, int64_t lane, bool to_column) {
+  switch (layout) {
+    case kQ4_Kx16: move_q4_k(*static_cast<BlockQ4_K*>(block), column, lane, to_column); return;
+    case kQ6_Kx16: move_q6_k(*static_cast<BlockQ6_K*>(block), column, lane, to_column); return;
+    default: move_small_block(layout, static_cast<uint8_t*>(block), column, lane, to_column); return;
+  }
+}
 
 }  // namespace
 
 size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks) {
   int64_t groups = (rows + kInterleave - 1) / kInterleave;
-  return static_cast<size_t>(groups * n_blocks) * column_bytes(geometry(layout));
+  return static_cast<size_t>(groups * n_blocks) * column_bytes(layout);
 }
 
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst) {
-  Geometry g = geometry(layout);
-  const size_t block_bytes = sizeof(Half) + g.quant_bytes;  // the GGUF block: d then quants
+  const size_t in_bytes = block_bytes(layout), out_bytes = column_bytes(layout);
   auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   std::memset(out, 0, interleaved_bytes(layout, rows, n_blocks));  // padding rows: d = 0
+  // A copy of each block, so move_block can take it by mutable reference in both directions.
+  alignas(BlockQ8_K) uint8_t block[sizeof(BlockQ6_K)];
   for (int64_t r = 0; r < rows; ++r) {
     int64_t group = r / kInterleave, lane = r % kInterleave;
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const uint8_t* block = in + static_cast<size_t>(r * n_blocks + b) * block_bytes;
-      uint8_t* column = out + static_cast<size_t>(group * n_blocks + b) * column_bytes(g);
-      std::memcpy(column + lane * sizeof(Half), block, sizeof(Half));
-      uint8_t* quants = column + kInterleave * sizeof(Half);
-      for (size_t k = 0; k < g.quant_bytes / 4; ++k)
-        for (size_t i = 0; i < 4; ++i)
-          quants[(k * kInterleave + static_cast<size_t>(lane)) * 4 + i] = block[sizeof(Half) + 4 * k + i] ^ g.bias;
+      std::memcpy(block, in + static_cast<size_t>(r * n_blocks + b) * in_bytes, in_bytes);
+      move_block(layout, block, out + static_cast<size_t>(group * n_blocks + b) * out_bytes, lane, true);
     }
   }
 }
 
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block) {
-  Geometry g = geometry(layout);
   int64_t group = r / kInterleave, lane = r % kInterleave;
-  auto* column = static_cast<const uint8_t*>(data) + static_cast<size_t>(group * n_blocks + b) * column_bytes(g);
-  auto* out = static_cast<uint8_t*>(block);
-  std::memcpy(out, column + lane * sizeof(Half), sizeof(Half));
-  const uint8_t* quants = column + kInterleave * sizeof(Half);
-  for (size_t k = 0; k < g.quant_bytes / 4; ++k)
-    for (size_t i = 0; i < 4; ++i)
-      out[sizeof(Half) + 4 * k + i] = quants[(k * kInterleave + static_cast<size_t>(lane)) * 4 + i] ^ g.bias;
+  // move_block only reads the column when extracting.
+  auto* column = const_cast<uint8_t*>(static_cast<const uint8_t*>(data)) +
+                 static_cast<size_t>(group * n_blocks + b) * column_bytes(layout);
+  move_block(layout, block, column, lane, false);
 }
 
 }  // namespace orchard::core::kernels

@@ -30,6 +30,8 @@ const KernelSet kAvx2{
     row_tile<Q6_KKernel, 4>,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

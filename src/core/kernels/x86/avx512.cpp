@@ -19,6 +19,157 @@ inline __m256i dot_s16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd
 
 #include "core/kernels/x86/ymm_kernels.inc"
 
+// Writes the 16 rows' outputs of group `group` for T tokens, leaving out padding rows.
+template <int T>
+void store_group(const Tile& tile, int64_t group, int64_t t0, const __m512 (&acc)[T]) {
+  const int64_t rows_here = std::min<int64_t>(kInterleave, tile.n_rows - group * kInterleave);
+  const auto mask = static_cast<__mmask16>((1u << rows_here) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(tile.y + (t0 + t) * tile.y_stride + group * kInterleave, mask, acc[t]);
+}
+
+// Walks a tile of an interleaved copy group by group, tokens in runs of 8, 4, 2, 1 (compile-time
+// counts, so the per-token accumulators live in registers): a group's columns are read from
+// memory once and served from L1/L2 to every run of tokens.
+template <class K>
+void group_tile(const Tile& tile) {
+  const int64_t groups = (tile.n_rows + kInterleave - 1) / kInterleave;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t t = 0;
+    for (; t + 8 <= tile.n_tokens; t += 8) K::template run<8>(tile, g, t);
+    if (t + 4 <= tile.n_tokens) {
+      K::template run<4>(tile, g, t);
+      t += 4;
+    }
+    if (t + 2 <= tile.n_tokens) {
+      K::template run<2>(tile, g, t);
+      t += 2;
+    }
+    if (t < tile.n_tokens) K::template run<1>(tile, g, t);
+  }
+}
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+// Four bytes of x broadcast to every lane, straight from memory (a load-port µop).
+inline __m512i broadcast4(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
+
+// 16 rows × T tokens of a kQ4_Kx16 copy. Per sub-block of 32, 8 vpdpbusd give each row's
+// Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into the super-block
+// sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only float work is
+// two FMAs per super-block and token.
+struct Q4_KInterleaved {
+  template <int T>
+  static void run(const Tile& tile, int64_t group, int64_t t0) {
+    const uint8_t* w = tile.w + static_cast<size_t>(group) * tile.w_stride;
+    const BlockQ8_K* x[T];
+    token_pointers(tile, t0, x);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i nibble = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
+    // vpshufb controls copying the low (high) int16 of each int32 lane into both halves.
+    const __m512i dup_low = _mm512_set1_epi32(0x01000100), dup_high = _mm512_set1_epi32(0x03020302);
+    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ4_KColumn) {
+      const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
+      // Σ_j min_j · Σ(x in sub-block j): sub-block j's two per-16 sums are the int32 word j of
+      // bsums, so (min_j, min_j) against it is one vpdpwssd.
+      __m512i sum[T];
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const __m512i mins = _mm512_cvtepu8_epi16(load256(w + kQ4_KMins + 32 * p));
+        const __m512i even = _mm512_shuffle_epi8(mins, dup_low), odd = _mm512_shuffle_epi8(mins, dup_high);
+        for (int t = 0; t < T; ++t) {
+          sum[t] = _mm512_dpwssd_epi32(sum[t], even, broadcast4(x[t][b].bsums + 4 * p));
+          sum[t] = _mm512_dpwssd_epi32(sum[t], odd, broadcast4(x[t][b].bsums + 4 * p + 2));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dmin, _mm512_set1_ps(x[t][b].d)), acc[t]);
+        sum[t] = _mm512_setzero_si512();
+      }
+      for (int p = 0; p < 4; ++p) {
+        // Sub-blocks 2p (low nibbles of quant words 8p..8p+7) and 2p+1 (high nibbles).
+        const __m512i scales = _mm512_cvtepu8_epi16(load256(w + kQ4_KScales + 32 * p));
+        const uint8_t* q = w + kQ4_KQuants + 512 * p;
+        for (int half = 0; half < 2; ++half) {
+          const __m512i scale = half ? _mm512_srli_epi32(scales, 16) : _mm512_and_si512(scales, low16);
+          __m512i wq[8];
+          for (int k = 0; k < 8; ++k) {
+            const __m512i v = load512(q + 64 * k);
+            wq[k] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, nibble);
+          }
+          for (int t = 0; t < T; ++t) {
+            const int8_t* a = x[t][b].qs + 64 * p + 32 * half;
+            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], broadcast4(a));
+            for (int k = 1; k < 8; ++k) s = _mm512_dpbusd_epi32(s, wq[k], broadcast4(a + 4 * k));
+            sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(s, scale));
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)), acc[t]);
+    }
+    store_group(tile, group, t0, acc);
+  }
+};
+
+// 16 rows × T tokens of a kQ6_Kx16 copy. Quants are rebuilt unsigned (0..63) from a word of
+// ql and one of qh; per sub-block of 16, 4 vpdpbusd give each row's Σ q·x, times its scale
+// (vpmulld); the offset of 32 comes off through the activations' per-16 sums, as
+// Σ (-32 · scale_j) · bsum_j with one vpdpwssd per pair of sub-blocks.
+struct Q6_KInterleaved {
+  template <int T>
+  static void run(const Tile& tile, int64_t group, int64_t t0) {
+    const uint8_t* w = tile.w + static_cast<size_t>(group) * tile.w_stride;
+    const BlockQ8_K* x[T];
+    token_pointers(tile, t0, x);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i nibble = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ6_KColumn) {
+      __m512i sum[T];
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+      // Element e of half h: low nibble in ql byte 64h + e % 64 (high half of the byte for
+      // e ≥ 64), top bits in qh byte 32h + e % 32 at bit 2 (e / 32). So the 4 quant words m of
+      // run g (elements 32g + 4m..) use ql word 16h + 8 (g % 2) + m and qh word 8h + m; runs
+      // are sub-block pairs 4h + g, words 0-3 the even sub-block, 4-7 the odd one.
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          const int pair = 4 * h + g;
+          const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ6_KScales + 32 * pair));
+          const __m512i offset = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scales, 5));
+          for (int t = 0; t < T; ++t) sum[t] = _mm512_dpwssd_epi32(sum[t], offset, broadcast4(x[t][b].bsums + 2 * pair));
+#pragma GCC unroll 2
+          for (int odd = 0; odd < 2; ++odd) {
+            const __m512i scale = odd ? _mm512_srai_epi32(scales, 16) : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
+            __m512i wq[4];
+            for (int i = 0; i < 4; ++i) {
+              const int m = 4 * odd + i;
+              __m512i low = load512(w + kQ6_KLow + 64 * (16 * h + 8 * (g % 2) + m));
+              if (g >= 2) low = _mm512_srli_epi16(low, 4);
+              __m512i high = load512(w + kQ6_KHigh + 64 * (8 * h + m));
+              high = g == 0 ? _mm512_slli_epi16(high, 4) : g == 1 ? _mm512_slli_epi16(high, 2) : g == 2 ? high : _mm512_srli_epi16(high, 2);
+              // (low & 0x0F) | (high & 0x30): one vpternlogd after the first AND.
+              wq[i] = _mm512_ternarylogic_epi32(_mm512_and_si512(low, nibble), high, top, 0xF8);
+            }
+            const int sub = 2 * pair + odd;
+            for (int t = 0; t < T; ++t) {
+              const int8_t* a = x[t][b].qs + 16 * sub;
+              __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], broadcast4(a));
+              for (int i = 1; i < 4; ++i) s = _mm512_dpbusd_epi32(s, wq[i], broadcast4(a + 4 * i));
+              sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(s, scale));
+            }
+          }
+        }
+      }
+      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w));
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)), acc[t]);
+    }
+    store_group(tile, group, t0, acc);
+  }
+};
+
 // 16 rows × T tokens of an interleaved copy. Each 64-byte load holds 4 quants of each of 16
 // rows, so vpdpbusd against x's matching 4 quants (broadcast) adds to one int32 lane per row;
 // the block's 16 scales convert with one vcvtph2ps and the result is 16 rows' outputs in one
@@ -66,27 +217,9 @@ struct InterleavedKernel {
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_mul_ps(dw, _mm512_set1_ps(a.d)), acc[t]);
       }
     }
-    const int64_t rows_here = std::min<int64_t>(kInterleave, tile.n_rows - group * kInterleave);
-    const auto mask = static_cast<__mmask16>((1u << rows_here) - 1);
-    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(tile.y + (t0 + t) * tile.y_stride + group * kInterleave, mask, acc[t]);
+    store_group(tile, group, t0, acc);
   }
 
-  static void tile(const Tile& tile) {
-    const int64_t groups = (tile.n_rows + kInterleave - 1) / kInterleave;
-    for (int64_t g = 0; g < groups; ++g) {
-      int64_t t = 0;
-      for (; t + 8 <= tile.n_tokens; t += 8) run<8>(tile, g, t);
-      if (t + 4 <= tile.n_tokens) {
-        run<4>(tile, g, t);
-        t += 4;
-      }
-      if (t + 2 <= tile.n_tokens) {
-        run<2>(tile, g, t);
-        t += 2;
-      }
-      if (t < tile.n_tokens) run<1>(tile, g, t);
-    }
-  }
 };
 
 const KernelSet kAvx512{
@@ -99,8 +232,10 @@ const KernelSet kAvx512{
     row_tile<Q8_0Kernel, 8>,
     row_tile<Q4_KKernel, 8>,
     row_tile<Q6_KKernel, 8>,
-    InterleavedKernel<kQ4_0x16>::tile,
-    InterleavedKernel<kQ8_0x16>::tile,
+    group_tile<InterleavedKernel<kQ4_0x16>>,
+    group_tile<InterleavedKernel<kQ8_0x16>>,
+    group_tile<Q4_KInterleaved>,
+    group_tile<Q6_KInterleaved>,
 };
 
 }  // namespace

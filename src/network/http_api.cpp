@@ -1,0 +1,242 @@
+#include "network/http_api.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
+
+#include "network/identity.h"
+
+namespace orchard::network {
+
+using nlohmann::json;
+
+namespace {
+
+// Long-polls and streams hold a server thread each: enough threads for many nodes and clients.
+constexpr size_t kServerThreads = 128;
+constexpr int64_t kMaxPollMs = 30000;
+constexpr auto kStreamStep = std::chrono::seconds(15);  // an SSE comment keeps idle streams alive
+constexpr auto kChatDeadline = std::chrono::minutes(10);
+
+void send_json(httplib::Response& res, const json& body, int status = 200) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message) {
+  // The OpenAI error shape, so OpenAI clients show the message.
+  const char* type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error" : "invalid_request_error";
+  send_json(res, {{"error", {{"message", message}, {"type", type}, {"code", status}}}}, status);
+}
+
+json parse_body(const httplib::Request& req) {
+  if (req.body.empty()) return json::object();
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded()) throw ApiError(400, "[network] the body is not JSON");
+  return j;
+}
+
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+}  // namespace
+
+struct HttpApi::Impl {
+  Coordinator& coordinator;
+  RequestGuard guard;
+  httplib::Server server;
+  std::atomic<bool> stopping{false};
+
+  Impl(Coordinator& c, int64_t window_ms) : coordinator(c), guard(window_ms, wall_clock_ms()) {}
+
+  // Wraps a handler: ApiError and Error become JSON error responses.
+  template <typename F>
+  httplib::Server::Handler wrap(F f) {
+    return [f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e.status(), e.what());
+      } catch (const std::exception& e) {
+        send_error(res, 500, e.what());
+      }
+    };
+  }
+
+  KeyRecord client(const httplib::Request& req) {
+    std::string auth = req.get_header_value("Authorization");
+    if (!auth.starts_with("Bearer ")) throw ApiError(401, "[network] missing API key (Authorization: Bearer KEY)");
+    return coordinator.authenticate(auth.substr(7));
+  }
+
+  std::string node(const httplib::Request& req) {
+    SignedHeaders h{req.get_header_value(kNodeHeader), req.get_header_value(kTimestampHeader),
+                    req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
+    std::string why = guard.check(h, req.method, req.path, req.body, wall_clock_ms());
+    if (!why.empty()) throw ApiError(401, "[network] node request refused: " + why);
+    return h.node;
+  }
+
+  // Streams a job's output as server-sent events; `frame` turns (text, done, finish) into events.
+  void stream(httplib::Response& res, const KeyRecord& key, const std::string& id,
+              std::function<std::string(const Output&)> frame) {
+    auto offset = std::make_shared<size_t>(0);
+    auto finished = std::make_shared<bool>(false);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, key, id, offset, finished, frame](size_t, httplib::DataSink& sink) {
+          if (*finished || stopping) {
+            sink.done();
+            return true;
+          }
+          Output out = coordinator.wait_output(key, id, *offset, std::chrono::steady_clock::now() + kStreamStep);
+          *offset += out.text.size();
+          std::string data = out.text.empty() && !out.done ? std::string(": waiting\n\n") : frame(out);
+          if (!sink.write(data.data(), data.size())) return false;  // the client went away
+          if (out.done) *finished = true;
+          return true;
+        });
+  }
+
+  void routes() {
+    server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"ok", true}}); });
+    server.Get("/v1/world", wrap([this](const httplib::Request&, httplib::Response& res) {
+                 send_json(res, coordinator.world());
+               }));
+    server.Get("/v1/models", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                 client(req);
+                 send_json(res, coordinator.models());
+               }));
+    server.Post("/v1/jobs", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  send_json(res, coordinator.submit(client(req), parse_body(req)), 201);
+                }));
+    server.Get(R"(/v1/jobs/([A-Za-z0-9-]+))", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                 send_json(res, coordinator.job_json(client(req), req.matches[1]));
+               }));
+    server.Delete(R"(/v1/jobs/([A-Za-z0-9-]+))", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                    send_json(res, coordinator.cancel(client(req), req.matches[1]));
+                  }));
+    server.Get(R"(/v1/jobs/([A-Za-z0-9-]+)/stream)", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                 KeyRecord key = client(req);
+                 std::string id = req.matches[1];
+                 coordinator.job_json(key, id);  // 404 before the stream starts
+                 stream(res, key, id, [](const Output& o) {
+                   std::string s = o.text.empty() ? "" : sse({{"text", o.text}});
+                   if (o.done) s += sse({{"done", true}, {"state", o.state}, {"finish_reason", o.finish_reason}});
+                   return s;
+                 });
+               }));
+    server.Post("/v1/chat/completions", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  chat(req, res);
+                }));
+    // Nodes
+    server.Post("/v1/nodes/register", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  coordinator.register_node(id, parse_body(req));
+                  send_json(res, {{"ok", true}, {"id", id}});
+                }));
+    server.Post("/v1/nodes/heartbeat", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  send_json(res, coordinator.heartbeat(id, parse_body(req)));
+                }));
+    server.Post("/v1/nodes/poll", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  int64_t wait = std::clamp<int64_t>(parse_body(req).value("wait_ms", int64_t{20000}), 0, kMaxPollMs);
+                  json job = coordinator.poll(id, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait));
+                  send_json(res, {{"job", job}});
+                }));
+    server.Post("/v1/nodes/progress", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  json b = parse_body(req);
+                  coordinator.progress(id, b.at("job"), b.at("attempt"), b.value("offset", size_t{0}),
+                                       b.value("text", ""));
+                  send_json(res, {{"ok", true}});
+                }));
+    server.Post("/v1/nodes/complete", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  json b = parse_body(req);
+                  send_json(res, coordinator.complete(id, b.at("job"), b.at("attempt"), b.at("result")));
+                }));
+    server.Post("/v1/nodes/hand-back", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string id = node(req);
+                  json b = parse_body(req);
+                  coordinator.hand_back(id, b.at("job"), b.at("attempt"));
+                  send_json(res, {{"ok", true}});
+                }));
+    server.Get("/v1/ledger", wrap([this](const httplib::Request& req, httplib::Response& res) {
+                 send_json(res, coordinator.node_status(node(req)));
+               }));
+  }
+
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    KeyRecord key = client(req);
+    json body = parse_body(req);
+    if (!body.contains("messages")) throw ApiError(400, "[network] chat completions need \"messages\"");
+    json job = coordinator.submit(key, body);
+    std::string id = job["id"], model = body["model"];
+    std::string cid = "chatcmpl-" + id;
+    int64_t created = wall_clock_ms() / 1000;
+    if (body.value("stream", false)) {
+      auto first = std::make_shared<bool>(true);
+      stream(res, key, id, [=](const Output& o) {
+        auto chunk = [&](json delta, json finish) {
+          return sse({{"id", cid},
+                      {"object", "chat.completion.chunk"},
+                      {"created", created},
+                      {"model", model},
+                      {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}});
+        };
+        std::string s;
+        if (*first) {
+          s += chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
+          *first = false;
+        }
+        if (!o.text.empty()) s += chunk({{"content", o.text}}, nullptr);
+        if (o.done) {
+          s += chunk(json::object(), o.finish_reason == "length" ? "length" : "stop");
+          s += "data: [DONE]\n\n";
+        }
+        return s;
+      });
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kChatDeadline;
+    Output out;
+    do {
+      out = coordinator.wait_output(key, id, 0, std::min(deadline, std::chrono::steady_clock::now() + kStreamStep));
+    } while (!out.done && std::chrono::steady_clock::now() < deadline && !stopping);
+    if (!out.done) throw ApiError(504, "[network] the job did not finish in time; poll /v1/jobs/" + id);
+    json done = coordinator.job_json(key, id);
+    if (done["state"] != "completed") throw ApiError(502, "[network] job " + id + " ended " + done["state"].get<std::string>());
+    send_json(res, {{"id", cid},
+                    {"object", "chat.completion"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", json::array({{{"index", 0},
+                                              {"message", {{"role", "assistant"}, {"content", done["text"]}}},
+                                              {"finish_reason", done.value("finish_reason", "stop")}}})},
+                    {"usage", done["usage"]}});
+  }
+};
+
+HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms) : impl_(std::make_unique<Impl>(coordinator, window_ms)) {
+  impl_->routes();
+}
+
+HttpApi::~HttpApi() { stop(); }
+
+int HttpApi::bind(const std::string& host, int port) {
+  int bound = port == 0 ? impl_->server.bind_to_any_port(host) : (impl_->server.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw Error(error_message("network", "cannot listen on {}:{}", host, port));
+  return bound;
+}
+
+void HttpApi::serve() { impl_->server.listen_after_bind(); }
+
+void HttpApi::stop() {
+  impl_->stopping = true;
+  impl_->server.stop();
+}
+
+}  // namespace orchard::network
