@@ -1,1 +1,89 @@
-// placeholder: being written
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "apps/orchard/commands.h"
+#include "core/error.h"
+#include "network/coordinator.h"
+#include "network/http_api.h"
+
+namespace orchard::app {
+namespace {
+
+struct NetworkOptions {
+  std::string db = "sqlite://orchard-network.db";
+  std::string host = "0.0.0.0";
+  int port = 8700;
+  network::CoordinatorOptions core;
+  double lease_s = 15;
+  std::string key_name;
+};
+
+std::atomic<bool> g_stop{false};
+network::HttpApi* g_api = nullptr;
+
+void on_signal(int) {
+  g_stop = true;
+  if (g_api) g_api->stop();
+}
+
+void run_coordinator(NetworkOptions& o) {
+  o.core.lease_ms = static_cast<int64_t>(o.lease_s * 1000);
+  o.core.offline_after_ms = o.core.lease_ms;
+  network::Store store = network::Store::open(o.db);
+  network::Coordinator coordinator(store, o.core);
+  network::HttpApi api(coordinator);
+  int port = api.bind(o.host, o.port);
+  std::fprintf(stderr, "orchard network: listening on %s:%d, state in %s (%s)\n", o.host.c_str(), port, o.db.c_str(),
+               std::string(store.backend()).c_str());
+  g_api = &api;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::thread ticker([&] {
+    while (!g_stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      try {
+        coordinator.tick();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "orchard network: tick: %s\n", e.what());
+      }
+    }
+  });
+  api.serve();
+  g_stop = true;
+  ticker.join();
+  g_api = nullptr;
+}
+
+}  // namespace
+
+void add_network_command(CLI::App& app) {
+  auto o = std::make_shared<NetworkOptions>();
+  CLI::App* cmd = app.add_subcommand("network", "Run the network coordinator (places jobs on nodes, keeps the ledger)");
+  cmd->add_option("--db", o->db, "sqlite://PATH (default) or postgresql://...")->capture_default_str();
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port to listen on (0: any)")->capture_default_str();
+  cmd->add_option("--lease", o->lease_s, "Seconds a node holds a job without reporting")->capture_default_str();
+  cmd->add_option("--verify-fraction", o->core.verify_fraction, "Share of jobs checked on a second node")
+      ->capture_default_str();
+  cmd->add_option("--ban-after", o->core.ban_after_mismatches, "Failed checks that ban a node")->capture_default_str();
+  auto quota = std::make_shared<int64_t>(0);
+  auto rate = std::make_shared<int64_t>(0);
+  CLI::App* add_key = cmd->add_subcommand("add-key", "Create an API key and print it (shown once)");
+  add_key->add_option("--db", o->db, "sqlite://PATH (default) or postgresql://...")->capture_default_str();
+  add_key->add_option("--name", o->key_name, "Who the key is for")->required();
+  add_key->add_option("--quota-tokens", *quota, "Tokens the key may use (0: unlimited)")->capture_default_str();
+  add_key->add_option("--rate", *rate, "Jobs per minute (0: unlimited)")->capture_default_str();
+  add_key->callback([o, quota, rate] {
+    network::Store store = network::Store::open(o->db);
+    store.migrate();
+    auto [key, secret] = store.create_key(o->key_name, *quota, *rate, network::wall_clock_ms());
+    std::printf("%s\n", secret.c_str());
+  });
+  cmd->callback([o, cmd, add_key] {
+    if (cmd->got_subcommand(add_key)) return;
+    run_coordinator(*o);
+  });
+}
+
+}  // namespace orchard::app

@@ -1,1 +1,127 @@
-// placeholder: being written
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/orchard/commands.h"
+#include "core/error.h"
+#include "network/catalog.h"
+#include "network/node_agent.h"
+
+namespace orchard::app {
+namespace {
+
+struct NodeOptions {
+  network::NodeAgentOptions agent;
+  std::string idle_after = "5m";
+  std::string max_memory;
+  std::string models_dir = "models";
+  std::string engine = "builtin";
+  int threads = 0;
+  int32_t max_context = 4096;
+  int token_delay_ms = 0;
+};
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+// "90s", "5m", "2h", or plain seconds.
+int64_t parse_duration_ms(const std::string& s) {
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    std::string unit = s.substr(used);
+    double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
+    if (scale > 0) return static_cast<int64_t>(v * scale * 1000);
+  } catch (const std::exception&) {
+  }
+  throw Error(error_message("node", "'{}' is not a duration (90s, 5m, 2h)", s));
+}
+
+// "48G", "512M", or plain bytes.
+int64_t parse_bytes(const std::string& s) {
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    std::string unit = s.substr(used);
+    double scale = unit.empty() ? 1 : unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : unit == "T" ? 1e12 : -1;
+    if (scale > 0) return static_cast<int64_t>(v * scale);
+  } catch (const std::exception&) {
+  }
+  throw Error(error_message("node", "'{}' is not a size (48G, 512M)", s));
+}
+
+std::string default_key_file() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.orchard-node.key";
+}
+
+void run_node(NodeOptions& o) {
+  auto& a = o.agent;
+  a.idle.idle_after_ms = parse_duration_ms(o.idle_after);
+  if (a.chip.empty()) a.chip = network::detect_chip();
+  int64_t total = network::detect_memory_bytes();
+  a.memory_bytes = o.max_memory.empty() ? total * 3 / 4 : std::min(total, parse_bytes(o.max_memory));
+  if (a.bandwidth_gbs <= 0) {
+    auto chip = network::HardwareCatalog::shipped().find(a.chip);
+    a.bandwidth_gbs = chip ? chip->memory_bandwidth_gbs : 50;  // unknown hardware: a modest guess
+  }
+  auto engine = o.engine == "builtin"
+                    ? network::make_builtin_engine(o.models_dir, o.threads, o.max_context, o.token_delay_ms)
+                    : network::make_forwarding_engine(o.engine, o.models_dir);
+  network::NodeAgent agent(a, std::move(engine));
+  std::fprintf(stderr, "orchard node %s: %s, %.1f GB offered, %s\n", agent.node_id().substr(0, 16).c_str(),
+               a.chip.c_str(), static_cast<double>(a.memory_bytes) / 1e9,
+               network::IdleMonitor(a.idle).reason().c_str());
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  agent.run(g_stop);
+}
+
+void show_status(const NodeOptions& o) {
+  auto key = network::NodeKey::load_or_create(o.agent.key_file);
+  auto s = network::signed_call(key, o.agent.network_url, "GET", "/v1/ledger", {}, 10000);
+  std::printf("node %s\nstate: %s%s\nseat: %s (%s)\njobs served: %lld (leases lost: %lld)\nreputation: %.2f\n"
+              "earnings: %.6f credits\n",
+              key.public_hex().c_str(),
+              s.value("banned", false) ? "banned" : s.value("online", false) ? "online" : "offline",
+              s.value("offering", false) ? ", offering" : "", s.value("seat", "").c_str(), s.value("tier", "").c_str(),
+              static_cast<long long>(s.value("jobs_served", 0)), static_cast<long long>(s.value("jobs_failed", 0)),
+              s.value("reputation", 0.0), static_cast<double>(s.value("balance", int64_t{0})) / 1e6);
+}
+
+}  // namespace
+
+void add_node_command(CLI::App& app) {
+  auto o = std::make_shared<NodeOptions>();
+  o->agent.key_file = default_key_file();
+  CLI::App* cmd = app.add_subcommand("node", "Lend this machine to a network while it is idle");
+  auto common = [o](CLI::App* c) {
+    c->add_option("--network", o->agent.network_url, "Coordinator URL (http://host:8700)")->required();
+    c->add_option("--key-file", o->agent.key_file, "This node's Ed25519 key (created if absent)")->capture_default_str();
+  };
+  common(cmd);
+  cmd->add_flag("--dedicated", o->agent.idle.dedicated, "Dedicated seat: always offered");
+  cmd->add_option("--idle-after", o->idle_after, "Owner away this long before lending")->capture_default_str();
+  cmd->add_option("--max-load", o->agent.idle.max_load_per_core, "Load per core above which the owner is busy")
+      ->capture_default_str();
+  cmd->add_option("--activity-file", o->agent.idle.activity_file, "A file whose modification counts as owner input");
+  cmd->add_option("--max-memory", o->max_memory, "Memory to offer (default: 3/4 of the machine's)");
+  cmd->add_option("--models", o->models_dir, "Directory of GGUF models")->capture_default_str();
+  cmd->add_option("--engine", o->engine, "builtin, or the URL of a local OpenAI-compatible server")->capture_default_str();
+  cmd->add_option("--region", o->agent.region, "Where the machine is (city, country)");
+  cmd->add_option("--name", o->agent.name, "A name shown on the World page");
+  cmd->add_option("--chip", o->agent.chip, "Chip name (default: detected)");
+  cmd->add_option("--bandwidth", o->agent.bandwidth_gbs, "Memory bandwidth in GB/s (default: from the catalog)");
+  cmd->add_option("-t,--threads", o->threads, "Engine threads (default: all cores)");
+  cmd->add_option("--max-context", o->max_context, "Largest context the built-in engine allocates")->capture_default_str();
+  cmd->add_option("--token-delay-ms", o->token_delay_ms, "Slow every token down (demos, tests)")->capture_default_str();
+  CLI::App* status = cmd->add_subcommand("status", "Show this node's state, jobs served and earnings");
+  common(status);
+  cmd->callback([o, cmd, status] {
+    if (cmd->got_subcommand(status)) return;
+    run_node(*o);
+  });
+  status->callback([o] { show_status(*o); });
+}
+
+}  // namespace orchard::app

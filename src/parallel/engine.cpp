@@ -1,5 +1,8 @@
 #include "parallel/engine.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "parallel/weight_distribution.h"
@@ -7,10 +10,41 @@
 namespace orchard::parallel {
 namespace {
 
-std::string model_path_for_rank(const EngineOptions& options, comm::Group* group) {
-  if (!group) return options.model_path;
-  return ensure_model_file(*group, options.model_path, options.layout, options.shard_cache_dir,
-                           options.on_receive_progress);
+// Bytes of memory this machine can still give a model.
+double free_memory_bytes() {
+  const long page = sysconf(_SC_PAGESIZE);
+#ifdef _SC_AVPHYS_PAGES
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+#else
+  const long pages = sysconf(_SC_PHYS_PAGES);  // macOS has no "available" count here
+#endif
+  return page > 0 && pages > 0 ? static_cast<double>(page) * static_cast<double>(pages) : 0.0;
+}
+
+// Unless the user gave stage weights, pipeline stages get layers in proportion to the free
+// memory of their ranks (all ranks agree: the figures are gathered from everyone).
+Layout with_memory_weights(comm::Group& group, Layout layout) {
+  if (!layout.stage_weights.empty() || layout.pp == 1) return layout;
+  std::vector<double> free(static_cast<size_t>(group.size()));
+  const double mine = free_memory_bytes();
+  group.all_gather(&mine, free.data(), sizeof mine);
+  std::vector<double> stages(static_cast<size_t>(layout.pp), 0.0);
+  for (int r = 0; r < group.size(); ++r) stages[static_cast<size_t>(layout.stage_of(r))] += free[static_cast<size_t>(r)];
+  for (double s : stages)
+    if (!(s > 0)) return layout;  // a rank could not tell: split evenly
+  // Ranks on one host see the same free memory; differences under 10% are noise, not capacity.
+  const auto [lo, hi] = std::minmax_element(stages.begin(), stages.end());
+  if (*hi < 1.1 * *lo) return layout;
+  layout.stage_weights = stages;
+  return layout;
+}
+
+EngineOptions resolve_for_rank(EngineOptions options, comm::Group* group) {
+  if (!group) return options;
+  options.layout = with_memory_weights(*group, options.layout);
+  options.model_path = ensure_model_file(*group, options.model_path, options.layout, options.shard_cache_dir,
+                                         options.on_receive_progress);
+  return options;
 }
 
 }  // namespace
@@ -22,11 +56,13 @@ std::string default_shard_cache_dir() {
   return "/tmp/orchard-shards";
 }
 
-Engine::Engine(const EngineOptions& options, comm::Group* group)
-    : file_(model::gguf::Reader::open(model_path_for_rank(options, group))),
+Engine::Engine(const EngineOptions& requested, comm::Group* group)
+    : options_(resolve_for_rank(requested, group)),
+      file_(model::gguf::Reader::open(options_.model_path)),
       config_(model::ModelConfig::from_gguf(file_)),
       tokenizer_(model::Tokenizer::from_gguf(file_)),
-      pool_(options.threads) {
+      pool_(options_.threads) {
+  const EngineOptions& options = options_;
   const Layout layout = group ? options.layout : Layout{};
   if (group) layout.validate(config_, group->size());
   const int rank = group ? group->rank() : 0;

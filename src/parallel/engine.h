@@ -36,7 +36,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // group == nullptr: a single rank holding the whole model.
+  // group == nullptr: a single rank holding the whole model. With a group this is collective:
+  // ranks agree on stage weights (free memory) and receive missing weights from rank 0.
   Engine(const EngineOptions& options, comm::Group* group);
 
   model::TokenModel& model() { return *token_model_; }
@@ -47,6 +48,7 @@ class Engine {
   core::ThreadPool& pool() { return pool_; }
 
  private:
+  EngineOptions options_;  // as resolved for this rank (model path, stage weights)
   model::gguf::Reader file_;
   model::ModelConfig config_;
   model::Tokenizer tokenizer_;

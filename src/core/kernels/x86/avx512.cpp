@@ -52,6 +52,25 @@ inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 // Four bytes of x broadcast to every lane, straight from memory (a load-port µop).
 inline __m512i broadcast4(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
+// Per-token int32 sums of vpdpbusd products over a run of quant words, kept in enough
+// independent chains that their latency stays hidden when few tokens share the weights (at
+// 4+ tokens the tokens' own chains suffice, and more would cost registers).
+template <int T>
+struct DotChains {
+  static constexpr int kChains = T >= 4 ? 1 : T == 2 ? 2 : 4;
+  __m512i s[T][kChains];
+  DotChains() {
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < kChains; ++c) s[t][c] = _mm512_setzero_si512();
+  }
+  void add(int t, int word, __m512i w, __m512i x) { s[t][word % kChains] = _mm512_dpbusd_epi32(s[t][word % kChains], w, x); }
+  __m512i total(int t) const {
+    __m512i sum = s[t][0];
+    for (int c = 1; c < kChains; ++c) sum = _mm512_add_epi32(sum, s[t][c]);
+    return sum;
+  }
+};
+
 // 16 rows × T tokens of a kQ4_Kx16 copy. Per sub-block of 32, 8 vpdpbusd give each row's
 // Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into the super-block
 // sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only float work is
@@ -65,8 +84,10 @@ struct Q4_KInterleaved {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
-    // vpshufb controls copying the low (high) int16 of each int32 lane into both halves.
-    const __m512i dup_low = _mm512_set1_epi32(0x01000100), dup_high = _mm512_set1_epi32(0x03020302);
+    // vpshufb controls (byte indices within each 128-bit lane) copying the low (high) int16 of
+    // each int32 lane into both its halves.
+    const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
+    const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ4_KColumn) {
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
       // Σ_j min_j · Σ(x in sub-block j): sub-block j's two per-16 sums are the int32 word j of
@@ -91,17 +112,13 @@ struct Q4_KInterleaved {
         const uint8_t* q = w + kQ4_KQuants + 512 * p;
         for (int half = 0; half < 2; ++half) {
           const __m512i scale = half ? _mm512_srli_epi32(scales, 16) : _mm512_and_si512(scales, low16);
-          __m512i wq[8];
+          DotChains<T> dots;
           for (int k = 0; k < 8; ++k) {
             const __m512i v = load512(q + 64 * k);
-            wq[k] = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, nibble);
+            const __m512i wq = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, nibble);
+            for (int t = 0; t < T; ++t) dots.add(t, k, wq, broadcast4(x[t][b].qs + 64 * p + 32 * half + 4 * k));
           }
-          for (int t = 0; t < T; ++t) {
-            const int8_t* a = x[t][b].qs + 64 * p + 32 * half;
-            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], broadcast4(a));
-            for (int k = 1; k < 8; ++k) s = _mm512_dpbusd_epi32(s, wq[k], broadcast4(a + 4 * k));
-            sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(s, scale));
-          }
+          for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dots.total(t), scale));
         }
       }
       for (int t = 0; t < T; ++t)
@@ -142,7 +159,7 @@ struct Q6_KInterleaved {
 #pragma GCC unroll 2
           for (int odd = 0; odd < 2; ++odd) {
             const __m512i scale = odd ? _mm512_srai_epi32(scales, 16) : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
-            __m512i wq[4];
+            DotChains<T> dots;
             for (int i = 0; i < 4; ++i) {
               const int m = 4 * odd + i;
               __m512i low = load512(w + kQ6_KLow + 64 * (16 * h + 8 * (g % 2) + m));
@@ -150,15 +167,10 @@ struct Q6_KInterleaved {
               __m512i high = load512(w + kQ6_KHigh + 64 * (8 * h + m));
               high = g == 0 ? _mm512_slli_epi16(high, 4) : g == 1 ? _mm512_slli_epi16(high, 2) : g == 2 ? high : _mm512_srli_epi16(high, 2);
               // (low & 0x0F) | (high & 0x30): one vpternlogd after the first AND.
-              wq[i] = _mm512_ternarylogic_epi32(_mm512_and_si512(low, nibble), high, top, 0xF8);
+              const __m512i wq = _mm512_ternarylogic_epi32(_mm512_and_si512(low, nibble), high, top, 0xF8);
+              for (int t = 0; t < T; ++t) dots.add(t, i, wq, broadcast4(x[t][b].qs + 16 * (2 * pair + odd) + 4 * i));
             }
-            const int sub = 2 * pair + odd;
-            for (int t = 0; t < T; ++t) {
-              const int8_t* a = x[t][b].qs + 16 * sub;
-              __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], broadcast4(a));
-              for (int i = 1; i < 4; ++i) s = _mm512_dpbusd_epi32(s, wq[i], broadcast4(a + 4 * i));
-              sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(s, scale));
-            }
+            for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dots.total(t), scale));
           }
         }
       }
