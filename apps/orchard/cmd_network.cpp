@@ -80,8 +80,24 @@ void add_network_command(CLI::App& app) {
     auto [key, secret] = store.create_key(o->key_name, *quota, *rate, network::wall_clock_ms());
     std::printf("%s\n", secret.c_str());
   });
-  cmd->callback([o, cmd, add_key] {
-    if (cmd->got_subcommand(add_key)) return;
+  CLI::App* audit = cmd->add_subcommand("audit", "Check that the ledger balances; print job counts");
+  audit->add_option("--db", o->db, "sqlite://PATH (default) or postgresql://...")->capture_default_str();
+  audit->callback([o] {
+    network::Store store = network::Store::open(o->db);
+    store.migrate();
+    auto [sum, consistent] = store.audit();
+    std::printf("{\"sum\": %lld, \"consistent\": %s, \"queued\": %lld, \"leased\": %lld, \"completed\": %lld, "
+                "\"failed\": %lld, \"cancelled\": %lld}\n",
+                static_cast<long long>(sum), consistent ? "true" : "false",
+                static_cast<long long>(store.count_jobs(network::JobState::Queued)),
+                static_cast<long long>(store.count_jobs(network::JobState::Leased)),
+                static_cast<long long>(store.count_jobs(network::JobState::Completed)),
+                static_cast<long long>(store.count_jobs(network::JobState::Failed)),
+                static_cast<long long>(store.count_jobs(network::JobState::Cancelled)));
+    if (sum != 0 || !consistent) throw Error(error_message("network", "the ledger does not balance"));
+  });
+  cmd->callback([o, cmd, add_key, audit] {
+    if (cmd->got_subcommand(add_key) || cmd->got_subcommand(audit)) return;
     run_coordinator(*o);
   });
 }

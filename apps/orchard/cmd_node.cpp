@@ -55,7 +55,12 @@ std::string default_key_file() {
   return std::string(home ? home : ".") + "/.orchard-node.key";
 }
 
+void need_network(const NodeOptions& o) {
+  if (o.agent.network_url.empty()) throw Error(error_message("node", "--network URL is required"));
+}
+
 void run_node(NodeOptions& o) {
+  need_network(o);
   auto& a = o.agent;
   a.idle.idle_after_ms = parse_duration_ms(o.idle_after);
   if (a.chip.empty()) a.chip = network::detect_chip();
@@ -78,6 +83,7 @@ void run_node(NodeOptions& o) {
 }
 
 void show_status(const NodeOptions& o) {
+  need_network(o);
   auto key = network::NodeKey::load_or_create(o.agent.key_file);
   auto s = network::signed_call(key, o.agent.network_url, "GET", "/v1/ledger", {}, 10000);
   std::printf("node %s\nstate: %s%s\nseat: %s (%s)\njobs served: %lld (leases lost: %lld)\nreputation: %.2f\n"
@@ -96,7 +102,7 @@ void add_node_command(CLI::App& app) {
   o->agent.key_file = default_key_file();
   CLI::App* cmd = app.add_subcommand("node", "Lend this machine to a network while it is idle");
   auto common = [o](CLI::App* c) {
-    c->add_option("--network", o->agent.network_url, "Coordinator URL (http://host:8700)")->required();
+    c->add_option("--network", o->agent.network_url, "Coordinator URL (http://host:8700)");
     c->add_option("--key-file", o->agent.key_file, "This node's Ed25519 key (created if absent)")->capture_default_str();
   };
   common(cmd);

@@ -44,12 +44,16 @@ std::string read_text(const std::string& path) {
 
 bool is_local(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
-// This machine, measured, shared by `count` ranks (they split its memory).
+// This machine, measured, shared by `count` ranks: they split its memory, and since they run
+// at once they also split the bandwidth and compute the probe measures with all their threads.
 cluster::MachineSpec local_machine_spec(const PlanFlags& f, int count, int index) {
-  static const cluster::MachineProbe probe = cluster::probe_machine(f.threads);
   static const cluster::LocalMachine me = cluster::detect_local_machine();
+  // The probe takes a second: only when the what-if flags leave a figure open.
+  static const cluster::MachineProbe probe = f.memory_bw_gbs > 0 && f.compute_gflops > 0
+                                                 ? cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads}
+                                                 : cluster::probe_machine(f.threads > 0 ? f.threads * count : 0);
   return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
-          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs, probe.compute_gflops};
+          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count};
 }
 
 cluster::MachineSpec catalog_machine(const PlanFlags& f, size_t index, const std::string& host) {
@@ -185,7 +189,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();
   cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();
   cmd->add_option("--position", f->work.position, "Context position generation runs at (KV cache read)")->capture_default_str();
-  cmd->add_option("-t,--threads", f->threads, "Threads per rank when measuring this machine (default: all cores)");
+  cmd->add_option("-t,--threads", f->threads, "Threads per rank when measuring this machine (default: all cores, shared by the ranks)");
   cmd->add_option("--cluster", f->cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
   cmd->add_option("--secret", f->secret, "Cluster secret (env ORCHARD_CLUSTER_SECRET)");
   cmd->add_option("--port", f->port, "UDP port of announcements")->capture_default_str();

@@ -80,7 +80,7 @@ void Agent::run(const std::atomic<bool>& stop) {
   // Bind the TCP port before announcing it.
   comm::tcp::Fd listener = comm::tcp::listen_on("", options_.agent_port);
   std::thread server([&] {
-    while (!stop) {
+    while (!stop && !failed_) {
       std::string from;
       comm::tcp::Fd fd = comm::tcp::accept_until(listener.get(), Clock::now() + std::chrono::milliseconds(200), &from);
       if (fd.get() < 0) continue;
@@ -89,7 +89,7 @@ void Agent::run(const std::atomic<bool>& stop) {
       try {
         serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
                                [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         spdlog::debug("{}", e.what());
       }
     }
@@ -132,6 +132,7 @@ void Agent::run(const std::atomic<bool>& stop) {
       }
     }
   } catch (...) {
+    failed_ = true;
     server.join();
     prober.join();
     throw;
@@ -141,7 +142,7 @@ void Agent::run(const std::atomic<bool>& stop) {
 }
 
 void Agent::probe_peers(const std::atomic<bool>& stop) {
-  while (!stop) {
+  while (!stop && !failed_) {
     // One peer per round, the least recently measured first.
     std::optional<Announcement> target;
     {
@@ -177,7 +178,7 @@ void Agent::probe_peers(const std::atomic<bool>& stop) {
                                            options_.secret, options_.probe);
           l.rtt_us_p50 = f.rtt_us_p50;
           l.gbps = f.gbps;
-        } catch (const Error& e) {
+        } catch (const std::exception& e) {
           spdlog::warn("[cluster] probing {} {} -> {}: {}", target->hostname, local.address, remote.address, e.what());
           continue;
         }

@@ -38,7 +38,6 @@ class Agent {
   const Announcement& self() const { return self_; }
 
  private:
-  void serve(const std::atomic<bool>& stop);
   void probe_peers(const std::atomic<bool>& stop);
   Announcement announcement() const;
 
@@ -50,6 +49,7 @@ class Agent {
   };
 
   AgentOptions options_;
+  std::atomic<bool> failed_{false};  // the announce loop died: the other threads end too
   Announcement self_;
   mutable std::mutex mutex_;
   std::map<std::string, Peer> peers_;             // by node id

@@ -224,22 +224,14 @@ bool DiscoverySocket::receive(std::vector<uint8_t>& datagram, Clock::time_point 
 }
 
 std::vector<Announcement> listen_for_peers(const std::string& cluster, const std::string& secret, uint16_t port,
-                                           std::chrono::milliseconds wait, const Announcement* own) {
+                                           std::chrono::milliseconds wait) {
   DiscoverySocket socket(port);
-  std::vector<uint8_t> mine;
-  if (own) mine = encode_announcement(*own, cluster, secret);
   std::vector<Announcement> heard;
   const auto end = Clock::now() + wait;
-  auto next_send = Clock::now();
   std::vector<uint8_t> datagram;
-  while (Clock::now() < end) {
-    if (own && Clock::now() >= next_send) {
-      socket.send(mine);
-      next_send = Clock::now() + std::chrono::seconds(1);
-    }
-    if (!socket.receive(datagram, std::min(end, own ? next_send : end))) continue;
+  while (socket.receive(datagram, end)) {
     std::optional<Announcement> a = decode_announcement(datagram, cluster, secret);
-    if (!a || (own && a->node_id == own->node_id)) continue;
+    if (!a) continue;
     auto it = std::find_if(heard.begin(), heard.end(), [&](const Announcement& h) { return h.node_id == a->node_id; });
     if (it == heard.end()) heard.push_back(std::move(*a));
     else *it = std::move(*a);  // the newest one carries the newest links

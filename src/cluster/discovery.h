@@ -97,9 +97,9 @@ class DiscoverySocket {
   std::vector<std::string> joined_;  // interface addresses already members of the group
 };
 
-// Listens for `wait` (sending `own` each second when given) and returns the machines of
-// `cluster` heard, one per node id, in the order first heard.
+// Listens for `wait` without announcing and returns the machines of `cluster` heard, one per
+// node id (the newest announcement), in the order first heard.
 std::vector<Announcement> listen_for_peers(const std::string& cluster, const std::string& secret, uint16_t port,
-                                           std::chrono::milliseconds wait, const Announcement* own = nullptr);
+                                           std::chrono::milliseconds wait);
 
 }  // namespace orchard::cluster

@@ -21,18 +21,19 @@ FrameHeader make_frame_header(WireOp op, uint32_t tag, uint32_t sequence, uint64
 }
 
 std::string check_frame_header(const FrameHeader& header, const FrameExpectation& expected) {
-  if (header.magic != kFrameMagic) return fmt::format("bad frame magic 0x{:08x}", header.magic);
-  if (header.op != static_cast<uint8_t>(expected.op)) {
-    return fmt::format("frame for op {} ({}) while this rank is in {}", header.op,
-                       wire_op_name(static_cast<WireOp>(header.op)), wire_op_name(expected.op));
+  // Copies: fields of a packed struct may sit at unaligned addresses, so no references to them.
+  const uint32_t magic = header.magic, tag = header.tag, sequence = header.sequence;
+  const uint8_t op = header.op;
+  const uint64_t length = header.length;
+  if (magic != kFrameMagic) return fmt::format("bad frame magic 0x{:08x}", magic);
+  if (op != static_cast<uint8_t>(expected.op)) {
+    return fmt::format("frame for op {} ({}) while this rank is in {}", op, wire_op_name(static_cast<WireOp>(op)),
+                       wire_op_name(expected.op));
   }
-  if (header.sequence != expected.sequence) {
-    return fmt::format("frame sequence {} where {} was expected", header.sequence, expected.sequence);
-  }
-  if (header.tag != expected.tag) return fmt::format("frame tag {} where tag {} was expected", header.tag, expected.tag);
-  if (header.length != expected.length) {
-    return fmt::format("frame of {} bytes where {} were expected (sizes differ between ranks?)", header.length,
-                       expected.length);
+  if (sequence != expected.sequence) return fmt::format("frame sequence {} where {} was expected", sequence, expected.sequence);
+  if (tag != expected.tag) return fmt::format("frame tag {} where tag {} was expected", tag, expected.tag);
+  if (length != expected.length) {
+    return fmt::format("frame of {} bytes where {} were expected (sizes differ between ranks?)", length, expected.length);
   }
   return {};
 }

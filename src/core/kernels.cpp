@@ -184,7 +184,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
       if (kind == Activations::kQ8_0)
         kernels::quantize_act_q8_0(src, reinterpret_cast<kernels::ActQ8_0*>(dst), cols / 32);
       else
-        quantize_row_reference(TensorType::Q8_K, src, dst, cols);
+        kernels::quantize_act_q8_k(src, reinterpret_cast<BlockQ8_K*>(dst), cols / kQK_K);
     });
     act = out;
   }

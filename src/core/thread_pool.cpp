@@ -15,9 +15,11 @@ inline void cpu_relax() {
 #endif
 }
 
-// About 50-100 µs of spinning: longer than the gap between the parallel loops of one decode
-// step, far shorter than the gap between requests.
-constexpr int kSpinIterations = 20000;
+// Tens of microseconds of spinning: longer than the gap between the parallel loops of one
+// decode step, far shorter than the gap between requests. Past it, waiters yield or sleep, so
+// an oversubscribed machine (other processes, several ranks per core) doesn't lose whole time
+// slices to a spinning thread while the one it waits for is descheduled.
+constexpr int kSpinIterations = 4000;
 
 }  // namespace
 
@@ -87,7 +89,13 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* context) {
   }
   wake_.notify_all();
   work_on_current_job(0);
-  while (active_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+  for (int spin = 0; active_workers_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -2,7 +2,9 @@
 // odd row counts × token counts, against the reference dequantizer and a float64 dot product.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,7 +105,7 @@ TEST_P(Matmul, EveryKernelSetMatchesReference) {
   const TypeCase c = GetParam();
   ThreadPool pool(2);
   MatmulScratch scratch;
-  for (int64_t rows : {1, 17, 50}) {
+  for (int64_t rows : {1, 17, 50}) {  // 17, 50: partial 16-row groups
     for (int64_t n_tokens : {1, 2, 3, 7, 16, 33}) {
       Problem p = make_problem(c.type, rows, c.cols, n_tokens, static_cast<uint32_t>(rows * 100 + n_tokens));
       for (const kernels::KernelSet* set : all_sets()) {
@@ -164,27 +166,75 @@ INSTANTIATE_TEST_SUITE_P(Types, Matmul,
                            return std::string(type_name(info.param.type)) + "_" + std::to_string(info.param.cols);
                          });
 
+kernels::Layout interleaved_layout_of(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: return kernels::kQ4_0x16;
+    case TensorType::Q8_0: return kernels::kQ8_0x16;
+    case TensorType::Q4_K: return kernels::kQ4_Kx16;
+    default: return kernels::kQ6_Kx16;
+  }
+}
+
 TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
   // The generic kernels rebuild each interleaved block, so both layouts run the same arithmetic.
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
-    Problem p = make_problem(type, 33, 256, 3, 11);
-    std::vector<uint8_t> copy(kernels::interleaved_bytes(type == TensorType::Q4_0 ? kernels::kQ4_0x16 : kernels::kQ8_0x16, 33, 8));
-    kernels::repack(type == TensorType::Q4_0 ? kernels::kQ4_0x16 : kernels::kQ8_0x16, p.weights.data(), 33, 8, copy.data());
-    ThreadPool pool(1);
-    MatmulScratch scratch;
-    kernels::use_kernel_set(&kernels::generic_kernels());
-    WeightMatrix w = WeightMatrix::view(type, p.weights.data(), 33, 256);
-    std::vector<float> y_rows(3 * 33), y_interleaved(3 * 33);
-    matmul(w, p.x.data(), 3, y_rows.data(), pool, scratch);
-    // Drive the generic interleaved kernel directly on the copy.
-    std::vector<kernels::ActQ8_0> act(3 * 8);
-    for (int t = 0; t < 3; ++t) kernels::quantize_act_q8_0(p.x.data() + t * 256, act.data() + t * 8, 8);
-    kernels::Tile tile{copy.data(), copy.size() / 3, 33, 8, reinterpret_cast<const uint8_t*>(act.data()),
-                       8 * sizeof(kernels::ActQ8_0), 3, y_interleaved.data(), 33};
-    (type == TensorType::Q4_0 ? kernels::generic_kernels().q4_0x16 : kernels::generic_kernels().q8_0x16)(tile);
-    EXPECT_EQ(y_rows, y_interleaved) << type_name(type);
+  // Row counts below, at and above one 16-row group, and not a multiple of it.
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    const bool k_quant = type == TensorType::Q4_K || type == TensorType::Q6_K;
+    const int64_t cols = 512, n_blocks = cols / (k_quant ? kQK_K : 32);
+    const kernels::Layout layout = interleaved_layout_of(type);
+    for (int64_t rows : {5, 16, 33}) {
+      Problem p = make_problem(type, rows, cols, 3, 11);
+      std::vector<uint8_t> copy(kernels::interleaved_bytes(layout, rows, n_blocks));
+      kernels::repack(layout, p.weights.data(), rows, n_blocks, copy.data());
+      ThreadPool pool(1);
+      MatmulScratch scratch;
+      kernels::use_kernel_set(&kernels::generic_kernels());
+      WeightMatrix w = WeightMatrix::view(type, p.weights.data(), rows, cols);
+      std::vector<float> y_rows(static_cast<size_t>(3 * rows)), y_interleaved(y_rows.size());
+      matmul(w, p.x.data(), 3, y_rows.data(), pool, scratch);
+      // Drive the generic interleaved kernel directly on the copy, with the activations matmul uses.
+      const size_t x_stride = k_quant ? n_blocks * sizeof(BlockQ8_K) : n_blocks * sizeof(kernels::ActQ8_0);
+      std::vector<uint8_t> act(3 * x_stride);
+      for (int t = 0; t < 3; ++t) {
+        if (k_quant)
+          kernels::quantize_act_q8_k(p.x.data() + t * cols, reinterpret_cast<BlockQ8_K*>(act.data() + t * x_stride), n_blocks);
+        else
+          kernels::quantize_act_q8_0(p.x.data() + t * cols, reinterpret_cast<kernels::ActQ8_0*>(act.data() + t * x_stride), n_blocks);
+      }
+      const size_t group_bytes = kernels::interleaved_bytes(layout, kernels::kInterleave, n_blocks);
+      kernels::Tile tile{copy.data(), group_bytes, rows, n_blocks, act.data(), x_stride, 3, y_interleaved.data(), rows};
+      const kernels::KernelSet& generic = kernels::generic_kernels();
+      kernels::TileFn fn = type == TensorType::Q4_0   ? generic.q4_0x16
+                           : type == TensorType::Q8_0 ? generic.q8_0x16
+                           : type == TensorType::Q4_K ? generic.q4_kx16
+                                                      : generic.q6_kx16;
+      fn(tile);
+      EXPECT_EQ(y_rows, y_interleaved) << type_name(type) << " rows " << rows;
+      // Every block comes back out of the copy as the GGUF bytes it went in as.
+      const size_t block = row_bytes(type, cols) / static_cast<size_t>(n_blocks);
+      std::vector<uint8_t> out(block);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          kernels::extract_block(layout, copy.data(), n_blocks, r, b, out.data());
+          ASSERT_EQ(0, std::memcmp(out.data(), p.weights.data() + static_cast<size_t>(r * n_blocks + b) * block, block))
+              << type_name(type) << " row " << r << " block " << b;
+        }
+    }
   }
   kernels::use_kernel_set(nullptr);
+}
+
+TEST(MatmulContract, FastQ8KActivationsMatchTheReferenceQuantizer) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(4 * kQK_K);
+  for (auto& v : x) v = normal(rng);
+  std::fill(x.begin() + kQK_K, x.begin() + 2 * kQK_K, 0.0f);  // an all-zero block: d = 0, q = 0
+  x[3 * kQK_K + 7] = -50.0f;                                      // a negative extreme
+  std::vector<BlockQ8_K> fast(4), reference(4);
+  kernels::quantize_act_q8_k(x.data(), fast.data(), 4);
+  quantize_row_reference(TensorType::Q8_K, x.data(), reference.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(0, std::memcmp(fast.data(), reference.data(), 4 * sizeof(BlockQ8_K)));
 }
 
 TEST(MatmulContract, ScratchStopsGrowing) {

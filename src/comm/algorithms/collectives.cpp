@@ -124,7 +124,7 @@ void P2PGroup::all_gatherv(const void* send, void* recv, std::span<const size_t>
                 bytes_per_rank.size(), size_);
   auto* out = static_cast<uint8_t*>(recv);
   const size_t own_offset = std::accumulate(bytes_per_rank.begin(), bytes_per_rank.begin() + rank_, size_t{0});
-  if (send != out + own_offset) std::memmove(out + own_offset, send, bytes_per_rank[rank_]);
+  if (bytes_per_rank[rank_] > 0 && send != out + own_offset) std::memmove(out + own_offset, send, bytes_per_rank[rank_]);
   if (size_ == 1) return;
   const size_t total = std::accumulate(bytes_per_rank.begin(), bytes_per_rank.end(), size_t{0});
   if (total > kDirectExchangeBytes * 2) {
@@ -158,7 +158,7 @@ void P2PGroup::reduce_scatter(const void* send, void* recv, std::span<const size
   }
   const size_t own = sizes_[rank_];
   if (size_ == 1) {
-    std::memmove(recv, in, own);
+    if (own > 0) std::memmove(recv, in, own);
     return;
   }
   if (offsets_.back() <= kDirectExchangeBytes * 2) {

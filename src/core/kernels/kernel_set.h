@@ -78,6 +78,8 @@ void use_kernel_set(const KernelSet* set);
 // Activation quantizers shared by every set, so all kernels see the same quantized inputs.
 // x [n_blocks * 32] -> out [n_blocks]
 void quantize_act_q8_0(const float* x, ActQ8_0* out, int64_t n_blocks);
+// x [n_blocks * 256] -> out [n_blocks], byte for byte what quantize_row_reference(Q8_K) gives.
+void quantize_act_q8_k(const float* x, BlockQ8_K* out, int64_t n_blocks);
 
 // Interleaved layouts: bytes of the repacked copy of W [rows, n_blocks blocks of its type],
 // rows padded to a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.

@@ -81,12 +81,14 @@ uint64_t job_hash(const std::string& secret) {
 
 // Copies between linear memory and the ring, in two pieces where the range wraps.
 void ring_write(Ring& r, uint64_t pos, const void* src, size_t n) {
+  if (n == 0) return;  // src may be null (empty frames of barrier)
   const size_t at = pos % kRingBytes;
   const size_t first = std::min(n, kRingBytes - at);
   std::memcpy(r.data + at, src, first);
   std::memcpy(r.data, static_cast<const uint8_t*>(src) + first, n - first);
 }
 void ring_read(const Ring& r, uint64_t pos, void* dst, size_t n) {
+  if (n == 0) return;
   const size_t at = pos % kRingBytes;
   const size_t first = std::min(n, kRingBytes - at);
   std::memcpy(dst, r.data + at, first);

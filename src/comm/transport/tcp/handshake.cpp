@@ -25,7 +25,7 @@ void dial_handshake(int fd, const std::string& secret, int rank, int world, int 
   read_exact(fd, &challenge, sizeof challenge, deadline, peer);
   if (challenge.magic != kHandshakeMagic || challenge.version != kProtocolVersion) {
     throw FormatError(error_message("comm", "{} is not an Orchard rank speaking protocol {} (magic 0x{:08x}, version {})",
-                                    peer, kProtocolVersion, challenge.magic, challenge.version));
+                                    peer, kProtocolVersion, +challenge.magic, +challenge.version));
   }
   Hello hello{};
   hello.magic = kHandshakeMagic;
@@ -57,20 +57,20 @@ HelloInfo accept_handshake(int fd, const std::string& secret, int world, int soc
   read_exact(fd, &hello, sizeof hello, deadline, from);
   std::string why;
   if (hello.magic != kHandshakeMagic) {
-    why = fmt::format("bad magic 0x{:08x}", hello.magic);
+    why = fmt::format("bad magic 0x{:08x}", +hello.magic);
   } else if (hello.version != kProtocolVersion) {
-    why = fmt::format("protocol version {} (this rank speaks {})", hello.version, kProtocolVersion);
+    why = fmt::format("protocol version {} (this rank speaks {})", +hello.version, kProtocolVersion);
   } else {
     Hello expected = hello;
     hello_mac(secret, challenge.nonce, expected);
     if (CRYPTO_memcmp(expected.mac, hello.mac, sizeof hello.mac) != 0) {
       why = "wrong job secret";
     } else if (hello.world != static_cast<uint32_t>(world)) {
-      why = fmt::format("world size {} (this job has {})", hello.world, world);
+      why = fmt::format("world size {} (this job has {})", +hello.world, world);
     } else if (hello.sockets_per_link != static_cast<uint32_t>(sockets_per_link)) {
-      why = fmt::format("{} sockets per link (this rank uses {})", hello.sockets_per_link, sockets_per_link);
+      why = fmt::format("{} sockets per link (this rank uses {})", +hello.sockets_per_link, sockets_per_link);
     } else if (hello.rank >= static_cast<uint32_t>(world) || hello.socket_index >= hello.sockets_per_link) {
-      why = fmt::format("rank {} socket {} out of range", hello.rank, hello.socket_index);
+      why = fmt::format("rank {} socket {} out of range", +hello.rank, +hello.socket_index);
     }
   }
   Verdict verdict{kHandshakeMagic, why.empty() ? 1u : 0u};

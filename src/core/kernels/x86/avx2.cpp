@@ -21,9 +21,9 @@ inline __m256i dot_s16(__m256i acc, __m256i a, __m256i b) { return _mm256_add_ep
 const KernelSet kAvx2{
     "avx2",
     false,
-    row_tile<FloatKernel<LoadF32>, 4>,
-    row_tile<FloatKernel<LoadF16>, 4>,
-    row_tile<FloatKernel<LoadBF16>, 4>,
+    FloatGemm<LoadF32, 3, 4, 4>::tile,
+    FloatGemm<LoadF16, 3, 4, 4>::tile,
+    FloatGemm<LoadBF16, 3, 4, 4>::tile,
     row_tile<Q4_0Kernel, 4>,
     row_tile<Q8_0Kernel, 4>,
     row_tile<Q4_KKernel, 4>,

@@ -237,9 +237,9 @@ struct InterleavedKernel {
 const KernelSet kAvx512{
     "avx512-vnni",
     false,
-    row_tile<FloatKernel<LoadF32>, 8>,
-    row_tile<FloatKernel<LoadF16>, 8>,
-    row_tile<FloatKernel<LoadBF16>, 8>,
+    FloatGemm<LoadF32, 4, 6, 8>::tile,
+    FloatGemm<LoadF16, 4, 6, 8>::tile,
+    FloatGemm<LoadBF16, 4, 6, 8>::tile,
     row_tile<Q4_0Kernel, 8>,
     row_tile<Q8_0Kernel, 8>,
     row_tile<Q4_KKernel, 8>,

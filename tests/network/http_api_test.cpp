@@ -1,0 +1,293 @@
+// The coordinator over real HTTP on loopback: signed node requests (forged, replayed, stale and
+// unsigned ones refused), a job from submission through a node agent to the ledger, the
+// OpenAI-compatible endpoints, and a spot check that catches a lying node.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
+
+#include "network/coordinator.h"
+#include "network/http_api.h"
+#include "network/identity.h"
+#include "network/node_agent.h"
+
+namespace orchard::network {
+namespace {
+
+using nlohmann::json;
+
+// Echo engine: "generates" the prompt back max_tokens times; token i is id i. A lying engine
+// reports other ids (as a node that ran a cheaper model would); its checks stay honest.
+class EchoEngine : public Engine {
+ public:
+  explicit EchoEngine(bool honest = true) : honest_(honest) {}
+  json models() override {
+    return json::array({{{"name", "echo"}, {"bytes", 1000000000}, {"kv_bytes_per_token", 1000}, {"context_length", 512}}});
+  }
+  EngineResult run(const std::string&, const json& request, const std::function<bool(const std::string&)>& on_text) override {
+    std::string prompt = request.contains("prompt") ? request["prompt"].get<std::string>()
+                                                    : request["messages"].back()["content"].get<std::string>();
+    EngineResult r;
+    r.prompt_tokens = 3;
+    for (int i = 0; i < request.value("max_tokens", 4); ++i) {
+      std::string piece = i == 0 ? prompt : " " + prompt;
+      r.text += piece;
+      if (!on_text(piece)) break;
+      r.output_ids.push_back(honest_ ? i : i + 100);
+      r.completion_tokens++;
+    }
+    r.prompt_ids = {1, 2, 3};
+    r.finish_reason = "length";
+    return r;
+  }
+  std::optional<CheckResult> check(const std::string&, const json& request) override {
+    CheckResult c;
+    auto ids = request["output_ids"].get<std::vector<int>>();
+    for (size_t i = 0; i < ids.size() && c.ok; ++i) {
+      c.ok = ids[i] == static_cast<int>(i);
+      c.checked = static_cast<int64_t>(i) + c.ok;
+      if (!c.ok) c.mismatch_at = static_cast<int64_t>(i);
+    }
+    return c;
+  }
+
+ private:
+  bool honest_;
+};
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::make_unique<Store>(Store::open(":memory:"));
+    CoordinatorOptions o;
+    o.seed = 1;
+    coordinator_ = std::make_unique<Coordinator>(*store_, o);
+    api_ = std::make_unique<HttpApi>(*coordinator_);
+    port_ = api_->bind("127.0.0.1", 0);
+    server_ = std::thread([this] { api_->serve(); });
+    url_ = "http://127.0.0.1:" + std::to_string(port_);
+    secret_ = coordinator_->add_key("tester", 0, 0);
+  }
+  void TearDown() override {
+    stop_ = true;
+    for (auto& t : agents_) t.join();
+    api_->stop();
+    server_.join();
+  }
+
+  void start_agent(bool honest = true) {
+    char tmpl[] = "/tmp/orchard-key-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    ::close(fd);
+    ::unlink(tmpl);
+    NodeAgentOptions o;
+    o.network_url = url_;
+    o.key_file = tmpl;
+    o.chip = "M2 Ultra";
+    o.memory_bytes = 64'000'000'000;
+    o.idle.dedicated = true;
+    o.poll_wait_ms = 1000;
+    auto engine = std::make_unique<EchoEngine>(honest);
+    agents_.emplace_back([this, o, e = std::shared_ptr<Engine>(std::move(engine))]() mutable {
+      struct Shared : Engine {
+        std::shared_ptr<Engine> e;
+        json models() override { return e->models(); }
+        EngineResult run(const std::string& m, const json& r, const std::function<bool(const std::string&)>& f) override {
+          return e->run(m, r, f);
+        }
+        std::optional<CheckResult> check(const std::string& m, const json& r) override { return e->check(m, r); }
+      };
+      auto s = std::make_unique<Shared>();
+      s->e = e;
+      NodeAgent agent(o, std::move(s));
+      try {
+        agent.run(stop_);
+      } catch (const Error&) {
+        // banned: the test checks the coordinator's side
+      }
+    });
+  }
+
+  httplib::Client client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30);
+    c.set_bearer_token_auth(secret_.c_str());
+    return c;
+  }
+
+  json wait_done(const std::string& id) {
+    auto c = client();
+    for (int i = 0; i < 200; ++i) {
+      auto res = c.Get(("/v1/jobs/" + id).c_str());
+      json j = json::parse(res->body);
+      if (j["state"] == "completed" || j["state"] == "failed") return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return nullptr;
+  }
+
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<HttpApi> api_;
+  std::thread server_;
+  std::vector<std::thread> agents_;
+  std::atomic<bool> stop_{false};
+  int port_ = 0;
+  std::string url_, secret_;
+};
+
+TEST_F(HttpApiTest, RefusesUnsignedForgedReplayedAndStaleNodeRequests) {
+  NodeKey key = NodeKey::generate(), other = NodeKey::generate();
+  httplib::Client c("127.0.0.1", port_);
+  std::string body = R"({"wait_ms":0})";
+  auto post = [&](const SignedHeaders& h, const std::string& b) {
+    httplib::Headers headers = {{kNodeHeader, h.node}, {kTimestampHeader, h.timestamp}, {kNonceHeader, h.nonce},
+                                {kSignatureHeader, h.signature}};
+    return c.Post("/v1/nodes/heartbeat", headers, b, "application/json")->status;
+  };
+  EXPECT_EQ(c.Post("/v1/nodes/heartbeat", body, "application/json")->status, 401);  // unsigned
+  SignedHeaders good = sign_request(key, "POST", "/v1/nodes/heartbeat", body, wall_clock_ms());
+  EXPECT_EQ(post(good, R"({"wait_ms":1})"), 401);  // body changed after signing
+  SignedHeaders forged = good;
+  forged.signature = other.sign_hex(canonical_request("POST", "/v1/nodes/heartbeat", std::stoll(good.timestamp),
+                                                      good.nonce, body));
+  EXPECT_EQ(post(forged, body), 401);  // signed by another key
+  EXPECT_EQ(post(good, body), 404);   // accepted, but this node never registered
+  EXPECT_EQ(post(good, body), 401);   // the same request again: a replay
+  SignedHeaders stale = sign_request(key, "POST", "/v1/nodes/heartbeat", body, wall_clock_ms() - 10 * 60 * 1000);
+  EXPECT_EQ(post(stale, body), 401);
+  SignedHeaders moved = sign_request(key, "POST", "/v1/nodes/poll", body, wall_clock_ms());
+  EXPECT_EQ(post(moved, body), 401);  // signed for another path
+}
+
+TEST_F(HttpApiTest, ClientsNeedAKey) {
+  httplib::Client c("127.0.0.1", port_);
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  c.set_bearer_token_auth("ok-wrong");
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/v1/world")->status, 200);  // public
+}
+
+TEST_F(HttpApiTest, AJobRunsOnANodeAndIsPaidOnce) {
+  start_agent();
+  auto c = client();
+  json models;
+  for (int i = 0; i < 100; ++i) {
+    models = json::parse(c.Get("/v1/models")->body);
+    if (!models["data"].empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(models["data"][0]["id"], "echo");
+  auto res = c.Post("/v1/jobs", R"({"model":"echo","prompt":"hello","max_tokens":3})", "application/json");
+  ASSERT_EQ(res->status, 201) << res->body;
+  json job = wait_done(json::parse(res->body)["id"]);
+  ASSERT_FALSE(job.is_null());
+  EXPECT_EQ(job["text"], "hello hello hello");
+  EXPECT_EQ(job["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"nope","prompt":"x"})", "application/json")->status, 404);
+  EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"echo"})", "application/json")->status, 400);
+
+  json world = json::parse(httplib::Client("127.0.0.1", port_).Get("/v1/world")->body);
+  ASSERT_EQ(world["nodes"].size(), 1u);
+  EXPECT_EQ(world["nodes"][0]["chip"], "M2 Ultra");
+  EXPECT_EQ(world["nodes"][0]["jobs_served"], 1);
+  EXPECT_EQ(world["totals"]["jobs_served"], 1);
+  auto [sum, consistent] = store_->audit();
+  EXPECT_EQ(sum, 0);
+  EXPECT_TRUE(consistent);
+  std::string node = world["nodes"][0]["id"];
+  // 6 tokens x 1 GB x dedicated Ultra (2x) = 0.012 credits
+  EXPECT_EQ(store_->balance(ledger::node_account(node)), 12000);
+}
+
+TEST_F(HttpApiTest, ChatCompletionsSpeakOpenAI) {
+  start_agent();
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/models")->body)["data"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto res = c.Post("/v1/chat/completions",
+                    R"({"model":"echo","messages":[{"role":"user","content":"hi"}],"max_tokens":2})", "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json r = json::parse(res->body);
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "hi hi");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["total_tokens"], 5);
+
+  auto s = c.Post("/v1/chat/completions",
+                  R"({"model":"echo","messages":[{"role":"user","content":"yo"}],"max_tokens":2,"stream":true})",
+                  "application/json");
+  ASSERT_EQ(s->status, 200);
+  EXPECT_NE(s->body.find("chat.completion.chunk"), std::string::npos);
+  EXPECT_NE(s->body.find("\"role\":\"assistant\""), std::string::npos);
+  EXPECT_NE(s->body.find("data: [DONE]"), std::string::npos);
+  std::string content;
+  for (size_t p = 0; (p = s->body.find("data: {", p)) != std::string::npos; ++p) {
+    json chunk = json::parse(s->body.substr(p + 6, s->body.find("\n\n", p) - p - 6));
+    content += chunk["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(content, "yo yo");
+}
+
+TEST_F(HttpApiTest, ALyingNodeLosesItsCreditsAndIsBanned) {
+  store_ = nullptr;  // rebuilt below with checks on every job
+  api_->stop();
+  server_.join();
+  store_ = std::make_unique<Store>(Store::open(":memory:"));
+  CoordinatorOptions o;
+  o.seed = 1;
+  o.verify_fraction = 1.0;
+  o.ban_after_mismatches = 2;
+  coordinator_ = std::make_unique<Coordinator>(*store_, o);
+  api_ = std::make_unique<HttpApi>(*coordinator_);
+  port_ = api_->bind("127.0.0.1", 0);
+  server_ = std::thread([this] { api_->serve(); });
+  url_ = "http://127.0.0.1:" + std::to_string(port_);
+  secret_ = coordinator_->add_key("tester", 0, 0);
+  start_agent(/*honest*/ false);
+  start_agent(true);
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/world")->body)["totals"]["online"] != 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Every job is checked on the other node: the liar's jobs fail their checks (refunded, the
+  // liar banned after two), the honest node's pass (released to it).
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) {
+    auto res = c.Post("/v1/jobs", R"({"model":"echo","prompt":"x","max_tokens":2})", "application/json");
+    ASSERT_EQ(res->status, 201) << res->body;
+    ids.push_back(json::parse(res->body)["id"]);
+  }
+  int ok = 0, mismatch = 0;
+  for (int i = 0; i < 300 && ok + mismatch < 8; ++i) {
+    ok = mismatch = 0;
+    for (auto& id : ids) {
+      json j = json::parse(c.Get(("/v1/jobs/" + id).c_str())->body);
+      ok += j.value("check", "") == "ok";
+      mismatch += j.value("check", "") == "mismatch";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(ok + mismatch, 8);
+  EXPECT_GE(mismatch, 1);
+  EXPECT_LE(mismatch, 2);  // banned after the second: later jobs go to the honest node
+  int banned = 0;
+  for (const NodeRecord& n : store_->list_nodes()) {
+    if (n.banned) {
+      ++banned;
+      EXPECT_EQ(n.mismatches, 2);
+      // It earned only check fees, never a job's credits.
+      for (const StatementLine& l : store_->statement(ledger::node_account(n.id), 100))
+        EXPECT_TRUE(l.txn_id.starts_with("settle:chk-")) << l.txn_id;
+    }
+  }
+  EXPECT_EQ(banned, mismatch == 2 ? 1 : 0);
+  EXPECT_EQ(store_->balance(ledger::kEscrow), 0);
+  auto [sum, consistent] = store_->audit();
+  EXPECT_EQ(sum, 0);
+  EXPECT_TRUE(consistent);
+}
+
+}  // namespace
+}  // namespace orchard::network
