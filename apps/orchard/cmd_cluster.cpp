@@ -1,5 +1,6 @@
 // `orchard cluster`: the machines of this cluster and the link matrix, from the local agent or,
 // without one, from the announcements heard for a few seconds.
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@ void add_cluster_command(CLI::App& app) {
   cmd->add_option("--wait", f->wait_s, "Without a local agent: seconds to listen")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON: {machines, links}");
   cmd->callback([f] {
+    std::signal(SIGPIPE, SIG_IGN);  // an agent that vanishes mid-query is an error, not a crash
     const cluster::Topology t = cluster::find_cluster(f->cluster, f->secret, f->port, f->agent_port,
                                                       std::chrono::milliseconds(static_cast<int64_t>(f->wait_s * 1000)));
     if (f->json) std::cout << cluster::to_json(t).dump(2) << "\n";

@@ -1,6 +1,7 @@
 // `orchard doctor`: for this machine and every machine its agent knows, whether RDMA over
 // Thunderbolt 5 is possible (and why not), which split suits its links, and how much model
 // fits in its memory.
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -29,6 +30,7 @@ void add_doctor_command(CLI::App& app) {
   cmd->add_option("--wait", f->wait_s, "Without a local agent: seconds to listen for others")->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads for measuring this machine (default: all cores)");
   cmd->callback([f] {
+    std::signal(SIGPIPE, SIG_IGN);  // an agent that vanishes mid-query is an error, not a crash
     const cluster::Topology t = cluster::find_cluster(f->cluster, f->secret, f->port, f->agent_port,
                                                       std::chrono::milliseconds(static_cast<int64_t>(f->wait_s * 1000)));
     std::cout << cluster::doctor_report(t, cluster::probe_machine(f->threads));

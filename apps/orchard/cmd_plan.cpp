@@ -1,6 +1,8 @@
 // `orchard plan`: which split to run a model with on these machines, and how fast it should
 // be. Machine facts come from the agents (--discover, or each --hostfile host's agent), from
 // the catalog (--chip), or from measuring this machine; what-if flags override any of them.
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -46,12 +48,13 @@ bool is_local(const std::string& host) { return host == "localhost" || host.rfin
 
 // This machine, measured, shared by `count` ranks: they split its memory, and since they run
 // at once they also split the bandwidth and compute the probe measures with all their threads.
-cluster::MachineSpec local_machine_spec(const PlanFlags& f, int count, int index) {
+cluster::MachineSpec local_machine_spec(const PlanFlags& f, const model::ModelConfig& shape, int count, int index) {
   static const cluster::LocalMachine me = cluster::detect_local_machine();
   // The probe takes a second: only when the what-if flags leave a figure open.
   static const cluster::MachineProbe probe = f.memory_bw_gbs > 0 && f.compute_gflops > 0
                                                  ? cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads}
-                                                 : cluster::probe_machine(f.threads > 0 ? f.threads * count : 0);
+                                                 : cluster::probe_machine(f.threads > 0 ? f.threads * count : 0,
+                                                                          {shape.n_embd, shape.kv_dim(), shape.n_ff});
   return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
           static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count};
 }
@@ -88,7 +91,7 @@ void hostfile_machines(const PlanFlags& f, cluster::PlanRequest& r, std::vector<
       if (f.chips.empty() && !is_local(host))
         throw Error(error_message("cluster", "{}: no agent answered ({}) and no --chip says what it is", host, e.what()));
     }
-    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, static_cast<int>(ranks.size()), static_cast<int>(i)));
+    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, r.model.config, static_cast<int>(ranks.size()), static_cast<int>(i)));
     nodes.push_back("");
     sources.push_back(f.chips.empty() ? "probe" : "catalog");
   }
@@ -120,7 +123,7 @@ void run_plan(PlanFlags f) {
   } else {
     const int count = std::max(1, f.machines);
     for (int i = 0; i < count; ++i)
-      r.machines.push_back(f.chips.empty() ? local_machine_spec(f, count, i)
+      r.machines.push_back(f.chips.empty() ? local_machine_spec(f, r.model.config, count, i)
                                            : catalog_machine(f, static_cast<size_t>(i), fmt::format("mac{}", i)));
     all_local = f.chips.empty();
     if (all_local) {
@@ -196,7 +199,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--agent-port", f->agent_port, "TCP port of the agents")->capture_default_str();
   cmd->add_option("--wait", f->wait_s, "--discover without a local agent: seconds to listen")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON: {strategy, tp, pp, assignment, predicted, explanation, ...}");
-  cmd->callback([f] { run_plan(*f); });
+  cmd->callback([f] {
+    std::signal(SIGPIPE, SIG_IGN);  // an agent that vanishes mid-query is an error, not a crash
+    run_plan(*f);
+  });
 }
 
 }  // namespace orchard::app

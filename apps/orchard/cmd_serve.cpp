@@ -2,13 +2,18 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "apps/orchard/commands.h"
 #include "apps/orchard/progress.h"
+#include "apps/orchard/split_flags.h"
 #include "core/error.h"
 #include "serve/chat_templates.h"
+#include "parallel/engine.h"
 #include "serve/local_engine.h"
+#include "serve/split_engine.h"
 #include "serve/metrics.h"
 #include "serve/openai/routes.h"
 #include "serve/openai/service.h"
@@ -19,6 +24,7 @@ namespace {
 
 struct ServeOptions {
   serve::LocalEngineOptions engine;
+  parallel::SplitOptions split;
   serve::SchedulerOptions scheduler;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -56,22 +62,8 @@ class SignalStopper {
   std::thread thread_;
 };
 
-void serve_model(ServeOptions& o) {
-  // Before any thread starts, so that every thread inherits the mask.
-  pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
-  // A client that hangs up must cost its write, not the process.
-  std::signal(SIGPIPE, SIG_IGN);
-
-  std::optional<serve::ChatFamily> forced;
-  if (o.chat_template != "auto") {
-    forced = serve::parse_chat_family(o.chat_template);
-    if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
-  }
-
-  ProgressBar bar("loading " + o.engine.model_path);
-  o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
-  serve::LocalEngine engine(o.engine);
-  bar.finish();
+// Runs the server on `engine` (the whole model here, or rank 0 of a split) until SIGINT/SIGTERM.
+void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::optional<serve::ChatFamily> forced) {
   const serve::ChatFamily family =
       forced ? *forced : serve::pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture);
 
@@ -87,7 +79,7 @@ void serve_model(ServeOptions& o) {
   scheduler.start();
 
   std::fprintf(stderr, "serving '%s' (%s chat template, %d slots of %d positions, %d threads)\n", engine.info().id.c_str(),
-               std::string(serve::chat_family_name(family)).c_str(), engine.n_slots(), scheduler.n_ctx(), engine.threads());
+               std::string(serve::chat_family_name(family)).c_str(), engine.n_slots(), scheduler.n_ctx(), threads);
   // On stdout, one line, so that scripts and tests starting the server with --port 0 learn the port.
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
@@ -97,12 +89,63 @@ void serve_model(ServeOptions& o) {
   std::fprintf(stderr, "stopped\n");
 }
 
+void serve_model(ServeOptions& o) {
+  // A client that hangs up must cost its write, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::optional<serve::ChatFamily> forced;
+  if (o.chat_template != "auto") {
+    forced = serve::parse_chat_family(o.chat_template);
+    if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
+  }
+
+  ProgressBar bar("loading " + o.engine.model_path);
+  const bool split = o.split.world > 1 || o.split.strategy != "single" || std::getenv("ORCHARD_WORLD");
+  if (!split) {
+    // Before any thread starts, so that every thread inherits the mask.
+    pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
+    o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    serve::LocalEngine engine(o.engine);
+    bar.finish();
+    serve_on(engine, engine.threads(), o, forced);
+    return;
+  }
+  parallel::EngineOptions options;
+  options.model_path = o.engine.model_path;
+  options.threads = o.engine.threads > 0 ? o.engine.threads : parallel::threads_per_local_rank(o.split);
+  options.context = o.engine.n_ctx;
+  options.batch = o.engine.max_batch;
+  options.allow_repack = o.engine.allow_repack;
+  options.n_slots = o.engine.n_slots;
+  // The launcher of local ranks forwards SIGINT/SIGTERM to them: rank 0 stops its server, which
+  // tells the other ranks to stop (theirs stay blocked, so they finish in order).
+  parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
+    pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
+    options.layout = layout;
+    if (!group || group->rank() == 0) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    parallel::Engine engine(options, group);
+    bar.finish();
+    if (!group) {
+      throw Error(error_message("serve", "a split needs more than one rank (--world, or started by orchard launch)"));
+    }
+    if (group->rank() != 0) {
+      serve::follow_split_engine(engine, *group);
+      return;
+    }
+    // Followers wait for rank 0's next command under the comm timeout: beat well inside it.
+    const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
+    serve::SplitEngine split_engine(engine, *group, o.engine.model_path, o.engine.alias, heartbeat);
+    serve_on(split_engine, engine.pool().size(), o, forced);
+  });
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")
+      ->required();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--parallel", o->engine.n_slots, "Requests generated at once (each has its own KV cache)")->capture_default_str();
@@ -117,6 +160,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");
+  add_split_flags(cmd, o->split);
   cmd->callback([o] { serve_model(*o); });
 }
 

@@ -95,7 +95,9 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
   const double kv_row = 2.0 * s.n_kv_heads() * c.head_dim * kFloatBytes;  // K and V of one position, one layer
 
-  r.weight_bytes = layers * layer_bytes + out_bytes + (s.has_embedding ? m.embedding_bytes : 0);
+  // A tied head is the embedding table: mapped once when one rank holds both ends.
+  const bool head_is_embedding = c.tied_output && s.has_embedding;
+  r.weight_bytes = layers * layer_bytes + (head_is_embedding ? 0 : out_bytes) + (s.has_embedding ? m.embedding_bytes : 0);
   r.kv_bytes = layers * kv_row * work.context;
   // Scratch grows to one chunk of activations and a row of logits per position.
   r.overhead_bytes = kBaseOverheadBytes +

@@ -2,7 +2,6 @@
 // speed from the link layer's baudrate.
 #include <mach/mach.h>
 #include <net/if.h>
-#include <net/if_dl.h>
 #include <ifaddrs.h>
 #include <sys/sysctl.h>
 

@@ -1,5 +1,6 @@
 #include "cluster/machine_probe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -13,33 +14,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Several matrices of a 4096-wide model layer, 150 MB in all: well past any cache, so the
-// one-token pass measures memory, as decoding a real model does.
-constexpr int64_t kCols = 4096;
-constexpr int64_t kRows = 4096;
-constexpr int kMatrices = 8;
+// Enough copies of the layer that the set is well past any cache: decoding a real model
+// streams its weights from memory, and so must the probe.
+constexpr double kMinimumBytes = 160e6;
 constexpr int64_t kPromptTokens = 64;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
-MachineProbe probe_machine(int threads) {
+MachineProbe probe_machine(int threads, const ProbeShape& shape) {
   core::ThreadPool pool(threads);
   MachineProbe probe;
   probe.threads = pool.size();
-  // Blocks with a modest scale and varied nibbles: the kernels' speed does not depend on
-  // values, but NaNs or denormals could.
-  std::vector<std::vector<core::BlockQ4_0>> storage(kMatrices, std::vector<core::BlockQ4_0>(kRows * kCols / 32));
+  const int64_t d = shape.n_embd;
+  const std::vector<std::pair<int64_t, int64_t>> layer = {{d, d}, {shape.kv_dim, d}, {shape.kv_dim, d}, {d, d},
+                                                          {shape.n_ff, d}, {shape.n_ff, d}, {d, shape.n_ff}};
+  double layer_bytes = 0;
+  for (const auto& [rows, cols] : layer) layer_bytes += static_cast<double>(rows * cols) / 32 * sizeof(core::BlockQ4_0);
+  const int copies = static_cast<int>(kMinimumBytes / layer_bytes) + 1;
+
+  std::vector<std::vector<core::BlockQ4_0>> storage;
   std::vector<core::WeightMatrix> matrices;
-  for (auto& blocks : storage) {
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      blocks[b].d = 0x2c00;  // 1/16 in IEEE half
-      std::memset(blocks[b].qs, static_cast<int>(0x11 * (b % 15)), sizeof blocks[b].qs);
+  for (int c = 0; c < copies; ++c) {
+    for (const auto& [rows, cols] : layer) {
+      std::vector<core::BlockQ4_0>& blocks = storage.emplace_back(static_cast<size_t>(rows * cols / 32));
+      // A modest scale and varied nibbles: the kernels' speed does not depend on values, but
+      // NaNs or denormals could.
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        blocks[b].d = 0x2c00;  // 1/16 in IEEE half
+        std::memset(blocks[b].qs, static_cast<int>(0x11 * (b % 15)), sizeof blocks[b].qs);
+      }
+      matrices.push_back(core::WeightMatrix::prepare(core::TensorType::Q4_0, blocks.data(), rows, cols));
     }
-    matrices.push_back(core::WeightMatrix::prepare(core::TensorType::Q4_0, blocks.data(), kRows, kCols));
   }
-  std::vector<float> x(kPromptTokens * kCols, 0.5f), y(kPromptTokens * kRows);
+  const int64_t widest = std::max(d, shape.n_ff);
+  std::vector<float> x(static_cast<size_t>(kPromptTokens * widest), 0.5f), y(x.size());
   core::MatmulScratch scratch;
   for (const auto& w : matrices) core::matmul(w, x.data(), 1, y.data(), pool, scratch);  // warm up
 
@@ -55,9 +65,9 @@ MachineProbe probe_machine(int threads) {
 
   double flops = 0;
   start = Clock::now();
-  while (seconds_since(start) < 0.5) {
-    core::matmul(matrices[0], x.data(), kPromptTokens, y.data(), pool, scratch);
-    flops += 2.0 * kPromptTokens * kRows * kCols;
+  for (size_t i = 0; seconds_since(start) < 0.5; i = (i + 1) % matrices.size()) {
+    core::matmul(matrices[i], x.data(), kPromptTokens, y.data(), pool, scratch);
+    flops += 2.0 * kPromptTokens * static_cast<double>(matrices[i].rows() * matrices[i].cols());
   }
   probe.compute_gflops = flops / seconds_since(start) / 1e9;
   return probe;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <thread>
 
@@ -47,6 +48,16 @@ std::vector<Config> local_configs(int world, const Config& base, std::vector<tcp
 void prepare_child(std::vector<tcp::Fd>& listeners, int rank, const LocalLaunchOptions& options) {
 #if defined(__linux__)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+#else
+  // No parent-death signal here (macOS): a watchdog ends the rank once the launcher is gone
+  // and the rank has been re-parented. (An exec'd rank loses this thread: see docs/comm.md.)
+  std::thread([parent = getppid()] {
+    sigset_t all;  // signals are the rank's own threads' business
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    _exit(1);
+  }).detach();
 #endif
   for (size_t i = 0; i < listeners.size(); ++i) {
     if (static_cast<int>(i) != rank) listeners[i].reset();
@@ -54,13 +65,48 @@ void prepare_child(std::vector<tcp::Fd>& listeners, int rank, const LocalLaunchO
   if (options.pin_cpus) pin_to_cpu(rank);
 }
 
+volatile sig_atomic_t g_forwarded_signal = 0;
+void record_signal(int signal) { g_forwarded_signal = signal; }
+
+// While the launcher waits, SIGINT/SIGTERM/SIGHUP sent to it alone (a service manager, `kill`)
+// go on to the ranks, which stop in their own way; the launcher then waits for them as usual.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_forwarded_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = record_signal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~SignalForwarding() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  // The signal received since the last call, or 0.
+  int take() {
+    const int signal = g_forwarded_signal;
+    g_forwarded_signal = 0;
+    return signal;
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_{};
+};
+
 std::vector<RankExit> wait_all(const std::vector<pid_t>& pids, const Config& base, const LocalLaunchOptions& options) {
+  SignalForwarding forwarding;
   std::vector<RankExit> exits(pids.size());
   std::vector<bool> done(pids.size(), false);
   size_t running = pids.size();
   const auto grace = options.grace.count() > 0 ? options.grace : base.timeout + std::chrono::seconds(5);
   std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
   while (running > 0) {
+    if (const int signal = forwarding.take()) {
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (!done[r]) ::kill(pids[r], signal);
+      if (kill_at == std::chrono::steady_clock::time_point::max()) kill_at = std::chrono::steady_clock::now() + grace;
+    }
     bool reaped = false;
     for (size_t r = 0; r < pids.size(); ++r) {
       if (done[r]) continue;

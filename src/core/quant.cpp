@@ -208,12 +208,6 @@ Half float_to_half(float f) {
   return static_cast<Half>(sign | h);
 }
 
-BHalf float_to_bf16(float f) {
-  uint32_t bits = float_bits(f);
-  if ((bits & 0x7FFFFFFF) > 0x7F800000) return static_cast<BHalf>((bits >> 16) | 0x40);
-  return static_cast<BHalf>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
 void dequantize_row_reference(TensorType type, const void* src, float* dst, int64_t n) {
   check_whole_blocks(type, n);
   switch (type) {

@@ -20,7 +20,13 @@ inline float bf16_to_float(BHalf h) {
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
-BHalf float_to_bf16(float f);  // round to nearest even, NaN stays NaN
+// Round to nearest even; NaN stays a (quiet) NaN. Inline: reductions call it per element.
+inline BHalf float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7FFFFFFF) > 0x7F800000) return static_cast<BHalf>((bits >> 16) | 0x40);
+  return static_cast<BHalf>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
 
 constexpr int64_t kQK4_0 = 32;
 constexpr int64_t kQK8_0 = 32;

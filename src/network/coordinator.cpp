@@ -55,7 +55,7 @@ void Coordinator::recover() {
     // Until it speaks again a node is offline: its agent re-registers after a restart.
     update_node_locked(r.id);
   }
-  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back(j.id);
+  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back(std::move(j));
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
     // Its holder may still finish it; if not, the lease expires and the job returns.
     live_[j.id].unit = j.node_id;
@@ -116,14 +116,14 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
     b.tokens -= 1;
   }
   JobRecord job;
-  job.id = "job-" + random_hex(12);
+  job.id = fmt::format("job-{}", random_hex(12));
   job.key_id = key.id;
   job.model = model;
   job.request = request.dump();
   job.created_at = job.updated_at = now;
   store_.insert_job(job);
   live_[job.id];
-  queue_.push_back(job.id);
+  queue_.push_back(job);
   dispatch_locked();
   return job_to_json(*store_.get_job(job.id));
 }
@@ -162,7 +162,8 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
   if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
   std::lock_guard lock(mu_);
   if (store_.cancel_job(id, clock_())) {
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const JobRecord& j) { return j.id == id; }),
+                 queue_.end());
     Live& live = live_[id];
     if (!live.unit.empty()) placement_.job_finished(live.unit);
     live.unit.clear();
@@ -424,7 +425,7 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
 void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& result) {
   json request = json::parse(job.request);
   JobRecord check;
-  check.id = "chk-" + random_hex(12);
+  check.id = fmt::format("chk-{}", random_hex(12));
   check.key_id = job.key_id;
   check.kind = "verify";
   check.model = job.model;
@@ -437,7 +438,7 @@ void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& 
   check.verify_of = job.id;
   check.created_at = check.updated_at = clock_();
   store_.insert_job(check);
-  queue_.push_back(check.id);
+  queue_.push_back(check);
 }
 
 json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
@@ -476,6 +477,13 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
                                producer.jobs_failed);
       placement_.set_reliability(original->node_id, producer.reliability);
       refresh_availability_locked(original->node_id);
+      // A banned node gets nothing more: what waits in its inbox goes to others now.
+      while (producer.banned && !producer.inbox.empty()) {
+        json j = producer.inbox.front();
+        producer.inbox.pop_front();
+        if (store_.requeue_job(j["id"], original->node_id, j["attempt"], clock_()))
+          requeue_locked(j["id"], original->node_id, false);
+      }
     }
     changed_.notify_all();
     dispatch_locked();
@@ -509,7 +517,7 @@ void Coordinator::requeue_locked(const std::string& job_id, const std::string& n
     }
   }
   // Back at the front: it has waited longest.
-  queue_.push_front(job_id);
+  if (auto job = store_.get_job(job_id); job && job->state == JobState::Queued) queue_.push_front(*job);
 }
 
 Demand Coordinator::demand_for(const JobRecord& job) const {
@@ -525,11 +533,7 @@ Demand Coordinator::demand_for(const JobRecord& job) const {
 void Coordinator::dispatch_locked() {
   const int64_t now = clock_();
   for (auto it = queue_.begin(); it != queue_.end();) {
-    auto job = store_.get_job(*it);
-    if (!job || job->state != JobState::Queued) {
-      it = queue_.erase(it);
-      continue;
-    }
+    const JobRecord* job = &*it;
     if (!models_.count(job->model)) {
       ++it;
       continue;
@@ -542,7 +546,7 @@ void Coordinator::dispatch_locked() {
     // A pod's job goes to its first member, which runs it across the pod.
     const std::string& leader = choice->nodes.front();
     auto attempt = store_.lease_job(job->id, leader, now + options_.lease_ms, now);
-    if (!attempt) {
+    if (!attempt) {  // cancelled or failed meanwhile
       it = queue_.erase(it);
       continue;
     }

@@ -141,7 +141,7 @@ class Coordinator {
   Placement placement_;
   std::unordered_map<std::string, NodeState> nodes_;
   std::map<std::string, ModelInfo> models_;
-  std::deque<std::string> queue_;  // queued job ids, oldest first
+  std::deque<JobRecord> queue_;  // queued jobs, oldest first (no database read per dispatch)
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, Bucket> rate_;
   std::mt19937_64 rng_;

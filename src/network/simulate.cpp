@@ -140,7 +140,7 @@ class Simulator {
   double exp(double rate) { return std::exponential_distribution<double>(rate)(rng_); }
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   void push(Event e) { events_.push(e); }
-  static std::string node_id(size_t i) { return "n" + std::to_string(i); }
+  static std::string node_id(size_t i) { return fmt::format("n{}", i); }
 
   void populate() {
     const auto& chips = catalog_.chips();
@@ -175,7 +175,7 @@ class Simulator {
       const auto& opts = chips[chip].memory_options_gb;
       int mem = opts[rng_() % opts.size()];
       int size = 2 + static_cast<int>(rng_() % 3);
-      PodSpec pod{"p" + std::to_string(p), {}, 10};
+      PodSpec pod{fmt::format("p{}", p), {}, 10};
       for (int k = 0; k < size; ++k) {
         size_t i = add(chip, mem);
         nodes_[i].pod = static_cast<int>(p);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/error.h"
 #include "parallel/weight_distribution.h"
 
 namespace orchard::parallel {
@@ -79,11 +80,15 @@ Engine::Engine(const EngineOptions& requested, comm::Group* group)
     sums_ = std::make_unique<TensorGroupSums>(*group, std::move(members));
   }
   const int32_t n_ctx = options.context > 0 ? options.context : config_.context_length;
-  forward_ = std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get());
-  if (group) {
-    token_model_ = std::make_unique<DistributedModel>(*group, layout, *forward_);
-  } else {
-    token_model_ = std::make_unique<model::LocalModel>(*forward_);
+  if (options.n_slots < 1) throw Error(error_message("engine", "at least one slot is needed, not {}", options.n_slots));
+  for (int32_t i = 0; i < options.n_slots; ++i) {
+    auto& forward = forwards_.emplace_back(
+        std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get()));
+    if (group) {
+      token_models_.push_back(std::make_unique<DistributedModel>(*group, layout, *forward));
+    } else {
+      token_models_.push_back(std::make_unique<model::LocalModel>(*forward));
+    }
   }
 }
 

@@ -28,6 +28,8 @@ struct EngineOptions {
   int32_t context = 0;     // 0: the model's trained context
   int32_t batch = 512;     // positions per forward pass (pipeline chunk size)
   bool allow_repack = true;
+  // Independent sequences (each its own forward buffers and KV cache) over the shared weights.
+  int32_t n_slots = 1;
   // Where a rank without the model file keeps the shard rank 0 sends it.
   std::string shard_cache_dir = default_shard_cache_dir();
   std::function<void(size_t, size_t)> on_load_progress;
@@ -40,8 +42,11 @@ class Engine {
   // ranks agree on stage weights (free memory) and receive missing weights from rank 0.
   Engine(const EngineOptions& options, comm::Group* group);
 
-  model::TokenModel& model() { return *token_model_; }
-  model::Forward& forward() { return *forward_; }
+  // Slot i in [0, n_slots); model() is slot 0.
+  model::TokenModel& model(int32_t slot = 0) { return *token_models_.at(static_cast<size_t>(slot)); }
+  model::Forward& forward(int32_t slot = 0) { return *forwards_.at(static_cast<size_t>(slot)); }
+  int32_t n_slots() const { return static_cast<int32_t>(forwards_.size()); }
+  const model::gguf::Reader& file() const { return file_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   const model::ModelConfig& config() const { return config_; }
   const model::ModelWeights& weights() const { return *weights_; }
@@ -55,8 +60,8 @@ class Engine {
   core::ThreadPool pool_;
   std::unique_ptr<model::ModelWeights> weights_;
   std::unique_ptr<TensorGroupSums> sums_;
-  std::unique_ptr<model::Forward> forward_;
-  std::unique_ptr<model::TokenModel> token_model_;
+  std::vector<std::unique_ptr<model::Forward>> forwards_;
+  std::vector<std::unique_ptr<model::TokenModel>> token_models_;
 };
 
 }  // namespace orchard::parallel

@@ -39,13 +39,16 @@ model::LoadOptions load_options(const LocalEngineOptions& o) {
   return load;
 }
 
-ModelInfo model_info(const LocalEngineOptions& o, const model::gguf::Reader& file, const model::ModelConfig& config) {
+}  // namespace
+
+ModelInfo describe_model(const std::string& model_path, const std::string& alias, const model::gguf::Reader& file,
+                         const model::ModelConfig& config) {
   ModelInfo info;
-  info.id = o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias;
+  info.id = alias.empty() ? std::filesystem::path(model_path).stem().string() : alias;
   info.architecture = config.arch_name;
   if (const auto* value = file.find("tokenizer.chat_template")) info.chat_template = value->as_string("tokenizer.chat_template");
   std::error_code ec;
-  const auto written = std::filesystem::last_write_time(o.model_path, ec);
+  const auto written = std::filesystem::last_write_time(model_path, ec);
   if (!ec) {
     // file_clock has no portable conversion before C++20's clock_cast in libstdc++ 12; shifting
     // by the two clocks' current difference is accurate to the second.
@@ -55,13 +58,11 @@ ModelInfo model_info(const LocalEngineOptions& o, const model::gguf::Reader& fil
   return info;
 }
 
-}  // namespace
-
 LocalEngine::LocalEngine(const LocalEngineOptions& o)
     : file_(model::gguf::Reader::open(o.model_path)),
       config_(model::ModelConfig::from_gguf(file_)),
       tokenizer_(model::Tokenizer::from_gguf(file_)),
-      info_(model_info(o, file_, config_)),
+      info_(describe_model(o.model_path, o.alias, file_, config_)),
       pool_(o.threads),
       weights_(file_, config_, model::Shard::whole(config_), load_options(o)) {
   if (o.n_slots < 1) throw Error(error_message("serve", "--parallel must be at least 1, not {}", o.n_slots));

@@ -25,6 +25,11 @@ struct LocalEngineOptions {
   std::function<void(size_t, size_t)> on_progress;  // weight loading progress
 };
 
+// What /v1/models says of the model in `file`: its id (alias, or the file name without .gguf),
+// architecture, chat template and the file's time.
+ModelInfo describe_model(const std::string& model_path, const std::string& alias, const model::gguf::Reader& file,
+                         const model::ModelConfig& config);
+
 class LocalEngine : public Engine {
  public:
   // Throws Error/FormatError when the file can't be read or the options are out of range.

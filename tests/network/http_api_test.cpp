@@ -60,14 +60,17 @@ class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = std::make_unique<Store>(Store::open(":memory:"));
-    CoordinatorOptions o;
-    o.seed = 1;
-    coordinator_ = std::make_unique<Coordinator>(*store_, o);
+    coordinator_ = std::make_unique<Coordinator>(*store_, options());
     api_ = std::make_unique<HttpApi>(*coordinator_);
     port_ = api_->bind("127.0.0.1", 0);
     server_ = std::thread([this] { api_->serve(); });
     url_ = "http://127.0.0.1:" + std::to_string(port_);
     secret_ = coordinator_->add_key("tester", 0, 0);
+  }
+  virtual CoordinatorOptions options() {
+    CoordinatorOptions o;
+    o.seed = 1;
+    return o;
   }
   void TearDown() override {
     stop_ = true;
@@ -231,27 +234,25 @@ TEST_F(HttpApiTest, ChatCompletionsSpeakOpenAI) {
   EXPECT_EQ(content, "yo yo");
 }
 
-TEST_F(HttpApiTest, ALyingNodeLosesItsCreditsAndIsBanned) {
-  store_ = nullptr;  // rebuilt below with checks on every job
-  api_->stop();
-  server_.join();
-  store_ = std::make_unique<Store>(Store::open(":memory:"));
-  CoordinatorOptions o;
-  o.seed = 1;
-  o.verify_fraction = 1.0;
-  o.ban_after_mismatches = 2;
-  coordinator_ = std::make_unique<Coordinator>(*store_, o);
-  api_ = std::make_unique<HttpApi>(*coordinator_);
-  port_ = api_->bind("127.0.0.1", 0);
-  server_ = std::thread([this] { api_->serve(); });
-  url_ = "http://127.0.0.1:" + std::to_string(port_);
-  secret_ = coordinator_->add_key("tester", 0, 0);
+// Every job is checked on a second node.
+class CheckedHttpApiTest : public HttpApiTest {
+  CoordinatorOptions options() override {
+    CoordinatorOptions o = HttpApiTest::options();
+    o.verify_fraction = 1.0;
+    o.ban_after_mismatches = 2;
+    o.lease_ms = 1000;  // a banned node's leases come back fast (the loop below ticks)
+    return o;
+  }
+};
+
+TEST_F(CheckedHttpApiTest, ALyingNodeLosesItsCreditsAndIsBanned) {
   start_agent(/*honest*/ false);
   start_agent(true);
+  start_agent(true);  // two honest nodes: checks of each other's jobs still run after the ban
   auto c = client();
-  for (int i = 0; i < 100 && json::parse(c.Get("/v1/world")->body)["totals"]["online"] != 2; ++i)
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/world")->body)["totals"]["online"] != 3; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // Every job is checked on the other node: the liar's jobs fail their checks (refunded, the
+  // Every job is checked on another node: the liar's jobs fail their checks (refunded, the
   // liar banned after two), the honest node's pass (released to it).
   std::vector<std::string> ids;
   for (int i = 0; i < 8; ++i) {
@@ -267,22 +268,22 @@ TEST_F(HttpApiTest, ALyingNodeLosesItsCreditsAndIsBanned) {
       ok += j.value("check", "") == "ok";
       mismatch += j.value("check", "") == "mismatch";
     }
+    coordinator_->tick();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(ok + mismatch, 8);
   EXPECT_GE(mismatch, 1);
-  EXPECT_LE(mismatch, 2);  // banned after the second: later jobs go to the honest node
   int banned = 0;
   for (const NodeRecord& n : store_->list_nodes()) {
     if (n.banned) {
       ++banned;
-      EXPECT_EQ(n.mismatches, 2);
+      EXPECT_GE(n.mismatches, 2);  // jobs it held when banned are checked too
       // It earned only check fees, never a job's credits.
       for (const StatementLine& l : store_->statement(ledger::node_account(n.id), 100))
         EXPECT_TRUE(l.txn_id.starts_with("settle:chk-")) << l.txn_id;
     }
   }
-  EXPECT_EQ(banned, mismatch == 2 ? 1 : 0);
+  EXPECT_EQ(banned, mismatch >= 2 ? 1 : 0);
   EXPECT_EQ(store_->balance(ledger::kEscrow), 0);
   auto [sum, consistent] = store_->audit();
   EXPECT_EQ(sum, 0);

@@ -10,7 +10,9 @@ TEST(Ledger, UltraDedicatedEarnsTheMost) {
   double top = seat_multiplier(Seat::Dedicated, Tier::Ultra);
   for (Seat s : {Seat::Shared, Seat::Dedicated})
     for (Tier t : {Tier::Base, Tier::Pro, Tier::Max, Tier::Ultra}) {
-      if (!(s == Seat::Dedicated && t == Tier::Ultra)) EXPECT_GT(top, seat_multiplier(s, t));
+      if (!(s == Seat::Dedicated && t == Tier::Ultra)) {
+        EXPECT_GT(top, seat_multiplier(s, t));
+      }
     }
   EXPECT_EQ(seat_multiplier(Seat::Shared, Tier::Ultra), 1.0);
 }

@@ -13,15 +13,18 @@ TEST(Simulate, LosesNothingBalancesAndPaysUltraDedicatedMost) {
   o.hours = 1;
   o.churn = 0.3;
   auto r = simulate(o, HardwareCatalog::shipped());
-  EXPECT_GT(r.jobs_completed, 100000);
+  EXPECT_GT(r.jobs_completed, 100000) << r.to_text();
   EXPECT_EQ(r.jobs_lost, 0);
   EXPECT_GT(r.requeued, 0);
   EXPECT_GT(r.pod_jobs, 0);
   EXPECT_EQ(r.ledger_sum, 0);
   ASSERT_TRUE(r.earnings.count("dedicated/ultra"));
   double top = r.earnings["dedicated/ultra"].per_machine_hour();
-  for (auto& [cls, e] : r.earnings)
-    if (cls != "dedicated/ultra") EXPECT_GT(top, e.per_machine_hour()) << cls << "\n" << r.to_text();
+  for (auto& [cls, e] : r.earnings) {
+    if (cls != "dedicated/ultra") {
+      EXPECT_GT(top, e.per_machine_hour()) << cls << "\n" << r.to_text();
+    }
+  }
   EXPECT_LT(r.placement_p99_us, 5000);
 }
 

@@ -1,5 +1,6 @@
 #include "network/store/store.h"
 
+#include <fmt/format.h>
 #include <sodium.h>
 
 #include "core/error.h"
@@ -151,8 +152,8 @@ int64_t Store::migrate() {
 
 std::pair<KeyRecord, std::string> Store::create_key(const std::string& name, int64_t quota_tokens,
                                                     int64_t rate_per_min, int64_t now) {
-  KeyRecord k{"k" + random_hex(8), name, quota_tokens, rate_per_min, 0, false};
-  std::string secret = "ok-" + random_hex(24);
+  KeyRecord k{fmt::format("k{}", random_hex(8)), name, quota_tokens, rate_per_min, 0, false};
+  std::string secret = fmt::format("ok-{}", random_hex(24));
   in_txn([&] {
     db_->exec("INSERT INTO api_keys (id, name, secret_sha256, created_at, quota_tokens, rate_per_min) "
               "VALUES ($1, $2, $3, $4, $5, $6)",

@@ -1,0 +1,149 @@
+#include "serve/split_engine.h"
+
+#include <chrono>
+#include <utility>
+
+#include "core/error.h"
+#include "serve/local_engine.h"
+
+namespace orchard::serve {
+namespace {
+
+// Broadcast by rank 0 before every eval; the tokens follow in a second broadcast.
+struct Command {
+  uint32_t magic;
+  int32_t op;  // kEval or kStop
+  int32_t slot;
+  int32_t pos;
+  int32_t n_tokens;
+};
+static_assert(sizeof(Command) == 20);
+constexpr uint32_t kCommandMagic = 0x4F524356;  // "VCRO"
+enum : int32_t { kEval = 1, kStop = 2, kHeartbeat = 3 };
+
+}  // namespace
+
+class SplitEngine::CommandedSlot : public model::TokenModel {
+ public:
+  CommandedSlot(SplitEngine& owner, int32_t index) : owner_(owner), index_(index) {}
+
+  void eval(std::span<const model::TokenId> tokens, int32_t pos) override {
+    const auto start = std::chrono::steady_clock::now();
+    owner_.on_group_thread([&] {
+      Command command{kCommandMagic, kEval, index_, pos, static_cast<int32_t>(tokens.size())};
+      owner_.group_.broadcast(&command, sizeof command, 0);
+      owner_.group_.broadcast(const_cast<model::TokenId*>(tokens.data()), tokens.size_bytes(), 0);
+      model().eval(tokens, pos);
+    });
+    owner_.forward_nanoseconds_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  const float* last_logits() const override { return model().last_logits(); }
+  int32_t max_batch() const override { return model().max_batch(); }
+  int32_t n_ctx() const override { return model().n_ctx(); }
+  int32_t vocab_size() const override { return model().vocab_size(); }
+
+ private:
+  model::TokenModel& model() const { return owner_.engine_.model(index_); }
+  SplitEngine& owner_;
+  int32_t index_;
+};
+
+SplitEngine::SplitEngine(parallel::Engine& engine, comm::Group& group, const std::string& model_path,
+                         const std::string& alias, std::chrono::milliseconds heartbeat)
+    : engine_(engine),
+      group_(group),
+      info_(describe_model(model_path, alias, engine.file(), engine.config())),
+      heartbeat_(heartbeat) {
+  ORCHARD_CHECK(group.rank() == 0, "the split server runs on rank 0, not {}", group.rank());
+  for (int32_t i = 0; i < engine.n_slots(); ++i) slots_.push_back(std::make_unique<CommandedSlot>(*this, i));
+  group_thread_ = std::thread([this] { group_loop(); });
+}
+
+SplitEngine::~SplitEngine() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  group_thread_.join();
+}
+
+void SplitEngine::on_group_thread(const std::function<void()>& work) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return pending_ == nullptr; });
+  pending_ = &work;
+  done_ = false;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return done_; });
+  pending_ = nullptr;
+  changed_.notify_all();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void SplitEngine::group_loop() {
+  bool broken = false;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const bool woken = changed_.wait_for(lock, heartbeat_, [&] { return stopping_ || (pending_ && !done_); });
+    if (stopping_) break;
+    try {
+      if (woken) {
+        lock.unlock();
+        (*pending_)();
+        lock.lock();
+      } else if (!broken) {
+        Command beat{kCommandMagic, kHeartbeat, 0, 0, 0};
+        lock.unlock();
+        group_.broadcast(&beat, sizeof beat, 0);
+        lock.lock();
+      }
+    } catch (...) {
+      if (!lock.owns_lock()) lock.lock();
+      broken = true;
+      if (woken) error_ = std::current_exception();
+    }
+    if (woken) {
+      done_ = true;
+      changed_.notify_all();
+    }
+  }
+  lock.unlock();
+  if (broken) return;  // the followers have failed on their own
+  Command stop{kCommandMagic, kStop, 0, 0, 0};
+  try {
+    group_.broadcast(&stop, sizeof stop, 0);
+  } catch (const Error&) {
+    // A follower died just now: it no longer needs telling.
+  }
+}
+
+model::TokenModel& SplitEngine::slot(int32_t i) {
+  ORCHARD_CHECK(i >= 0 && i < n_slots(), "slot {} of {}", i, n_slots());
+  return *slots_[static_cast<size_t>(i)];
+}
+
+std::vector<double> SplitEngine::rank_forward_seconds() const {
+  return {static_cast<double>(forward_nanoseconds_.load()) * 1e-9};
+}
+
+void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
+  std::vector<model::TokenId> tokens;
+  for (;;) {
+    Command command{};
+    group.broadcast(&command, sizeof command, 0);
+    if (command.magic != kCommandMagic)
+      throw FormatError(error_message("serve", "rank {}: rank 0 sent a command with bad magic {:#x}", group.rank(),
+                                      command.magic));
+    if (command.op == kStop) return;
+    if (command.op == kHeartbeat) continue;
+    if (command.op != kEval || command.slot < 0 || command.slot >= engine.n_slots() || command.n_tokens < 0)
+      throw FormatError(error_message("serve", "rank {}: rank 0 sent a bad command (op {}, slot {}, {} tokens)",
+                                      group.rank(), command.op, command.slot, command.n_tokens));
+    tokens.resize(static_cast<size_t>(command.n_tokens));
+    group.broadcast(tokens.data(), tokens.size() * sizeof(model::TokenId), 0);
+    engine.model(command.slot).eval(tokens, command.pos);
+  }
+}
+
+}  // namespace orchard::serve

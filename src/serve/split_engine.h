@@ -1,0 +1,62 @@
+#pragma once
+// Serving a model split over several ranks. Rank 0 runs the server and its scheduler; each slot
+// eval it makes is first broadcast as a command, so every other rank (running
+// follow_split_engine) makes the same eval on its shard, in the same order. One thread of rank
+// 0 owns the group: it runs the evals the scheduler hands it and, while no request runs, sends
+// a heartbeat often enough that the followers' waits never reach the comm timeout.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/group.h"
+#include "parallel/engine.h"
+#include "serve/engine.h"
+
+namespace orchard::serve {
+
+class SplitEngine : public Engine {
+ public:
+  // `engine` is this rank's (rank 0's) part, built with as many slots as the server uses.
+  SplitEngine(parallel::Engine& engine, comm::Group& group, const std::string& model_path, const std::string& alias,
+              std::chrono::milliseconds heartbeat);
+  // Tells the other ranks to stop following.
+  ~SplitEngine() override;
+
+  const ModelInfo& info() const override { return info_; }
+  const model::Tokenizer& tokenizer() const override { return engine_.tokenizer(); }
+  int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
+  model::TokenModel& slot(int32_t i) override;
+  // Rank 0's forward seconds (the other ranks' times stay on their machines).
+  std::vector<double> rank_forward_seconds() const override;
+
+ private:
+  class CommandedSlot;
+  // Runs `work` on the group thread and waits for it; rethrows what it threw.
+  void on_group_thread(const std::function<void()>& work);
+  void group_loop();
+
+  parallel::Engine& engine_;
+  comm::Group& group_;
+  ModelInfo info_;
+  std::chrono::milliseconds heartbeat_;
+  std::atomic<int64_t> forward_nanoseconds_{0};
+  std::vector<std::unique_ptr<CommandedSlot>> slots_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  const std::function<void()>* pending_ = nullptr;  // work handed to the group thread
+  bool done_ = false;                               // pending_ finished
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread group_thread_;
+};
+
+// Every rank but 0: runs rank 0's commands on `engine` until it says stop. Throws when the
+// group fails (rank 0 died).
+void follow_split_engine(parallel::Engine& engine, comm::Group& group);
+
+}  // namespace orchard::serve

@@ -1,0 +1,48 @@
+// `orchard serve --world 2`: a model split over two local ranks answers exactly what one process
+// answers (greedy), keeps its followers alive through idle periods longer than the comm timeout,
+// and stops cleanly on SIGTERM.
+//   node split_test.mjs PATH/TO/orchard
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI from 'openai';
+import { startServer } from './server.mjs';
+
+const orchard = process.argv[2];
+let single;
+let split;
+
+before(async () => {
+  [single, split] = await Promise.all([
+    startServer(orchard, { arch: 'qwen2' }),
+    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'pipeline', '--comm-timeout', '2'] }),
+  ]);
+});
+after(async () => {
+  assert.equal(await single.stop(), 0, 'the single server stops cleanly');
+  assert.equal(await split.stop(), 0, 'the split server stops cleanly on SIGTERM');
+});
+
+const client = (server) => new OpenAI({ baseURL: server.baseURL, apiKey: 'unused', maxRetries: 0 });
+const ask = (server, content) =>
+  client(server).chat.completions.create({
+    model: 'tiny', messages: [{ role: 'user', content }], max_tokens: 24, temperature: 0,
+  });
+
+test('the split server answers like one process, several requests at once', async () => {
+  const prompts = ['Tell me about apples.', 'What is a pear?', 'Count to five.'];
+  const [alone, together] = await Promise.all([
+    Promise.all(prompts.map((p) => ask(single, p))),
+    Promise.all(prompts.map((p) => ask(split, p))),
+  ]);
+  for (let i = 0; i < prompts.length; i++) {
+    assert.equal(together[i].choices[0].message.content, alone[i].choices[0].message.content, prompts[i]);
+    assert.deepEqual(together[i].usage, alone[i].usage);
+  }
+});
+
+test('followers outlive an idle period longer than the comm timeout', async () => {
+  await sleep(3000);
+  const [a, b] = await Promise.all([ask(single, 'Still there?'), ask(split, 'Still there?')]);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+});
