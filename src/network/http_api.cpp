@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "network/identity.h"
+#include "network/world/world_routes.h"
 
 namespace orchard::network {
 
@@ -46,6 +47,8 @@ struct HttpApi::Impl {
   RequestGuard guard;
   httplib::Server server;
   std::atomic<bool> stopping{false};
+  // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
+  std::unique_ptr<world::WorldSampler> world_feed;
 
   Impl(Coordinator& c, int64_t window_ms) : coordinator(c), guard(window_ms, wall_clock_ms()) {}
 
@@ -104,6 +107,7 @@ struct HttpApi::Impl {
     server.Get("/v1/world", wrap([this](const httplib::Request&, httplib::Response& res) {
                  send_json(res, coordinator.world());
                }));
+    world_feed = world::mount_world_routes(server, [this] { return coordinator.world(); });
     server.Get("/v1/models", wrap([this](const httplib::Request& req, httplib::Response& res) {
                  client(req);
                  send_json(res, coordinator.models());
