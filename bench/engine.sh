@@ -28,9 +28,9 @@ for type in $types; do
       python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read())
-bw = float(sys.argv[3]) if sys.argv[3] else float("nan")
-gbs = r["rank0_gen_gb_s"]
-print(f"{sys.argv[1]:<8} {sys.argv[2]:>7} {r[\"prompt_tok_s\"]:>10.1f} {r[\"gen_tok_s\"]:>10.1f} {gbs:>12.1f} {gbs / bw:>13.0%}")
+name, threads, bw = sys.argv[1], sys.argv[2], float(sys.argv[3] or "nan")
+pp, tg, gbs = r["prompt_tok_s"], r["gen_tok_s"], r["rank0_gen_gb_s"]
+print(f"{name:<8} {threads:>7} {pp:>10.1f} {tg:>10.1f} {gbs:>12.1f} {gbs / bw:>13.0%}")
 ' "$type" "$t" "$bw"
   done
 done

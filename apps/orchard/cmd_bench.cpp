@@ -33,7 +33,7 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([o] {
     Options run = *o;
     run.engine.allow_repack = !o->no_repack;
-    run.engine.context = o->prompt + o->generate;
+    run.engine.context = std::max(o->prompt, o->generate);
     if (run.engine.threads == 0) run.engine.threads = parallel::threads_per_local_rank(o->split);
     parallel::run_split(o->split, [&](comm::Group* group, const parallel::Layout& layout) {
       parallel::EngineOptions options = run.engine;

@@ -8,8 +8,8 @@
 namespace orchard::model {
 
 Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions) {
-  if (n_prompt + n_gen > model.n_ctx())
-    throw Error(error_message("bench", "{} prompt + {} generated tokens do not fit the context of {}", n_prompt, n_gen,
+  if (std::max(n_prompt, n_gen) > model.n_ctx())
+    throw Error(error_message("bench", "{} prompt or {} generated tokens do not fit the context of {}", n_prompt, n_gen,
                               model.n_ctx()));
   std::vector<TokenId> tokens(static_cast<size_t>(n_prompt));
   uint64_t state = 12345;
@@ -28,7 +28,7 @@ Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen
     }
     auto middle = clock::now();
     TokenId token = tokens.front();
-    for (int32_t i = 0; i < n_gen; ++i) model.eval(std::span<const TokenId>(&token, 1), n_prompt + i);
+    for (int32_t i = 0; i < n_gen; ++i) model.eval(std::span<const TokenId>(&token, 1), i);
     auto end = clock::now();
     if (rep < 0) continue;
     prompt_seconds += std::chrono::duration<double>(middle - start).count();

@@ -1,6 +1,7 @@
 #pragma once
 // llama-bench-style throughput of a TokenModel: prompt processing of n_prompt tokens in
-// batches, and generation of n_gen tokens one at a time, on fixed pseudo-random token ids.
+// batches, and, as a separate test from an empty context (as llama-bench's tg does), generation
+// of n_gen tokens one at a time; fixed pseudo-random token ids.
 #include <cstdint>
 
 #include "model/generate.h"
@@ -13,7 +14,7 @@ struct Throughput {
 };
 
 // Runs `repetitions` times after one warm-up pass; every rank of a parallel model must call it
-// with the same arguments. n_prompt + n_gen must fit the context.
+// with the same arguments. n_prompt and n_gen must each fit the context.
 Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions);
 
 }  // namespace orchard::model

@@ -17,6 +17,7 @@ int64_t wall_clock_ms() {
 namespace {
 
 constexpr int64_t kDefaultMaxTokens = 256;
+constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s: tokens generated over this window
 constexpr int64_t kMaxMaxTokens = 32768;
 // A job's context estimate: its prompt in bytes (never fewer tokens than bytes) plus max_tokens.
 int64_t context_estimate(const json& request) {
@@ -52,6 +53,8 @@ void Coordinator::recover() {
     n.banned = r.banned;
     n.jobs_failed = r.jobs_failed;
     n.last_seen = r.last_seen;
+    // Credits survive a restart in the book; the seat they count for is the node's current one.
+    credits_by_seat_[r.seat] += store_.balance(ledger::node_account(r.id));
     // Until it speaks again a node is offline: its agent re-registers after a restart.
     update_node_locked(r.id);
   }
@@ -212,30 +215,49 @@ json Coordinator::models() {
 json Coordinator::world() {
   std::vector<NodeRecord> records = store_.list_nodes();
   std::lock_guard lock(mu_);
+  const int64_t now = clock_();
   json nodes = json::array();
   int64_t online = 0, memory = 0, served = 0;
   for (const NodeRecord& r : records) {
     const NodeState& n = nodes_[r.id];
     const json& d = n.description;
     bool on = n.online && n.offering && !n.banned;
-    nodes.push_back({{"id", r.id},
-                     {"chip", d.value("chip", "")},
-                     {"memory_bytes", d.value("memory_bytes", int64_t{0})},
-                     {"region", r.region},
-                     {"seat", r.seat},
-                     {"pod", d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : ""},
-                     {"online", on},
-                     {"jobs_served", r.jobs_served},
-                     {"tok_s", r.tok_s}});
+    json node = {{"id", r.id},
+                 {"chip", d.value("chip", "")},
+                 {"memory_bytes", d.value("memory_bytes", int64_t{0})},
+                 {"region", r.region},
+                 {"seat", r.seat},
+                 {"pod", d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : ""},
+                 {"online", on},
+                 {"jobs_served", r.jobs_served},
+                 {"tok_s", r.tok_s}};
+    // A time rather than an age, so the document only changes when something happens.
+    if (on) node["online_since"] = n.online_since;
+    nodes.push_back(std::move(node));
     online += on;
     if (on) memory += d.value("memory_bytes", int64_t{0});
     served += r.jobs_served;
   }
-  json totals = {{"nodes", records.size()},     {"online", online},
-                 {"memory_bytes_online", memory}, {"jobs_served", served},
-                 {"jobs_queued", queue_.size()},  {"pods", placement_.pod_count()},
+  while (!generated_.empty() && generated_.front().first <= now - kThroughputWindowMs) generated_.pop_front();
+  int64_t tokens = 0;
+  for (const auto& g : generated_) tokens += g.second;
+  json credits = json::object();
+  for (const auto& [seat, micro] : credits_by_seat_) credits[seat] = static_cast<double>(micro) / 1e6;
+  json totals = {{"nodes", records.size()},
+                 {"online", online},
+                 {"memory_bytes", memory},
+                 {"jobs_served", served},
+                 {"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
+                 {"queue", queue_.size()},
+                 {"credits_by_seat", credits},
+                 {"pods", placement_.pod_count()},
                  {"models", models_.size()}};
   return {{"nodes", nodes}, {"totals", totals}};
+}
+
+void Coordinator::on_nodes_changed(std::function<void()> hook) {
+  std::lock_guard lock(mu_);
+  nodes_changed_ = std::move(hook);
 }
 
 void Coordinator::register_node(const std::string& node_id, const json& d) {
@@ -319,8 +341,13 @@ void Coordinator::update_node_locked(const std::string& node_id) {
 }
 
 void Coordinator::refresh_availability_locked(const std::string& node_id) {
-  const NodeState& n = nodes_[node_id];
-  placement_.set_available(node_id, n.online && n.offering && !n.banned);
+  NodeState& n = nodes_[node_id];
+  const bool visible = n.online && n.offering && !n.banned;
+  placement_.set_available(node_id, visible);
+  if (visible == n.visible) return;
+  n.visible = visible;
+  n.online_since = visible ? clock_() : 0;
+  if (nodes_changed_) nodes_changed_();
 }
 
 json Coordinator::heartbeat(const std::string& node_id, const json& state) {
@@ -413,6 +440,8 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.done = true;
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
+    generated_.emplace_back(clock_(), c.completion_tokens);
+    if (!check) credits_by_seat_[node->second.seat] += amount;  // else when the check passes
     node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
     placement_.set_reliability(node_id, node->second.reliability);
     if (check) maybe_schedule_check_locked(*store_.get_job(job_id), result);
@@ -465,6 +494,8 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
     store_.set_verify_state(original->id, ok ? "ok" : "mismatch");
+    credits_by_seat_[verifier->second.seat] += pay;
+    if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
     Live& live = live_[check.id];
     if (!live.unit.empty()) placement_.job_finished(live.unit);
     live_.erase(check.id);

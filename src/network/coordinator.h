@@ -69,7 +69,14 @@ class Coordinator {
   Output wait_output(const KeyRecord& key, const std::string& id, size_t offset,
                      std::chrono::steady_clock::time_point deadline);
   nlohmann::json models();  // OpenAI /v1/models shape
-  nlohmann::json world();   // public: nodes and totals
+  // Public: nodes (with online_since, Unix ms, while online) and totals (tok_s generated over the
+  // last minute, queue, credits_by_seat earned by nodes per seat class); see docs/world.md.
+  nlohmann::json world();
+  // Called when a machine appears on or leaves the World (registers, starts or stops offering,
+  // falls silent, is banned), so the World feed samples at once instead of at its next tick.
+  // Runs with the coordinator's lock held: it must not call back into the coordinator. nullptr
+  // removes it.
+  void on_nodes_changed(std::function<void()> hook);
 
   // Nodes (already authenticated by signature: node_id is the public key).
   void register_node(const std::string& node_id, const nlohmann::json& description);
@@ -105,6 +112,8 @@ class Coordinator {
     nlohmann::json description;
     std::string seat, tier, chip;
     bool online = false, offering = false, banned = false;
+    bool visible = false;      // online && offering && !banned, as last refreshed
+    int64_t online_since = 0;  // when it last became visible
     int64_t last_seen = 0;
     double reliability = 1;
     int64_t mismatches = 0, jobs_failed = 0;
@@ -145,6 +154,9 @@ class Coordinator {
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, Bucket> rate_;
   std::mt19937_64 rng_;
+  std::function<void()> nodes_changed_;
+  std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute
+  std::map<std::string, int64_t> credits_by_seat_;      // micro-credits nodes earned, per seat class
 };
 
 }  // namespace orchard::network

@@ -108,6 +108,8 @@ struct HttpApi::Impl {
                  send_json(res, coordinator.world());
                }));
     world_feed = world::mount_world_routes(server, [this] { return coordinator.world(); });
+    // A machine that joins or leaves shows on open World pages at once, not at the next tick.
+    coordinator.on_nodes_changed([feed = world_feed.get()] { feed->notify(); });
     server.Get("/v1/models", wrap([this](const httplib::Request& req, httplib::Response& res) {
                  client(req);
                  send_json(res, coordinator.models());
@@ -228,7 +230,10 @@ HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms) : impl_(std::make_
   impl_->routes();
 }
 
-HttpApi::~HttpApi() { stop(); }
+HttpApi::~HttpApi() {
+  stop();
+  impl_->coordinator.on_nodes_changed(nullptr);  // it outlives world_feed, which the hook pokes
+}
 
 int HttpApi::bind(const std::string& host, int port) {
   int bound = port == 0 ? impl_->server.bind_to_any_port(host) : (impl_->server.bind_to_port(host, port) ? port : -1);

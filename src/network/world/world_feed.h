@@ -23,7 +23,7 @@ namespace orchard::network::world {
 
 // Returns the /v1/world document:
 //   {"nodes": [{"id", "chip", "memory_bytes", "region", "seat", "pod", "online", "jobs_served",
-//               "tok_s", "uptime_s"?}],
+//               "tok_s", "uptime_s"? or "online_since"? (Unix ms)}],
 //    "totals": {"tok_s"?, "jobs_per_min"?, "queue"?, "credits_by_seat"? {seat: credits}, ...}}
 // Called from the sampler's thread only, once per tick; must be safe against the coordinator's own
 // threads. May throw: the feed keeps the last good document.

@@ -1,30 +1,44 @@
 // The World page in a real browser: Debian's chromium (/usr/bin/chromium), headless, driven by
-// playwright-core, against a coordinator this test starts and feeds with machines.
+// playwright-core, against a real coordinator (`orchard network`) that this test starts, with
+// real `orchard node` agents registered to it.
 //
-//   node web/world/tests/world.spec.mjs --server <world_test_server> [--out DIR]
+//   node web/world/tests/world.spec.mjs --orchard <build>/orchard [--out DIR]
+//
+// The network: 8 agents with different chips, regions and seats (one in a region not on the map,
+// one that stops before the page opens), one of them holding a tiny model that serves three real
+// jobs (jobs served, tokens/s, credits); and two pods of two machines each, registered by this
+// test over the signed node API because the agent cannot declare a pod yet. A machine joins by
+// starting an agent and leaves by stopping one (SIGTERM: the agent withdraws).
 //
 // Checks: the page loads with no console errors and asks nothing of any host but the
 // coordinator; one dot per online machine (data-node-id); a machine that joins or leaves shows
-// within 2 s; hover shows its details; the table filters; totals and leaderboard; a phone-width
-// (390 px) layout without sideways scrolling. Saves world-desktop.png and world-phone.png in DIR.
-import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
+// within 2 s; hover and tap show its details; the table filters; totals and leaderboard match the
+// coordinator; a phone-width (390 px) layout without sideways scrolling. Saves world-desktop.png
+// and world-phone.png in DIR. Every process it starts is stopped on the way out, failed or not.
+import { spawn, spawnSync } from "node:child_process";
+import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { createInterface } from "node:readline";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { formatBytes, formatNumber } from "../src/format.js";
 
 const started = Date.now();
 const here = dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 const arg = (name, fallback) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : fallback; };
-const serverBin = arg("--server");
+const orchard = arg("--orchard");
 const outDir = resolve(arg("--out", join(here, "..", "test-results")));
 const chromiumPath = process.env.ORCHARD_CHROMIUM || "/usr/bin/chromium";
-if (!serverBin) { console.error("usage: world.spec.mjs --server <world_test_server> [--out DIR]"); process.exit(2); }
+if (!orchard) { console.error("usage: world.spec.mjs --orchard <orchard binary> [--out DIR]"); process.exit(2); }
 mkdirSync(outDir, { recursive: true });
+const tmp = mkdtempSync(join(tmpdir(), "orchard-world-"));
+const JOIN_LEAVE_MS = 2000;
+const LIMIT_MS = 90000; // below ctest's TIMEOUT, so this test, not ctest, stops what it started
 
-const GB = 1024 ** 3;
+const GiB = 1024 ** 3;
 let failures = 0;
 function check(cond, what) {
   if (cond) console.log(`  ok   ${what}`);
@@ -40,60 +54,124 @@ async function waitFor(fn, timeoutMs, what) {
   }
 }
 
-// ------------------------------------------------------------------ the coordinator
+// ------------------------------------------------------------------ processes
 
-function startServer() {
-  const proc = spawn(serverBin, ["--port", "0", "--history-demo"], { stdio: ["ignore", "pipe", "inherit"] });
-  return new Promise((resolveStart, reject) => {
-    const timer = setTimeout(() => reject(new Error("the coordinator did not start in 10 s")), 10000);
-    proc.on("exit", (code) => reject(new Error(`the coordinator exited (${code})`)));
-    createInterface({ input: proc.stdout }).on("line", (line) => {
-      const m = line.match(/listening on (\d+)/);
-      if (m) { clearTimeout(timer); resolveStart({ proc, port: Number(m[1]) }); }
-    });
+const procs = new Set(); // everything started and not yet exited
+function launch(argv, log) {
+  const fd = openSync(join(tmp, log), "a");
+  const proc = spawn(orchard, argv, { stdio: ["ignore", fd, "pipe"] });
+  procs.add(proc);
+  proc.stderr.on("data", (d) => writeSync(fd, d));
+  proc.exited = new Promise((r) => proc.on("exit", () => { procs.delete(proc); r(); }));
+  return proc;
+}
+async function stop(list, graceMs) {
+  const live = list.filter((p) => procs.has(p));
+  for (const p of live) p.kill("SIGTERM");
+  const timer = new Promise((r) => setTimeout(r, graceMs));
+  await Promise.race([Promise.all(live.map((p) => p.exited)), timer]);
+  for (const p of live) if (procs.has(p)) p.kill("SIGKILL");
+  await Promise.all(live.map((p) => p.exited));
+}
+// Last resort (an exception before cleanup, a signal): nothing outlives the test.
+process.on("exit", () => { for (const p of procs) p.kill("SIGKILL"); });
+for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(1));
+
+// ------------------------------------------------------------------ the network
+
+const run = (argv) => {
+  const r = spawnSync(orchard, argv, { encoding: "utf8", timeout: 30000 });
+  if (r.status !== 0) throw new Error(`orchard ${argv.join(" ")}: ${r.stderr || r.error}`);
+  return r.stdout.trim();
+};
+const db = `sqlite://${join(tmp, "network.db")}`;
+const modelsDir = join(tmp, "models"), emptyDir = join(tmp, "none");
+mkdirSync(modelsDir);
+mkdirSync(emptyDir);
+run(["make-model", "--shape", "tiny", "--type", "q8_0", "-o", join(modelsDir, "tiny.gguf")]);
+const apiKey = run(["network", "add-key", "--db", db, "--name", "world-test"]);
+
+const coordinator = launch(["network", "--db", db, "--host", "127.0.0.1", "--port", "0"], "coordinator.log");
+const port = await new Promise((resolveStart, reject) => {
+  const timer = setTimeout(() => reject(new Error("the coordinator did not start in 10 s")), 10000);
+  coordinator.on("exit", (code) => reject(new Error(`the coordinator exited (${code})`)));
+  createInterface({ input: coordinator.stderr }).on("line", (line) => {
+    const m = line.match(/listening on [^ ]*:(\d+)/);
+    if (m) { clearTimeout(timer); resolveStart(Number(m[1])); }
   });
+});
+const base = `http://127.0.0.1:${port}`;
+const getWorld = async () => (await fetch(`${base}/v1/world`)).json();
+
+// A node key as the agent keeps it: hex of libsodium's secret key (seed, then public key), 0600.
+function nodeKey(file) {
+  const jwk = generateKeyPairSync("ed25519").privateKey.export({ format: "jwk" });
+  const seed = Buffer.from(jwk.d, "base64url"), pub = Buffer.from(jwk.x, "base64url");
+  if (file) writeFileSync(file, Buffer.concat([seed, pub]).toString("hex") + "\n", { mode: 0o600 });
+  return { id: pub.toString("hex"), jwk };
 }
 
-const { proc: server, port } = await startServer();
-const base = `http://127.0.0.1:${port}`;
-const api = async (method, path, body) => {
-  const r = await fetch(base + path, { method, body: JSON.stringify(body ?? {}), headers: { "content-type": "application/json" } });
-  if (!r.ok) throw new Error(`${method} ${path}: ${r.status}`);
+// Agents. Shared seats lend only while the owner is away: no idle wait, any load.
+const agents = [
+  { name: "lisbon-m4max", chip: "M4 Max", mem: "24G", region: "Lisbon, PT", dedicated: true, model: true },
+  { name: "berlin-m2pro", chip: "M2 Pro", mem: "16G", region: "Berlin, DE" },
+  { name: "sf-m1", chip: "M1", mem: "8G", region: "San Francisco, US" },
+  { name: "tokyo-m3max", chip: "M3 Max", mem: "16G", region: "Tokyo, JP", dedicated: true }, // leaves
+  { name: "nairobi-m4", chip: "M4", mem: "8G", region: "Nairobi, KE" },
+  { name: "toronto-m1ultra", chip: "M1 Ultra", mem: "20G", region: "Toronto, CA", dedicated: true },
+  { name: "atlantis-m2max", chip: "M2 Max", mem: "12G", region: "Atlantis" }, // not on the list: the tray
+  { name: "paris-m3", chip: "M3", mem: "8G", region: "Paris, FR" }, // stops before the page opens
+];
+const joiner = { name: "reykjavik-m4pro", chip: "M4 Pro", mem: "16G", region: "Reykjavik, IS" };
+function startAgent(a) {
+  a.key = nodeKey(join(tmp, `${a.name}.key`));
+  a.proc = launch(["node", "--network", base, "--key-file", join(tmp, `${a.name}.key`), "--name", a.name,
+    "--chip", a.chip, "--region", a.region, "--max-memory", a.mem, "--models", a.model ? modelsDir : emptyDir,
+    "--threads", "1", "--max-context", "256",
+    ...(a.dedicated ? ["--dedicated"] : ["--idle-after", "0s", "--max-load", "1000"])], `${a.name}.log`);
+  return a.key.id;
+}
+
+// Pod members speak the node protocol themselves: signed registration and heartbeats.
+const podMembers = [
+  { name: "lisbon-rack-1", chip: "M2 Ultra", gib: 192, region: "Lisbon, PT", seat: "dedicated", pod: "lisbon-rack" },
+  { name: "lisbon-rack-2", chip: "M2 Ultra", gib: 192, region: "Lisbon, PT", seat: "dedicated", pod: "lisbon-rack" },
+  { name: "pacific-1", chip: "M3 Max", gib: 64, region: "Sydney, AU", seat: "shared", pod: "pacific" }, // leaves
+  { name: "pacific-2", chip: "M3 Max", gib: 64, region: "Tokyo, JP", seat: "shared", pod: "pacific" },
+];
+for (const m of podMembers) m.key = nodeKey();
+async function signedPost(key, path, body) {
+  const text = JSON.stringify(body);
+  const ts = Date.now(), nonce = randomBytes(16).toString("hex");
+  const digest = createHash("sha256").update(text).digest("hex");
+  const signature = sign(null, Buffer.from(`POST\n${path}\n${ts}\n${nonce}\n${digest}`),
+    { key: key.jwk, format: "jwk" }).toString("hex");
+  const r = await fetch(base + path, { method: "POST", body: text, headers: {
+    "content-type": "application/json", "x-orchard-node": key.id, "x-orchard-timestamp": String(ts),
+    "x-orchard-nonce": nonce, "x-orchard-signature": signature } });
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+const registerMember = (m) => signedPost(m.key, "/v1/nodes/register", {
+  name: m.name, chip: m.chip, memory_bytes: m.gib * GiB, memory_bandwidth_gbs: 400, region: m.region,
+  seat: m.seat, models: [], offering: true,
+  pod: { id: m.pod, members: podMembers.filter((o) => o.pod === m.pod).map((o) => o.key.id), links: [] },
+});
+// Every 2 s, as the agent does, so the coordinator's silence timeout never takes them offline.
+const heartbeats = setInterval(() => {
+  for (const m of podMembers) if (!m.left) signedPost(m.key, "/v1/nodes/heartbeat", { offering: true }).catch(() => {});
+}, 2000);
+
+const jobApi = async (method, path, body) => {
+  const r = await fetch(base + path, { method, body: body && JSON.stringify(body),
+    headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` } });
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
   return r.json();
 };
 
-const node = (id, chip, gb, region, extra = {}) => ({
-  id: id.padEnd(64, "0"), chip, memory_bytes: gb * GB, region, seat: "shared", pod: "", online: true,
-  jobs_served: 0, tok_s: 0, uptime_s: 3600, ...extra,
-});
-const fleet = [
-  node("a1", "M2 Ultra", 192, "Lisbon, PT", { seat: "dedicated", pod: "lisbon-rack", jobs_served: 412, tok_s: 38.5 }),
-  node("a2", "M2 Ultra", 192, "Lisbon, PT", { seat: "dedicated", pod: "lisbon-rack", jobs_served: 388, tok_s: 36.1 }),
-  node("a3", "M3 Max", 128, "Lisbon, PT", { seat: "dedicated", pod: "lisbon-rack", jobs_served: 120, tok_s: 22 }),
-  node("b1", "M4 Pro", 48, "Berlin, DE", { jobs_served: 58, tok_s: 14.2 }),
-  node("b2", "M1", 16, "San Francisco, US", { jobs_served: 7 }),
-  node("b3", "M3 Max", 64, "Tokyo, JP", { pod: "pacific", jobs_served: 91, tok_s: 18 }),
-  node("b4", "M3 Max", 64, "Sydney, AU", { pod: "pacific", jobs_served: 77 }),
-  node("b5", "M2 Pro", 32, "Sao Paulo, BR", { jobs_served: 12 }),
-  node("b6", "M4", 24, "Nairobi, KE", { jobs_served: 3 }),
-  node("b7", "M1 Ultra", 128, "Toronto, CA", { seat: "dedicated", jobs_served: 240, tok_s: 29 }),
-  node("b8", "M2", 8, "Mumbai, IN", { jobs_served: 1 }),
-  node("c1", "M1 Max", 64, "Atlantis", { jobs_served: 5 }), // not on the list: the tray
-  node("z9", "M2 Max", 96, "Paris, FR", { online: false, jobs_served: 33 }), // offline: no dot
-];
-for (const n of fleet) await api("POST", "/test/nodes", n);
-await api("POST", "/test/totals", { tok_s: 157.8, jobs_per_min: 12.5, queue: 4, credits_by_seat: { dedicated: 1843.25, shared: 412.5 } });
-const onlineIds = () => fleet.filter((n) => n.online).map((n) => n.id).sort();
-
 // ------------------------------------------------------------------ the browser
 
-const browser = await chromium.launch({
-  executablePath: chromiumPath,
-  headless: true, // playwright runs it with a fresh temporary --user-data-dir
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-
+let browser = null;
 const foreign = [];
 const consoleErrors = [];
 async function newPage(options) {
@@ -110,18 +188,53 @@ async function newPage(options) {
   page.on("pageerror", (e) => consoleErrors.push(String(e)));
   return page;
 }
-const dotIds = (page) => page.$$eval("#map circle.dot[data-node-id]", (ds) => ds.map((d) => d.dataset.nodeId).sort());
-const sameIds = async (page) => JSON.stringify(await dotIds(page)) === JSON.stringify(onlineIds());
 
+const online = new Set(); // ids the test expects online
+const dotIds = (page) => page.$$eval("#map circle.dot[data-node-id]", (ds) => ds.map((d) => d.dataset.nodeId).sort());
+const sameIds = async (page) => JSON.stringify(await dotIds(page)) === JSON.stringify([...online].sort());
+const dot = (id) => `#map circle.dot[data-node-id="${id}"]`;
+const find = (doc, id) => doc.nodes.find((n) => n.id === id);
+
+const watchdog = setTimeout(() => {
+  console.log(`  FAIL the test ran over ${LIMIT_MS / 1000} s`);
+  process.exit(1); // the exit handler kills what runs
+}, LIMIT_MS);
+
+let paris;
 try {
-  console.log(`[world] coordinator ${base}, chromium ${browser.version()}`);
+  console.log(`[world] coordinator ${base} (${tmp})`);
+
+  // -- the network: agents and pods register, one agent stops, three jobs run
+  for (const a of agents) online.add(startAgent(a));
+  for (const m of podMembers) { await registerMember(m); online.add(m.key.id); }
+  await waitFor(async () => (await getWorld()).totals.online === online.size, 20000, `${online.size} machines online`);
+  paris = agents.find((a) => a.name === "paris-m3");
+  online.delete(paris.key.id);
+  paris.proc.kill("SIGTERM");
+  const parisMs = await waitFor(async () => !find(await getWorld(), paris.key.id).online, 5000, "the stopped agent to go offline");
+  check(parisMs <= JOIN_LEAVE_MS, `a stopped agent withdraws at once (offline after ${parisMs} ms)`);
+
+  // One at a time: placement weighs a machine's queue against having the model on disk, and only
+  // one agent has it.
+  for (const prompt of ["The orchard", "Once upon a time", "Apples and pears"]) {
+    const job = await jobApi("POST", "/v1/jobs", { model: "tiny", prompt, max_tokens: 200, temperature: 0 });
+    await waitFor(async () => (await jobApi("GET", `/v1/jobs/${job.id}`)).state === "completed", 30000, `job ${job.id}`);
+  }
+  check(true, "three jobs completed");
 
   // -- the JSON and the routes
-  const world = await (await fetch(`${base}/v1/world`)).json();
-  check(Array.isArray(world.nodes) && world.nodes.length === fleet.length && typeof world.totals === "object",
-    "GET /v1/world has nodes and totals");
+  const world = await getWorld();
+  const all = agents.length + podMembers.length;
+  check(world.nodes.length === all && world.totals.nodes === all && world.totals.online === online.size,
+    `GET /v1/world lists ${all} machines, ${online.size} online`);
   const keys = ["id", "chip", "memory_bytes", "region", "seat", "pod", "online", "jobs_served", "tok_s"];
-  check(world.nodes.every((n) => keys.every((k) => k in n)), "every node has the fields the issue names");
+  check(world.nodes.every((n) => keys.every((k) => k in n) && n.online === Number.isFinite(n.online_since)),
+    "every node has the fields the issue names, and online_since while online");
+  const served = find(world, agents[0].key.id);
+  check(served.jobs_served === 3 && served.tok_s > 0, `the serving agent: 3 jobs served at ${served.tok_s.toFixed(1)} tok/s`);
+  const t = world.totals;
+  check(t.tok_s > 0 && t.queue === 0 && t.credits_by_seat.dedicated > 0,
+    `totals from the coordinator: ${t.tok_s.toFixed(1)} tok/s, queue ${t.queue}, credits ${JSON.stringify(t.credits_by_seat)}`);
   const pageRes = await fetch(`${base}/world`);
   check(pageRes.headers.get("content-type")?.startsWith("text/html") && pageRes.headers.get("cache-control") === "no-cache",
     "/world is HTML, revalidated (Cache-Control: no-cache)");
@@ -131,53 +244,70 @@ try {
     `${asset} is JavaScript, cached as immutable`);
   check((await fetch(`${base}/world/assets/nope.js`)).status === 404, "an unknown asset is a 404");
 
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true, // playwright runs it with a fresh temporary --user-data-dir
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  console.log(`[world] chromium ${browser.version()}`);
+
   // -- desktop
   const page = await newPage({ viewport: { width: 1440, height: 900 } });
   await page.goto(`${base}/world`, { waitUntil: "load" });
   const firstMs = await waitFor(() => sameIds(page), 5000, "one dot per online machine");
-  check(true, `one dot per online machine (${onlineIds().length}), after ${firstMs} ms`);
+  check(true, `one dot per online machine (${online.size}), after ${firstMs} ms`);
   await waitFor(async () => (await page.textContent("#status-text")) === "Live", 3000, "the event stream is live");
   check(true, "the event stream is live");
-  check((await page.textContent("#stat-online")).trim() === String(onlineIds().length), "the online counter matches");
-  check((await page.textContent("#stat-toks")).includes("157.8") && (await page.textContent("#stat-queue")).trim() === "4",
-    "tokens/s and queue come from the coordinator's totals");
+  check((await page.textContent("#stat-online")).trim() === String(online.size), "the online counter matches");
+  check((await page.textContent("#stat-toks")).trim() === formatNumber(t.tok_s, 1) && (await page.textContent("#stat-queue")).trim() === "0",
+    "tokens/s and queue are the coordinator's");
   check((await page.$$("#map .pod path.pod-link")).length === 2, "two pods drawn as links");
+  check((await page.textContent("#map .tray-label")) === "Region not shared (1)", "a machine in an unknown region sits in the tray");
   const lb = await page.$$eval("#leaderboard li .seat", (xs) => xs.map((x) => x.firstChild.textContent.trim()));
-  check(JSON.stringify(lb) === JSON.stringify(["Dedicated", "Shared"]), `leaderboard ranks seat classes by credits (${lb})`);
+  const lbTop = (await page.textContent("#leaderboard li .credits")).trim();
+  check(JSON.stringify(lb) === JSON.stringify(["Dedicated", "Shared"]) && lbTop.startsWith(formatNumber(t.credits_by_seat.dedicated, 2)),
+    `leaderboard ranks seat classes by the coordinator's credits (${lb}; ${lbTop})`);
 
-  // a machine joins, one leaves: both show within 2 s
-  const joiner = node("d1", "M4 Max", 128, "Reykjavik, IS", { jobs_served: 2, tok_s: 9 });
-  fleet.push(joiner);
+  // a machine joins (an agent starts), one leaves (an agent stops): both show within 2 s
   let t0 = Date.now();
-  await api("POST", "/test/nodes", joiner);
-  await waitFor(() => page.$(`#map circle.dot[data-node-id="${joiner.id}"]`), 2000, "the joining machine's dot");
+  online.add(startAgent(joiner));
+  await waitFor(() => page.$(dot(joiner.key.id)), 10000, "the joining machine's dot");
   const joinMs = Date.now() - t0;
-  check(joinMs <= 2000 && (await sameIds(page)), `a joining machine appears in ${joinMs} ms (<= 2000)`);
-  const leaver = fleet.find((n) => n.id.startsWith("b4"));
-  leaver.online = false;
+  check(joinMs <= JOIN_LEAVE_MS && (await sameIds(page)), `a starting agent's dot appears in ${joinMs} ms (<= ${JOIN_LEAVE_MS})`);
+  const leaver = agents.find((a) => a.name === "tokyo-m3max");
+  online.delete(leaver.key.id);
   t0 = Date.now();
-  await api("DELETE", `/test/nodes/${leaver.id}`);
-  await waitFor(async () => !(await page.$(`#map circle.dot[data-node-id="${leaver.id}"]`)), 2000, "the leaving machine's dot to go");
+  leaver.proc.kill("SIGTERM");
+  await waitFor(async () => !(await page.$(dot(leaver.key.id))), 10000, "the leaving machine's dot to go");
   const leaveMs = Date.now() - t0;
-  check(leaveMs <= 2000 && (await sameIds(page)), `a leaving machine disappears in ${leaveMs} ms (<= 2000)`);
+  check(leaveMs <= JOIN_LEAVE_MS && (await sameIds(page)), `a stopped agent's dot goes in ${leaveMs} ms (<= ${JOIN_LEAVE_MS})`);
+  const pacific = podMembers.find((m) => m.name === "pacific-1");
+  pacific.left = true;
+  online.delete(pacific.key.id);
+  await signedPost(pacific.key, "/v1/nodes/heartbeat", { offering: false });
+  await waitFor(async () => !(await page.$(dot(pacific.key.id))), JOIN_LEAVE_MS, "a withdrawn pod member's dot to go");
   check((await page.$$("#map .pod path.pod-link")).length === 1, "a pod left with one member is no longer linked");
 
   // hover: chip, memory, seat, jobs served, uptime
-  await page.hover(`#map circle.dot[data-node-id="${fleet[0].id}"]`);
+  await page.hover(dot(served.id));
   const tip = await page.textContent("#tooltip");
-  check(await page.isVisible("#tooltip") && /M2 Ultra/.test(tip) && /192 GB/.test(tip) && /Dedicated/.test(tip) && /412/.test(tip) && /1 h/.test(tip),
+  check(await page.isVisible("#tooltip") && tip.includes("M4 Max") && tip.includes(formatBytes(served.memory_bytes)) &&
+    /Dedicated/.test(tip) && /Jobs served\s*3(?!\d)/.test(tip) && /Uptime\s*\d+ (s|min)/.test(tip),
     "hovering a dot shows chip, memory, seat, jobs served and uptime");
 
-  // table filters
+  // table filters, against the coordinator's own list
+  const now = await getWorld();
   const rows = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.length);
-  check(await rows() === onlineIds().length, "the table lists the online machines");
+  const count = (f) => now.nodes.filter(f).length;
+  check(await rows() === online.size, "the table lists the online machines");
   await page.selectOption("#f-chip", "class:ultra");
-  check(await rows() === fleet.filter((n) => n.online && /ultra/i.test(n.chip)).length, "filter by chip class (Ultra)");
+  check(await rows() === count((n) => n.online && /ultra/i.test(n.chip)), "filter by chip class (Ultra)");
   await page.selectOption("#f-chip", "");
   await page.selectOption("#f-mem", "64");
-  check(await rows() === fleet.filter((n) => n.online && n.memory_bytes >= 64 * GB).length, "filter by memory (>= 64 GB)");
+  check(await rows() === count((n) => n.online && n.memory_bytes >= 64 * GiB), "filter by memory (>= 64 GB)");
   await page.check("#f-offline");
-  check(await rows() === fleet.filter((n) => n.memory_bytes >= 64 * GB).length, "show offline machines too");
+  check(await rows() === count((n) => n.memory_bytes >= 64 * GiB), "show offline machines too");
   await page.selectOption("#f-mem", "0");
   await page.uncheck("#f-offline");
 
@@ -193,19 +323,25 @@ try {
   check(overflow <= 0, `phone: no sideways scrolling (overflow ${overflow} px)`);
   const mapWidth = await phone.$eval("#map", (m) => m.getBoundingClientRect().width);
   check(mapWidth > 300 && mapWidth <= 390, `phone: the map fits the screen (${Math.round(mapWidth)} px)`);
-  await phone.tap(`#map circle.dot[data-node-id="${fleet.find((n) => n.id.startsWith("b7")).id}"]`);
+  await phone.tap(dot(agents.find((a) => a.name === "toronto-m1ultra").key.id));
   check(/M1 Ultra/.test(await phone.textContent("#tooltip")), "phone: tapping a dot shows its details");
   await phone.screenshot({ path: join(outDir, "world-phone.png"), fullPage: true });
 
   check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
   check(foreign.length === 0, `no request left the coordinator${foreign.length ? ": " + foreign.join(", ") : ""}`);
+  check(!procs.has(paris.proc), "the agent stopped first has exited by itself");
 } catch (e) {
   failures++;
   console.log(`  FAIL ${e.message}`);
 } finally {
-  await browser.close().catch(() => {});
-  await fetch(`${base}/test/quit`, { method: "POST", body: "{}" }).catch(() => {});
-  setTimeout(() => server.kill("SIGKILL"), 2000).unref();
+  clearInterval(heartbeats);
+  await browser?.close().catch(() => {});
+  // Agents first, so their withdrawals reach a coordinator that is still up.
+  await stop(agents.concat(joiner).map((a) => a.proc).filter(Boolean), 1500);
+  await stop([coordinator], 5000);
+  clearTimeout(watchdog);
 }
+if (failures) console.log(`[world] logs kept in ${tmp}`);
+else rmSync(tmp, { recursive: true, force: true });
 console.log(`[world] ${failures ? `${failures} check(s) failed` : "all checks passed"} in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${outDir}`);
 process.exit(failures ? 1 : 0);

@@ -75,6 +75,16 @@ struct DotChains {
 // Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into the super-block
 // sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only float work is
 // two FMAs per super-block and token.
+// Decode (one token) streams each weight byte once from DRAM with little work per byte: without
+// prefetching a few KiB ahead, a core keeps too few cache misses in flight to reach the memory
+// bandwidth (measured: TinyLlama Q4_0 decode on one core went from 13 to 21 GB/s).
+template <size_t kColumn>
+inline void prefetch_ahead(const uint8_t* column) {
+  constexpr size_t kDistance = 4096;
+  for (size_t line = 0; line < kColumn; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(column + kDistance + line), _MM_HINT_T0);
+}
+
 struct Q4_KInterleaved {
   template <int T>
   static void run(const Tile& tile, int64_t group, int64_t t0) {
@@ -89,6 +99,7 @@ struct Q4_KInterleaved {
     const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
     const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ4_KColumn) {
+      if constexpr (T == 1) prefetch_ahead<kQ4_KColumn>(w);
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
       // Σ_j min_j · Σ(x in sub-block j): sub-block j's two per-16 sums are the int32 word j of
       // bsums, so (min_j, min_j) against it is one vpdpwssd.
@@ -142,6 +153,7 @@ struct Q6_KInterleaved {
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ6_KColumn) {
+      if constexpr (T == 1) prefetch_ahead<kQ6_KColumn>(w);
       __m512i sum[T];
       for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
       // Element e of half h: low nibble in ql byte 64h + e % 64 (high half of the byte for
@@ -203,6 +215,7 @@ struct InterleavedKernel {
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kColumnBytes) {
+      if constexpr (T == 1) prefetch_ahead<kColumnBytes>(w);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
       const uint8_t* quants = w + kInterleave * sizeof(Half);
       __m512i wq[8];  // wq[k]: quants 4k..4k+3 of the 16 rows
