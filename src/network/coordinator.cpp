@@ -17,8 +17,14 @@ int64_t wall_clock_ms() {
 namespace {
 
 constexpr int64_t kDefaultMaxTokens = 256;
-constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s: tokens generated over this window
+constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
+
+// Drops the completions that left the throughput window.
+void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t now) {
+  while (!completed.empty() && completed.front().first <= now - kThroughputWindowMs) completed.pop_front();
+}
+
 // A job's context estimate: its prompt in bytes (never fewer tokens than bytes) plus max_tokens.
 int64_t context_estimate(const json& request) {
   int64_t bytes = 0;
@@ -238,7 +244,7 @@ json Coordinator::world() {
     if (on) memory += d.value("memory_bytes", int64_t{0});
     served += r.jobs_served;
   }
-  while (!generated_.empty() && generated_.front().first <= now - kThroughputWindowMs) generated_.pop_front();
+  expire_window(generated_, now);
   int64_t tokens = 0;
   for (const auto& g : generated_) tokens += g.second;
   json credits = json::object();
@@ -248,6 +254,7 @@ json Coordinator::world() {
                  {"memory_bytes", memory},
                  {"jobs_served", served},
                  {"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
+                 {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
                  {"queue", queue_.size()},
                  {"credits_by_seat", credits},
                  {"pods", placement_.pod_count()},
@@ -441,6 +448,7 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
     generated_.emplace_back(clock_(), c.completion_tokens);
+    expire_window(generated_, generated_.back().first);  // bounded even when world() is never asked
     if (!check) credits_by_seat_[node->second.seat] += amount;  // else when the check passes
     node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
     placement_.set_reliability(node_id, node->second.reliability);

@@ -69,8 +69,9 @@ class Coordinator {
   Output wait_output(const KeyRecord& key, const std::string& id, size_t offset,
                      std::chrono::steady_clock::time_point deadline);
   nlohmann::json models();  // OpenAI /v1/models shape
-  // Public: nodes (with online_since, Unix ms, while online) and totals (tok_s generated over the
-  // last minute, queue, credits_by_seat earned by nodes per seat class); see docs/world.md.
+  // Public: nodes (with online_since, Unix ms, while online) and totals (tok_s generated and
+  // jobs_per_min completed over the last minute, queue, credits_by_seat earned by nodes per seat
+  // class); see docs/world.md.
   nlohmann::json world();
   // Called when a machine appears on or leaves the World (registers, starts or stops offering,
   // falls silent, is banned), so the World feed samples at once instead of at its next tick.

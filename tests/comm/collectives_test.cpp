@@ -22,7 +22,7 @@ TEST_P(CollectivesTest, MatchDirectSum) {
 
 INSTANTIATE_TEST_SUITE_P(Comm, CollectivesTest,
                          ::testing::Combine(::testing::Values(Backend::Ring, Backend::Shm),
-                                            ::testing::Values(1, 2, 3, 4, 7, 8)),
+                                            ::testing::Range(1, 9)),
                          [](const auto& info) {
                            return std::string(backend_name(std::get<0>(info.param))) + "_world" +
                                   std::to_string(std::get<1>(info.param));

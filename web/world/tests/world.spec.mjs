@@ -36,6 +36,7 @@ if (!orchard) { console.error("usage: world.spec.mjs --orchard <orchard binary> 
 mkdirSync(outDir, { recursive: true });
 const tmp = mkdtempSync(join(tmpdir(), "orchard-world-"));
 const JOIN_LEAVE_MS = 2000;
+const AGENT_EXIT_MS = 12000; // a stopped agent exits when its long poll (10 s) returns
 const LIMIT_MS = 90000; // below ctest's TIMEOUT, so this test, not ctest, stops what it started
 
 const GiB = 1024 ** 3;
@@ -200,7 +201,6 @@ const watchdog = setTimeout(() => {
   process.exit(1); // the exit handler kills what runs
 }, LIMIT_MS);
 
-let paris;
 try {
   console.log(`[world] coordinator ${base} (${tmp})`);
 
@@ -208,9 +208,10 @@ try {
   for (const a of agents) online.add(startAgent(a));
   for (const m of podMembers) { await registerMember(m); online.add(m.key.id); }
   await waitFor(async () => (await getWorld()).totals.online === online.size, 20000, `${online.size} machines online`);
-  paris = agents.find((a) => a.name === "paris-m3");
+  const paris = agents.find((a) => a.name === "paris-m3");
   online.delete(paris.key.id);
   paris.proc.kill("SIGTERM");
+  const parisStopped = Date.now();
   const parisMs = await waitFor(async () => !find(await getWorld(), paris.key.id).online, 5000, "the stopped agent to go offline");
   check(parisMs <= JOIN_LEAVE_MS, `a stopped agent withdraws at once (offline after ${parisMs} ms)`);
 
@@ -233,8 +234,8 @@ try {
   const served = find(world, agents[0].key.id);
   check(served.jobs_served === 3 && served.tok_s > 0, `the serving agent: 3 jobs served at ${served.tok_s.toFixed(1)} tok/s`);
   const t = world.totals;
-  check(t.tok_s > 0 && t.queue === 0 && t.credits_by_seat.dedicated > 0,
-    `totals from the coordinator: ${t.tok_s.toFixed(1)} tok/s, queue ${t.queue}, credits ${JSON.stringify(t.credits_by_seat)}`);
+  check(t.tok_s > 0 && t.jobs_per_min === 3 && t.queue === 0 && t.credits_by_seat.dedicated > 0,
+    `totals from the coordinator: ${t.tok_s.toFixed(1)} tok/s, ${t.jobs_per_min} jobs/min, queue ${t.queue}, credits ${JSON.stringify(t.credits_by_seat)}`);
   const pageRes = await fetch(`${base}/world`);
   check(pageRes.headers.get("content-type")?.startsWith("text/html") && pageRes.headers.get("cache-control") === "no-cache",
     "/world is HTML, revalidated (Cache-Control: no-cache)");
@@ -260,8 +261,9 @@ try {
   await waitFor(async () => (await page.textContent("#status-text")) === "Live", 3000, "the event stream is live");
   check(true, "the event stream is live");
   check((await page.textContent("#stat-online")).trim() === String(online.size), "the online counter matches");
-  check((await page.textContent("#stat-toks")).trim() === formatNumber(t.tok_s, 1) && (await page.textContent("#stat-queue")).trim() === "0",
-    "tokens/s and queue are the coordinator's");
+  check((await page.textContent("#stat-toks")).trim() === formatNumber(t.tok_s, 1) &&
+    (await page.textContent("#stat-jobs")).trim() === formatNumber(t.jobs_per_min, 1) &&
+    (await page.textContent("#stat-queue")).trim() === "0", "tokens/s, jobs/min and queue are the coordinator's");
   check((await page.$$("#map .pod path.pod-link")).length === 2, "two pods drawn as links");
   check((await page.textContent("#map .tray-label")) === "Region not shared (1)", "a machine in an unknown region sits in the tray");
   const lb = await page.$$eval("#leaderboard li .seat", (xs) => xs.map((x) => x.firstChild.textContent.trim()));
@@ -329,7 +331,8 @@ try {
 
   check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
   check(foreign.length === 0, `no request left the coordinator${foreign.length ? ": " + foreign.join(", ") : ""}`);
-  check(!procs.has(paris.proc), "the agent stopped first has exited by itself");
+  await Promise.race([paris.proc.exited, new Promise((r) => setTimeout(r, AGENT_EXIT_MS - (Date.now() - parisStopped)))]);
+  check(paris.proc.exitCode === 0, `the agent stopped first has exited by itself (${Date.now() - parisStopped} ms after SIGTERM)`);
 } catch (e) {
   failures++;
   console.log(`  FAIL ${e.message}`);
