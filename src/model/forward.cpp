@@ -1,5 +1,6 @@
 #include "model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -14,7 +15,7 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
       pool_(pool),
       partial_(partial),
       max_batch_(max_batch),
-      cache_(weights.shard().n_layers(), n_ctx, weights.shard().n_kv_heads() * weights.config().head_dim) {
+      cache_(weights.shard().n_layers(), n_ctx, weights.shard().n_kv_heads(), weights.config().head_dim) {
   const ModelConfig& c = weights.config();
   const Shard& s = weights.shard();
   ORCHARD_CHECK(max_batch > 0 && n_ctx > 0, "batch {} and context {} must be positive", max_batch, n_ctx);
@@ -109,8 +110,7 @@ void Forward::attention_block(int32_t layer, int32_t n, int32_t pos) {
       if (c.has_qk_norm) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
       ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
-    std::memcpy(cache_.key(local, pos + t), k, sizeof(float) * kv_dim);
-    std::memcpy(cache_.value(local, pos + t), v, sizeof(float) * kv_dim);
+    cache_.store(local, pos + t, k, v);
   }
 
   attend(local, n, pos);
@@ -125,22 +125,21 @@ void Forward::attend(int32_t local, int32_t n, int32_t pos) {
   const int32_t hd = c.head_dim;
   const int32_t q_dim = s.n_heads() * hd;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int32_t n_ctx = cache_.n_ctx();
-
-  pool_.parallel_for(static_cast<int64_t>(s.n_heads()) * n, [&](int64_t task, int thread) {
-    const int32_t h = static_cast<int32_t>(task % s.n_heads());
-    const int32_t t = static_cast<int32_t>(task / s.n_heads());
-    const int32_t kv_head = (s.head_begin + h) / group - s.kv_head_begin;
-    const float* q = &q_[static_cast<size_t>(t) * q_dim + static_cast<size_t>(h) * hd];
-    float* out = &attn_out_[static_cast<size_t>(t) * q_dim + static_cast<size_t>(h) * hd];
-    float* scores = &scores_[static_cast<size_t>(thread) * n_ctx];
-    const int32_t n_keys = pos + t + 1;  // causal: this position and all before it
-    for (int32_t j = 0; j < n_keys; ++j)
-      scores[j] = ops::dot(q, cache_.key(local, j) + kv_head * hd, hd) * scale;
-    ops::softmax(scores, n_keys);
-    std::memset(out, 0, sizeof(float) * hd);
-    for (int32_t j = 0; j < n_keys; ++j) ops::axpy(out, scores[j], cache_.value(local, j) + kv_head * hd, hd);
+  // One task per (KV head, position): its query heads read the same keys and values, so they
+  // are computed together while those stay in cache.
+  pool_.parallel_for(static_cast<int64_t>(s.n_kv_heads()) * n, [&](int64_t task, int thread) {
+    const int32_t kv = static_cast<int32_t>(task % s.n_kv_heads());
+    const int32_t t = static_cast<int32_t>(task / s.n_kv_heads());
+    // This rank's query heads that read KV head kv (a split may hold only some of them).
+    const int32_t kv_global = s.kv_head_begin + kv;
+    const int32_t h0 = std::max(kv_global * group, s.head_begin) - s.head_begin;
+    const int32_t h1 = std::min((kv_global + 1) * group, s.head_end) - s.head_begin;
+    if (h1 <= h0) return;
+    const size_t offset = static_cast<size_t>(t) * q_dim + static_cast<size_t>(h0) * hd;
+    ops::attend_group(&q_[offset], h1 - h0, hd, cache_.keys(local, kv), n_ctx, cache_.values(local, kv),
+                      cache_.value_stride(), pos + t + 1, &scores_[static_cast<size_t>(thread) * n_ctx],
+                      &attn_out_[offset]);
   });
 }
 

@@ -1,5 +1,9 @@
 #pragma once
-// Keys and values of every past position, for the layers and heads this rank holds.
+// Keys and values of every past position, for the layers and KV heads this rank holds.
+//
+// Keys are stored transposed, [layer][kv_head][head_dim][position], so that attention scores
+// for a run of positions are contiguous multiply-adds (and vectorize) instead of one short
+// dot product per position; values stay [layer][position][kv_dim], read one position at a time.
 #include <cstdint>
 #include <vector>
 
@@ -7,23 +11,40 @@ namespace orchard::model {
 
 class KvCache {
  public:
-  // n_layers / kv_dim are this rank's (its shard's), n_ctx the positions kept.
-  KvCache(int32_t n_layers, int32_t n_ctx, int32_t kv_dim)
-      : n_ctx_(n_ctx), kv_dim_(kv_dim),
-        keys_(static_cast<size_t>(n_layers) * n_ctx * kv_dim), values_(keys_.size()) {}
+  // n_layers / n_kv_heads are this rank's (its shard's), n_ctx the positions kept.
+  KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t head_dim)
+      : n_ctx_(n_ctx),
+        n_kv_heads_(n_kv_heads),
+        head_dim_(head_dim),
+        keys_(static_cast<size_t>(n_layers) * n_ctx * n_kv_heads * head_dim),
+        values_(keys_.size()) {}
 
   int32_t n_ctx() const { return n_ctx_; }
-  // F32 [kv_dim] of layer (counted from the shard's first) at position pos.
-  float* key(int32_t layer, int32_t pos) { return &keys_[offset(layer, pos)]; }
-  float* value(int32_t layer, int32_t pos) { return &values_[offset(layer, pos)]; }
+  // Stores k, v (F32 [n_kv_heads * head_dim]) for `layer` (counted from the shard's first) at pos.
+  void store(int32_t layer, int32_t pos, const float* k, const float* v) {
+    for (int32_t h = 0; h < n_kv_heads_; ++h)
+      for (int32_t d = 0; d < head_dim_; ++d) key_column(layer, h)[static_cast<size_t>(d) * n_ctx_ + pos] = k[h * head_dim_ + d];
+    const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * head_dim_;
+    float* dst = &values_[(static_cast<size_t>(layer) * n_ctx_ + static_cast<size_t>(pos)) * kv_dim];
+    for (size_t i = 0; i < kv_dim; ++i) dst[i] = v[i];
+  }
+  // F32 [head_dim][n_ctx]: the keys of one KV head, position-contiguous.
+  const float* keys(int32_t layer, int32_t kv_head) const { return &keys_[key_offset(layer, kv_head)]; }
+  // F32 [n_ctx][kv_dim] from this KV head's first element: row stride value_stride().
+  const float* values(int32_t layer, int32_t kv_head) const {
+    return &values_[static_cast<size_t>(layer) * n_ctx_ * n_kv_heads_ * head_dim_ + static_cast<size_t>(kv_head) * head_dim_];
+  }
+  int64_t value_stride() const { return static_cast<int64_t>(n_kv_heads_) * head_dim_; }
   size_t bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
 
  private:
-  size_t offset(int32_t layer, int32_t pos) const {
-    return (static_cast<size_t>(layer) * n_ctx_ + static_cast<size_t>(pos)) * kv_dim_;
+  float* key_column(int32_t layer, int32_t kv_head) { return &keys_[key_offset(layer, kv_head)]; }
+  size_t key_offset(int32_t layer, int32_t kv_head) const {
+    return ((static_cast<size_t>(layer) * n_kv_heads_ + static_cast<size_t>(kv_head)) * head_dim_) * n_ctx_;
   }
   int32_t n_ctx_;
-  int32_t kv_dim_;
+  int32_t n_kv_heads_;
+  int32_t head_dim_;
   std::vector<float> keys_;
   std::vector<float> values_;
 };

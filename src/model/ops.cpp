@@ -22,6 +22,55 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const 
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
+#endif
+
+// Written as position-contiguous multiply-adds so that the compiler vectorizes each loop at
+// whatever width the clone below is compiled for.
+inline void attend_group_loops(const float* __restrict q, int32_t group, int32_t head_dim,
+                               const float* __restrict keys, int64_t key_stride, const float* __restrict values,
+                               int64_t value_stride, int32_t n_keys, float* __restrict scores,
+                               float* __restrict out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int32_t g = 0; g < group; ++g) {
+    const float* qg = q + static_cast<size_t>(g) * head_dim;
+    for (int32_t j = 0; j < n_keys; ++j) scores[j] = 0.0f;
+    for (int32_t d = 0; d < head_dim; ++d) {
+      const float qd = qg[d] * scale;
+      const float* k = keys + d * key_stride;
+      for (int32_t j = 0; j < n_keys; ++j) scores[j] += qd * k[j];
+    }
+    float max = scores[0];
+    for (int32_t j = 1; j < n_keys; ++j) max = std::max(max, scores[j]);
+    float sum = 0.0f;
+    for (int32_t j = 0; j < n_keys; ++j) {
+      scores[j] = std::exp(scores[j] - max);
+      sum += scores[j];
+    }
+    float* o = out + static_cast<size_t>(g) * head_dim;
+    for (int32_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+    const float inv = 1.0f / sum;
+    for (int32_t j = 0; j < n_keys; ++j) {
+      const float p = scores[j] * inv;
+      const float* v = values + j * value_stride;
+      for (int32_t d = 0; d < head_dim; ++d) o[d] += p * v[d];
+    }
+  }
+}
+
+#ifdef ORCHARD_X86_DISPATCH
+__attribute__((target("avx512f"))) void attend_group_avx512(const float* q, int32_t group, int32_t head_dim,
+                                                            const float* keys, int64_t key_stride, const float* values,
+                                                            int64_t value_stride, int32_t n_keys, float* scores,
+                                                            float* out) {
+  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+}
+__attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int32_t group, int32_t head_dim,
+                                                           const float* keys, int64_t key_stride, const float* values,
+                                                           int64_t value_stride, int32_t n_keys, float* scores,
+                                                           float* out) {
+  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+}
 #endif
 
 float dot_plain(const float* a, const float* b, int64_t n) {
@@ -48,6 +97,16 @@ void axpy(float* y, float alpha, const float* x, int64_t n) {
   if (kHasAvx2) return axpy_avx2(y, alpha, x, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void attend_group(const float* q, int32_t group, int32_t head_dim, const float* keys, int64_t key_stride,
+                  const float* values, int64_t value_stride, int32_t n_keys, float* scores, float* out) {
+#ifdef ORCHARD_X86_DISPATCH
+  if (kHasAvx512)
+    return attend_group_avx512(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+  if (kHasAvx2) return attend_group_avx2(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+#endif
+  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
 }
 
 void add(float* y, const float* x, int64_t n) {
