@@ -163,7 +163,8 @@ std::vector<Case> all_cases() {
 // A rank with no copy of the model receives its shard from rank 0 and computes the same tokens;
 // its local copy holds only that shard's bytes (the rest are holes).
 TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
-  const std::string path = testing::synthetic_model("llama", "small", "q8_0");
+  // Float weights: a tensor split then gives exactly one rank's tokens (see above).
+  const std::string path = testing::synthetic_model("llama", "small", "f16");
   Outcome single;
   {
     parallel::Engine engine(engine_options(path), nullptr);
