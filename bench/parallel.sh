@@ -31,11 +31,11 @@ echo '[{"ssh": "'$a'", "ips": ["10.77.0.1"]}, {"ssh": "'$b'", "ips": ["10.77.0.2
 bench() {  # strategy ranks cpus latency
   local strategy=$1 ranks=$2 cpus=$3 latency=$4
   if [ "$ranks" = 1 ]; then
-    taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b 256 -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
+    taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b ${ORCHARD_BENCH_BATCH:-256} -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
     "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring \
       --link-latency-us "$latency" -- sh -c \
-      "exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b 256 -t 1 --strategy $strategy --json"
+      "exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b ${ORCHARD_BENCH_BATCH:-256} -t 1 --strategy $strategy --json"
   fi
 }
 
