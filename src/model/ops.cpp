@@ -5,29 +5,17 @@
 namespace orchard::model::ops {
 namespace {
 
-// The attention inner loops (dot, axpy) are hot enough during prompt processing to want the
-// widest vectors the CPU has; everything else auto-vectorizes fine at the baseline ISA.
+// Attention is hot enough during prompt processing to want the widest vectors the CPU has;
+// everything else auto-vectorizes fine at the baseline ISA.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ORCHARD_X86_DISPATCH 1
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
-  float sum[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) sum[k] = std::fma(a[i + k], b[i + k], sum[k]);
-  float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float alpha, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
-}
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 #endif
 
 // Written as position-contiguous multiply-adds so that the compiler vectorizes each loop at
-// whatever width the clone below is compiled for.
-inline void attend_group_loops(const float* __restrict q, int32_t group, int32_t head_dim,
+// whatever width the clone below is compiled for (hence always inlined into each clone).
+[[gnu::always_inline]] inline void attend_group_loops(const float* __restrict q, int32_t group, int32_t head_dim,
                                const float* __restrict keys, int64_t key_stride, const float* __restrict values,
                                int64_t value_stride, int32_t n_keys, float* __restrict scores,
                                float* __restrict out) {
@@ -73,31 +61,7 @@ __attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int32
 }
 #endif
 
-float dot_plain(const float* a, const float* b, int64_t n) {
-  float sum[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) sum[k] += a[i + k] * b[i + k];
-  float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-
 }  // namespace
-
-float dot(const float* a, const float* b, int64_t n) {
-#ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx2) return dot_avx2(a, b, n);
-#endif
-  return dot_plain(a, b, n);
-}
-
-void axpy(float* y, float alpha, const float* x, int64_t n) {
-#ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx2) return axpy_avx2(y, alpha, x, n);
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 void attend_group(const float* q, int32_t group, int32_t head_dim, const float* keys, int64_t key_stride,
                   const float* values, int64_t value_stride, int32_t n_keys, float* scores, float* out) {
@@ -141,18 +105,6 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
     head[a] = x0 * cos[i] - x1 * sin[i];
     head[b] = x0 * sin[i] + x1 * cos[i];
   }
-}
-
-void softmax(float* x, int64_t n) {
-  float max = x[0];
-  for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

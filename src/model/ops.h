@@ -21,14 +21,8 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
 //   [n_keys]; out: F32 [group][head_dim].
 void attend_group(const float* q, int32_t group, int32_t head_dim, const float* keys, int64_t key_stride,
                   const float* values, int64_t value_stride, int32_t n_keys, float* scores, float* out);
-// In place softmax of x[n].
-void softmax(float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
-// Σ a[i]·b[i]
-float dot(const float* a, const float* b, int64_t n);
-// y[i] += alpha·x[i]
-void axpy(float* y, float alpha, const float* x, int64_t n);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n);
 

@@ -79,6 +79,16 @@ Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::second
           std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count()};
 }
 
+// Runs argv to the end and parses what it printed as JSON (a discarded value when it isn't).
+nlohmann::json run_json(const std::vector<std::string>& argv) {
+  const std::string err = ::testing::TempDir() + "/run-err.txt", out = ::testing::TempDir() + "/run-out.txt";
+  Finished f = wait_for(start(argv, err, out), err, 60s);
+  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+  std::ifstream o(out);
+  std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+  return nlohmann::json::parse(text, nullptr, false);
+}
+
 class RankKilled : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(RankKilled, CallerNamesTheRankAndNothingIsLeft) {
@@ -128,14 +138,6 @@ TEST(Launch, HostfileRanksMatchOneProcess) {
     std::ofstream h(hostfile);
     h << R"([{"ssh": "mac-1", "ips": ["127.0.0.1"]}, {"ssh": "mac-2", "ips": ["127.0.0.1"]}])";
   }
-  auto run_json = [&](std::vector<std::string> argv) {
-    const std::string err = dir + "/launch-err.txt", out = dir + "/launch-out.txt";
-    Finished f = wait_for(start(argv, err, out), err, 60s);
-    EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
-    std::ifstream o(out);
-    std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
-    return nlohmann::json::parse(text, nullptr, false);
-  };
   const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello", "-n", "24", "--json"};
   auto single = run_json(run);
   std::vector<std::string> launched = {ORCHARD_BINARY, "launch", "--hostfile", hostfile, "--ssh", fake_ssh,
@@ -149,15 +151,6 @@ TEST(Launch, HostfileRanksMatchOneProcess) {
 
 TEST(Launch, LocalRanksMatchOneProcess) {
   const std::string model = testing::synthetic_model("qwen3", "tiny", "q8_0");
-  const std::string dir = ::testing::TempDir();
-  auto run_json = [&](std::vector<std::string> argv) {
-    const std::string err = dir + "/local-err.txt", out = dir + "/local-out.txt";
-    Finished f = wait_for(start(argv, err, out), err, 60s);
-    EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
-    std::ifstream o(out);
-    std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
-    return nlohmann::json::parse(text, nullptr, false);
-  };
   const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello", "-n", "24", "--json"};
   auto single = run_json(run);
   std::vector<std::string> launched = {ORCHARD_BINARY, "launch", "-n", "2", "--"};
