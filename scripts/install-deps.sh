@@ -8,7 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsodium-dev libsqlite3-dev libpq-dev postgresql libssl-dev
   iproute2 util-linux procps
-  chromium wrk
+  chromium wrk python3 curl
 )
 # The World page is built with npm and tested with playwright-core, which needs Node.js 20 or
 # later; Debian 12's own nodejs (18) builds the page, and the browser test then skips itself.
