@@ -1,42 +1,47 @@
 #include "network/catalog.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "cluster/hardware_catalog.h"
 #include "core/error.h"
 
 namespace orchard::network {
 
-std::string shipped_data_path(const std::string& file) { return std::string(ORCHARD_DATA_DIR) + "/" + file; }
+namespace {
+
+// The network needs only a chip's tier, bandwidth and memory options of the catalog the
+// cluster layer parses (and embeds into the binary).
+HardwareCatalog::Chips chips_of(const cluster::HardwareCatalog& catalog) {
+  HardwareCatalog::Chips chips;
+  for (const cluster::ChipSpec& spec : catalog.chips()) {
+    ChipInfo info;
+    info.name = spec.name;
+    info.tier = ledger::parse_tier(spec.tier.empty() ? "base" : spec.tier);
+    info.memory_bandwidth_gbs = spec.memory_bandwidth_gbs;
+    info.memory_options_gb = spec.memory_options_gb;
+    chips.push_back(std::move(info));
+  }
+  return chips;
+}
+
+}  // namespace
 
 HardwareCatalog HardwareCatalog::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(error_message("network", "cannot read hardware catalog {}", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw FormatError(error_message("network", "{}: {}", path, e.what()));
-  }
-  if (!j.contains("chips")) throw FormatError(error_message("network", "{}: no \"chips\" list", path));
+  std::stringstream text;
+  text << in.rdbuf();
   HardwareCatalog c;
-  for (const auto& chip : j["chips"]) {
-    ChipInfo info;
-    info.name = chip.value("name", "");
-    info.tier = ledger::parse_tier(chip.value("tier", "base"));
-    if (chip.contains("memory_bandwidth_gbs") && chip["memory_bandwidth_gbs"].is_number())
-      info.memory_bandwidth_gbs = chip["memory_bandwidth_gbs"].get<double>();
-    if (chip.contains("memory_options_gb")) info.memory_options_gb = chip["memory_options_gb"].get<std::vector<int>>();
-    c.chips_.push_back(std::move(info));
-  }
+  c.chips_ = chips_of(cluster::HardwareCatalog::parse(text.str()));
   return c;
 }
 
 HardwareCatalog HardwareCatalog::shipped() {
-  std::string path = shipped_data_path("hardware_catalog.json");
-  return std::filesystem::exists(path) ? load(path) : HardwareCatalog{};
+  HardwareCatalog c;
+  c.chips_ = chips_of(cluster::HardwareCatalog::builtin());
+  return c;
 }
 
 std::optional<ChipInfo> HardwareCatalog::find(const std::string& chip) const {

@@ -18,18 +18,18 @@ struct ChipInfo {
 
 class HardwareCatalog {
  public:
-  // Throws Error naming the file when it cannot be read or lacks "chips".
+  using Chips = std::vector<ChipInfo>;
+  // A catalog file of the shape of data/hardware_catalog.json; throws Error/FormatError naming
+  // the file when it cannot be read or parsed.
   static HardwareCatalog load(const std::string& path);
-  // The catalog shipped in the source tree (ORCHARD_DATA_DIR), or an empty one if absent.
+  // The catalog built into the binary (cluster::HardwareCatalog::builtin()).
   static HardwareCatalog shipped();
   // Case-insensitive; "Apple M2 Ultra" matches "M2 Ultra".
   std::optional<ChipInfo> find(const std::string& chip) const;
   const std::vector<ChipInfo>& chips() const { return chips_; }
 
  private:
-  std::vector<ChipInfo> chips_;
+  Chips chips_;
 };
-
-std::string shipped_data_path(const std::string& file);  // ORCHARD_DATA_DIR/file
 
 }  // namespace orchard::network
