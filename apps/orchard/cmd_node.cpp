@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "network/catalog.h"
 #include "network/node_agent.h"
+#include "network/regions.h"
 
 namespace orchard::app {
 namespace {
@@ -63,6 +64,11 @@ void run_node(NodeOptions& o) {
   need_network(o);
   auto& a = o.agent;
   a.idle.idle_after_ms = parse_duration_ms(o.idle_after);
+  if (!a.region.empty() && network::listed_region(a.region).empty())
+    std::fprintf(stderr,
+                 "orchard node: region '%s' is not on Orchard's list of cities and countries (data/regions.json); "
+                 "the network will not show where this machine is\n",
+                 a.region.c_str());
   if (a.chip.empty()) a.chip = network::detect_chip();
   int64_t total = network::detect_memory_bytes();
   a.memory_bytes = o.max_memory.empty() ? total * 3 / 4 : std::min(total, parse_bytes(o.max_memory));
@@ -114,7 +120,8 @@ void add_node_command(CLI::App& app) {
   cmd->add_option("--max-memory", o->max_memory, "Memory to offer (default: 3/4 of the machine's)");
   cmd->add_option("--models", o->models_dir, "Directory of GGUF models")->capture_default_str();
   cmd->add_option("--engine", o->engine, "builtin, or the URL of a local OpenAI-compatible server")->capture_default_str();
-  cmd->add_option("--region", o->agent.region, "Where the machine is (city, country)");
+  cmd->add_option("--region", o->agent.region,
+                  "Where the machine is, coarsely: a city or country from Orchard's list, e.g. \"Lisbon, PT\"");
   cmd->add_option("--name", o->agent.name, "A name shown on the World page");
   cmd->add_option("--chip", o->agent.chip, "Chip name (default: detected)");
   cmd->add_option("--bandwidth", o->agent.bandwidth_gbs, "Memory bandwidth in GB/s (default: from the catalog)");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "network/ledger.h"
+#include "network/regions.h"
 
 namespace orchard::network {
 
@@ -282,7 +283,8 @@ void Coordinator::register_node(const std::string& node_id, const json& d) {
     r.id = node_id;
     r.description = d.dump();
     r.seat = seat;
-    r.region = d.value("region", "");
+    // Only a place on Orchard's list is kept: a node cannot publish anything finer.
+    r.region = listed_region(d.value("region", ""));
     if (!existing) r.registered_at = now;
     r.last_seen = now;
     r.online = true;
