@@ -16,6 +16,7 @@
 #include "cluster/planner.h"
 #include "comm/bootstrap.h"
 #include "comm/transport/tcp/socket.h"
+#include "cluster_flags.h"
 #include "commands.h"
 #include "core/error.h"
 
@@ -31,9 +32,7 @@ struct PlanFlags {
   double link_latency_us = -1, link_gbps = -1;
   cluster::Workload work;
   int32_t context = 0;
-  std::string cluster = "orchard", secret;
-  uint16_t port = cluster::kDiscoveryPort, agent_port = cluster::kAgentPort;
-  double wait_s = 3;
+  ClusterFlags discovery;
 };
 
 std::string read_text(const std::string& path) {
@@ -76,7 +75,8 @@ void hostfile_machines(const PlanFlags& f, cluster::PlanRequest& r, std::vector<
     const std::string host = comm::tcp::parse_endpoint(ranks[i].front()).host;
     try {
       const cluster::Topology t = cluster::topology_from_json(nlohmann::json::parse(
-          cluster::query_topology(host, f.agent_port, f.cluster, f.secret, std::chrono::milliseconds(1500))));
+          cluster::query_topology(host, f.discovery.agent_port, f.discovery.cluster, f.discovery.secret,
+                                  std::chrono::milliseconds(1500))));
       // The agent that answered is the machine holding `host` among its addresses.
       const cluster::Announcement* me = &t.machines.front();
       for (const cluster::Announcement& a : t.machines)
@@ -113,9 +113,8 @@ void run_plan(PlanFlags f) {
   r.default_link = {300, 10};  // unmeasured pairs: a typical TCP link over Thunderbolt or 10 GbE
   r.link_source = "measured";
   if (f.discover) {
-    const cluster::Topology t = cluster::find_cluster(f.cluster, f.secret, f.port, f.agent_port,
-                                                      std::chrono::milliseconds(static_cast<int64_t>(f.wait_s * 1000)));
-    if (t.machines.empty()) throw Error(error_message("cluster", "no agent of cluster '{}' found", f.cluster));
+    const cluster::Topology t = f.discovery.find();
+    if (t.machines.empty()) throw Error(error_message("cluster", "no agent of cluster '{}' found", f.discovery.cluster));
     for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
     r.links = cluster::link_matrix(t, r.default_link);
   } else if (!f.hostfile.empty()) {
@@ -174,8 +173,6 @@ void run_plan(PlanFlags f) {
 void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Choose single, pipeline, tensor or hybrid for a model on these machines");
   auto f = std::make_shared<PlanFlags>();
-  if (const char* c = std::getenv("ORCHARD_CLUSTER")) f->cluster = c;
-  if (const char* s = std::getenv("ORCHARD_CLUSTER_SECRET")) f->secret = s;
   cmd->add_option("-m,--model", f->model, "GGUF file, or a preset shape:type such as llama-70b:q4_k_m")->required();
   cmd->add_option("--hostfile", f->hostfile, "MLX-style JSON hostfile: the machines to plan for")->check(CLI::ExistingFile);
   cmd->add_flag("--discover", f->discover, "Plan for the agents found on the LAN");
@@ -193,11 +190,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();
   cmd->add_option("--position", f->work.position, "Context position generation runs at (KV cache read)")->capture_default_str();
   cmd->add_option("-t,--threads", f->threads, "Threads per rank when measuring this machine (default: all cores, shared by the ranks)");
-  cmd->add_option("--cluster", f->cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
-  cmd->add_option("--secret", f->secret, "Cluster secret (env ORCHARD_CLUSTER_SECRET)");
-  cmd->add_option("--port", f->port, "UDP port of announcements")->capture_default_str();
-  cmd->add_option("--agent-port", f->agent_port, "TCP port of the agents")->capture_default_str();
-  cmd->add_option("--wait", f->wait_s, "--discover without a local agent: seconds to listen")->capture_default_str();
+  add_cluster_flags(cmd, f->discovery, "--discover without a local agent: seconds to listen");
   cmd->add_flag("--json", f->json, "Print JSON: {strategy, tp, pp, assignment, predicted, explanation, ...}");
   cmd->callback([f] {
     std::signal(SIGPIPE, SIG_IGN);  // an agent that vanishes mid-query is an error, not a crash
