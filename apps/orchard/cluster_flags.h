@@ -24,11 +24,16 @@ struct ClusterFlags {
   }
 };
 
-inline void add_cluster_flags(CLI::App* cmd, ClusterFlags& f, const std::string& wait_help) {
+// Which cluster's agents to believe: its name and secret.
+inline void add_cluster_identity_flags(CLI::App* cmd, ClusterFlags& f) {
   if (const char* c = std::getenv("ORCHARD_CLUSTER")) f.cluster = c;
   if (const char* s = std::getenv("ORCHARD_CLUSTER_SECRET")) f.secret = s;
   cmd->add_option("--cluster", f.cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
   cmd->add_option("--secret", f.secret, "Cluster secret (env ORCHARD_CLUSTER_SECRET)");
+}
+
+inline void add_cluster_flags(CLI::App* cmd, ClusterFlags& f, const std::string& wait_help) {
+  add_cluster_identity_flags(cmd, f);
   cmd->add_option("--port", f.port, "UDP port of announcements")->capture_default_str();
   cmd->add_option("--agent-port", f.agent_port, "TCP port of the agents")->capture_default_str();
   cmd->add_option("--wait", f.wait_s, wait_help)->capture_default_str();

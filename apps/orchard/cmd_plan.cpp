@@ -2,22 +2,14 @@
 // be. Machine facts come from the agents (--discover, or each --hostfile host's agent), from
 // the catalog (--chip), or from measuring this machine; what-if flags override any of them.
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "cluster/agent.h"
-#include "cluster/hardware_catalog.h"
-#include "cluster/local_machine.h"
-#include "cluster/machine_probe.h"
+#include "apps/orchard/commands.h"
+#include "apps/orchard/plan_machines.h"
 #include "cluster/planner.h"
-#include "comm/bootstrap.h"
-#include "comm/transport/tcp/socket.h"
-#include "cluster_flags.h"
-#include "commands.h"
+#include "cluster/topology.h"
 #include "core/error.h"
 
 namespace orchard::app {
@@ -26,81 +18,13 @@ namespace {
 struct PlanFlags {
   std::string model, hostfile, strategy;
   bool discover = false, json = false;
-  std::vector<std::string> chips;
-  int machines = 0, world = 0, threads = 0;
-  double memory_gb = 0, memory_bw_gbs = 0, compute_gflops = 0;
+  MachineOverrides machine;
+  int machines = 0, world = 0;
   double link_latency_us = -1, link_gbps = -1;
   cluster::Workload work;
   int32_t context = 0;
   ClusterFlags discovery;
 };
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(error_message("cluster", "cannot read {}", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool is_local(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
-
-// This machine, measured, shared by `count` ranks: they split its memory, and since they run
-// at once they also split the bandwidth and compute the probe measures with all their threads.
-cluster::MachineSpec local_machine_spec(const PlanFlags& f, const model::ModelConfig& shape, int count, int index) {
-  static const cluster::LocalMachine me = cluster::detect_local_machine();
-  // The probe takes a second: only when the what-if flags leave a figure open.
-  static const cluster::MachineProbe probe = f.memory_bw_gbs > 0 && f.compute_gflops > 0
-                                                 ? cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads}
-                                                 : cluster::probe_machine(f.threads > 0 ? f.threads * count : 0,
-                                                                          {shape.n_embd, shape.kv_dim(), shape.n_ff});
-  return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
-          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count};
-}
-
-cluster::MachineSpec catalog_machine(const PlanFlags& f, size_t index, const std::string& host) {
-  const cluster::ChipSpec& chip = cluster::HardwareCatalog::builtin().chip(f.chips[std::min(index, f.chips.size() - 1)]);
-  // Without --memory, the largest configuration the chip is sold with.
-  const double memory = f.memory_gb > 0 ? f.memory_gb : chip.memory_options_gb.back();
-  return cluster::machine_from_chip(chip, memory, host);
-}
-
-// Machines and measured links of the hosts of a hostfile: each host's agent when it answers,
-// else the catalog (--chip), else this machine when the host is local.
-void hostfile_machines(const PlanFlags& f, cluster::PlanRequest& r, std::vector<std::string>& sources) {
-  const auto ranks = comm::parse_hostfile(read_text(f.hostfile), comm::kDefaultBasePort);
-  std::vector<std::string> nodes;
-  cluster::Topology all;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const std::string host = comm::tcp::parse_endpoint(ranks[i].front()).host;
-    try {
-      const cluster::Topology t = cluster::topology_from_json(nlohmann::json::parse(
-          cluster::query_topology(host, f.discovery.agent_port, f.discovery.cluster, f.discovery.secret,
-                                  std::chrono::milliseconds(1500))));
-      // The agent that answered is the machine holding `host` among its addresses.
-      const cluster::Announcement* me = &t.machines.front();
-      for (const cluster::Announcement& a : t.machines)
-        for (const cluster::NetInterface& n : a.interfaces)
-          if (n.address == host) me = &a;
-      r.machines.push_back(cluster::machine_spec(*me));
-      nodes.push_back(me->node_id);
-      all.links.insert(all.links.end(), t.links.begin(), t.links.end());
-      sources.push_back("agent");
-      continue;
-    } catch (const Error& e) {
-      if (f.chips.empty() && !is_local(host))
-        throw Error(error_message("cluster", "{}: no agent answered ({}) and no --chip says what it is", host, e.what()));
-    }
-    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, r.model.config, static_cast<int>(ranks.size()), static_cast<int>(i)));
-    nodes.push_back("");
-    sources.push_back(f.chips.empty() ? "probe" : "catalog");
-  }
-  r.links.assign(ranks.size(), std::vector<cluster::LinkSpec>(ranks.size(), r.default_link));
-  for (size_t i = 0; i < ranks.size(); ++i)
-    for (size_t j = 0; j < ranks.size(); ++j)
-      if (i != j && !nodes[i].empty() && !nodes[j].empty())
-        if (auto l = cluster::pair_link(all, nodes[i], nodes[j])) r.links[i][j] = *l;
-}
 
 void run_plan(PlanFlags f) {
   cluster::PlanRequest r;
@@ -118,13 +42,13 @@ void run_plan(PlanFlags f) {
     for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
     r.links = cluster::link_matrix(t, r.default_link);
   } else if (!f.hostfile.empty()) {
-    hostfile_machines(f, r, sources);
+    hostfile_machines(f.hostfile, f.machine, f.discovery, r, sources);
   } else {
     const int count = std::max(1, f.machines);
     for (int i = 0; i < count; ++i)
-      r.machines.push_back(f.chips.empty() ? local_machine_spec(f, r.model.config, count, i)
-                                           : catalog_machine(f, static_cast<size_t>(i), fmt::format("mac{}", i)));
-    all_local = f.chips.empty();
+      r.machines.push_back(f.machine.chips.empty() ? local_machine_spec(f.machine, r.model.config, count, i)
+                                                   : catalog_machine(f.machine, static_cast<size_t>(i), fmt::format("mac{}", i)));
+    all_local = f.machine.chips.empty();
     if (all_local) {
       r.default_link = {0, 0};  // ranks on one machine: shared memory
       r.link_source = "one machine";
@@ -134,9 +58,9 @@ void run_plan(PlanFlags f) {
   }
   // What-if overrides.
   for (cluster::MachineSpec& m : r.machines) {
-    if (f.memory_gb > 0) m.memory_gb = f.memory_gb;
-    if (f.memory_bw_gbs > 0) m.memory_bw_gbs = f.memory_bw_gbs;
-    if (f.compute_gflops > 0) m.compute_gflops = f.compute_gflops;
+    if (f.machine.memory_gb > 0) m.memory_gb = f.machine.memory_gb;
+    if (f.machine.memory_bw_gbs > 0) m.memory_bw_gbs = f.machine.memory_bw_gbs;
+    if (f.machine.compute_gflops > 0) m.compute_gflops = f.machine.compute_gflops;
   }
   if (f.link_latency_us >= 0 || f.link_gbps >= 0) {
     auto apply = [&](cluster::LinkSpec& l) {
@@ -176,11 +100,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-m,--model", f->model, "GGUF file, or a preset shape:type such as llama-70b:q4_k_m")->required();
   cmd->add_option("--hostfile", f->hostfile, "MLX-style JSON hostfile: the machines to plan for")->check(CLI::ExistingFile);
   cmd->add_flag("--discover", f->discover, "Plan for the agents found on the LAN");
-  cmd->add_option("--chip", f->chips, "Catalog chip of each machine (one for all, or one per machine), e.g. \"M4 Max\"");
+  cmd->add_option("--chip", f->machine.chips, "Catalog chip of each machine (one for all, or one per machine), e.g. \"M4 Max\"");
   cmd->add_option("--machines", f->machines, "Without hostfile or discovery: how many machines (this one, or --chip)");
-  cmd->add_option("--memory", f->memory_gb, "What-if: memory of every machine, GB");
-  cmd->add_option("--memory-bw-gbs", f->memory_bw_gbs, "What-if: effective decode memory bandwidth of every machine, GB/s");
-  cmd->add_option("--compute-gflops", f->compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
+  cmd->add_option("--memory", f->machine.memory_gb, "What-if: memory of every machine, GB");
+  cmd->add_option("--memory-bw-gbs", f->machine.memory_bw_gbs, "What-if: effective decode memory bandwidth of every machine, GB/s");
+  cmd->add_option("--compute-gflops", f->machine.compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
   cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
   cmd->add_option("--link-gbps", f->link_gbps, "What-if: bandwidth of every link, Gb/s (0: unlimited)");
   cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid)");
@@ -189,7 +113,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();
   cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();
   cmd->add_option("--position", f->work.position, "Context position generation runs at (KV cache read)")->capture_default_str();
-  cmd->add_option("-t,--threads", f->threads, "Threads per rank when measuring this machine (default: all cores, shared by the ranks)");
+  cmd->add_option("-t,--threads", f->machine.threads, "Threads per rank when measuring this machine (default: all cores, shared by the ranks)");
   add_cluster_flags(cmd, f->discovery, "--discover without a local agent: seconds to listen");
   cmd->add_flag("--json", f->json, "Print JSON: {strategy, tp, pp, assignment, predicted, explanation, ...}");
   cmd->callback([f] {

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/split_flags.h"
@@ -22,6 +23,7 @@ struct RunOptions {
   bool no_repack = false;
   std::string logits_path;
   parallel::SplitOptions split;
+  ClusterLaunchFlags cluster;
 };
 
 void write_logits(const std::string& path, const float* logits, int32_t n) {
@@ -76,6 +78,10 @@ void run_rank(const RunOptions& o, comm::Group* group) {
 }
 
 void run(RunOptions o) {
+  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.context, o.engine.batch})) {
+    if (*code != 0) std::exit(*code);
+    return;
+  }
   if (o.engine.threads == 0) o.engine.threads = parallel::threads_per_local_rank(o.split);
   o.engine.layout.strategy = parallel::parse_strategy(o.split.strategy);
   parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
@@ -106,6 +112,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");
   add_split_flags(cmd, o->split);
+  add_cluster_launch_flags(cmd, o->cluster);
   cmd->callback([o] { run(*o); });
 }
 

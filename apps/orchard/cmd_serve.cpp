@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/split_flags.h"
@@ -25,6 +26,7 @@ namespace {
 struct ServeOptions {
   serve::LocalEngineOptions engine;
   parallel::SplitOptions split;
+  ClusterLaunchFlags cluster;
   serve::SchedulerOptions scheduler;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -99,6 +101,10 @@ void serve_model(ServeOptions& o) {
     if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
   }
 
+  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch})) {
+    if (*code != 0) std::exit(*code);
+    return;
+  }
   ProgressBar bar("loading " + o.engine.model_path);
   const bool split = o.split.world > 1 || o.split.strategy != "single" || std::getenv("ORCHARD_WORLD");
   if (!split) {
@@ -161,6 +167,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");
   add_split_flags(cmd, o->split);
+  add_cluster_launch_flags(cmd, o->cluster);
   cmd->callback([o] { serve_model(*o); });
 }
 

@@ -231,6 +231,7 @@ Plan make_plan(const PlanRequest& request) {
 
   Plan plan;
   plan.strategy = best->prediction.layout.strategy;
+  plan.machine_indices = best->machines;
   for (size_t i : best->machines) plan.hosts.push_back(request.machines[i].host);
   plan.predicted = best->prediction;
   for (const Candidate& c : fitting) {

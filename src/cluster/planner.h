@@ -29,6 +29,7 @@ struct PlanRequest {
 struct Plan {
   parallel::Strategy strategy = parallel::Strategy::Single;
   std::vector<std::string> hosts;  // by rank
+  std::vector<size_t> machine_indices;  // by rank: which of the request's machines
   Prediction predicted;
   double single_gen_tok_s = 0;     // the best one-machine prediction, 0 when none fits
   std::vector<Prediction> considered;  // every candidate that fits, best first

@@ -20,6 +20,21 @@ int tensor_group_size(const SplitOptions& o, int world) {
   return 0;
 }
 
+Layout make_layout(const SplitOptions& o, Strategy strategy, int world) {
+  Layout layout = Layout::make(strategy, world, tensor_group_size(o, world));
+  if (o.split_weights.empty()) return layout;
+  for (double w : o.split_weights)
+    if (!(w > 0)) throw Error(error_message("parallel", "--split-weights must all be positive, got {}", w));
+  const bool by_stage = layout.pp > 1;
+  const int parts = by_stage ? layout.pp : layout.tp;
+  if (layout.world() == 1 || static_cast<int>(o.split_weights.size()) != parts)
+    throw Error(error_message("parallel", "--split-weights has {} values; the {} split of {} ranks has {} {}",
+                              o.split_weights.size(), strategy_name(strategy), world, parts,
+                              by_stage ? "pipeline stages" : "tensor ranks"));
+  (by_stage ? layout.stage_weights : layout.tensor_weights) = o.split_weights;
+  return layout;
+}
+
 }  // namespace
 
 int threads_per_local_rank(const SplitOptions& o) {
@@ -31,15 +46,15 @@ void run_split(const SplitOptions& o, const std::function<void(comm::Group*, con
   const Strategy strategy = parse_strategy(o.strategy);
   if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
     comm::Group group = comm::init(comm::config_from_env());
-    const Layout layout = Layout::make(strategy, group.size(), tensor_group_size(o, group.size()));
+    const Layout layout = make_layout(o, strategy, group.size());
     fn(group.size() > 1 ? &group : nullptr, layout);
     return;
   }
   if (o.world == 1 && strategy == Strategy::Single) {
-    fn(nullptr, Layout{});
+    fn(nullptr, make_layout(o, strategy, 1));
     return;
   }
-  const Layout layout = Layout::make(strategy, o.world, tensor_group_size(o, o.world));
+  const Layout layout = make_layout(o, strategy, o.world);
   comm::Config base;
   base.backend = comm::parse_backend(o.backend);
   base.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));

@@ -4,6 +4,7 @@
 // mpirun started it (ORCHARD_WORLD / OMPI_COMM_WORLD_SIZE in the environment).
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/group.h"
 #include "parallel/layout.h"
@@ -15,6 +16,10 @@ struct SplitOptions {
   std::string strategy = "single";
   int tp = 0;  // hybrid: ranks per tensor group
   int pp = 0;  // hybrid: pipeline stages (tp = world / pp)
+  // Relative capacity of each pipeline stage (pipeline, hybrid) or each tensor rank (tensor),
+  // for machines of unequal memory or speed; empty: pipeline stages by free memory, tensor
+  // ranks equal.
+  std::vector<double> split_weights;
   std::string backend = "shm";
   double link_latency_us = 0;
   double link_gbps = 0;

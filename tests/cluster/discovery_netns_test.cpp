@@ -1,6 +1,8 @@
 // Discovery and link probes between network namespaces: three agents of one cluster (A joined
 // to B by two veth pairs, to C by one) and a fourth with another secret, joined to A, that must
-// be ignored. Needs root (ip netns); skips with the reason when namespaces cannot be made.
+// be ignored. Then `run` and `serve` placing themselves on two namespaces' machines, from a
+// hostfile or from what the agents found. Needs root (ip netns); skips with the reason when
+// namespaces cannot be made.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -11,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -42,26 +46,13 @@ std::string capture(const std::string& command) {
   return out;
 }
 
-class NetnsCluster : public ::testing::Test {
+// Namespaces joined by veth pairs, with an agent in some; everything is removed at the end.
+class Namespaces : public ::testing::Test {
  protected:
   void SetUp() override {
     tag_ = "oc" + std::to_string(getpid() % 100000);
     if (sh("ip netns add " + ns("probe")) != 0) GTEST_SKIP() << "cannot create network namespaces (needs root and iproute2)";
     sh("ip netns del " + ns("probe"));
-    for (const char* n : {"a", "b", "c", "d"}) {
-      ASSERT_EQ(sh("ip netns add " + ns(n)), 0);
-      made_.push_back(ns(n));
-      ASSERT_EQ(sh("ip -n " + ns(n) + " link set lo up"), 0);
-    }
-    // A-B over two cables, A-C and A-D over one each.
-    cable("a", "b", 1);
-    cable("a", "b", 2);
-    cable("a", "c", 3);
-    cable("a", "d", 4);
-    start_agent("a", "alpha", "s1");
-    start_agent("b", "alpha", "s1");
-    start_agent("c", "alpha", "s1");
-    start_agent("d", "alpha", "not-the-secret");
   }
 
   void TearDown() override {
@@ -75,6 +66,12 @@ class NetnsCluster : public ::testing::Test {
 
   std::string ns(const std::string& name) const { return tag_ + name; }
 
+  void make_namespace(const std::string& n) {
+    ASSERT_EQ(sh("ip netns add " + ns(n)), 0);
+    made_.push_back(ns(n));
+    ASSERT_EQ(sh("ip -n " + ns(n) + " link set lo up"), 0);
+  }
+
   // veth pair "<tag><x><i>" <-> "<tag><y><i>" on 10.77.i.0/24 (x is .1, y is .2).
   void cable(const std::string& x, const std::string& y, int i) {
     const std::string vx = tag_ + x + std::to_string(i), vy = tag_ + y + std::to_string(i);
@@ -85,9 +82,11 @@ class NetnsCluster : public ::testing::Test {
     ASSERT_EQ(sh("ip -n " + ns(y) + " link set " + vy + " up"), 0);
   }
 
-  void start_agent(const std::string& n, const std::string& cluster, const std::string& secret) {
+  void start_agent(const std::string& n, const std::string& cluster, const std::string& secret,
+                   const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"ip", "netns", "exec", ns(n), orchard_binary(), "agent", "--cluster", cluster,
-                                     "--secret", secret, "--no-measure", "--probe-every", "3", "--probe-mb", "8"};
+                                     "--secret", secret, "--probe-every", "3", "--probe-mb", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -96,15 +95,37 @@ class NetnsCluster : public ::testing::Test {
     agents_.push_back(pid);
   }
 
-  nlohmann::json cluster_json(const std::string& n, const std::string& secret, double wait_s) {
-    const std::string out = capture("ip netns exec " + ns(n) + " " + orchard_binary() + " cluster --json --cluster alpha --secret " +
-                                    secret + " --wait " + std::to_string(wait_s) + " 2>/dev/null");
+  nlohmann::json cluster_json(const std::string& n, const std::string& cluster, const std::string& secret, double wait_s) {
+    const std::string out = capture("ip netns exec " + ns(n) + " " + orchard_binary() + " cluster --json --cluster " + cluster +
+                                    " --secret " + secret + " --wait " + std::to_string(wait_s) + " 2>/dev/null");
     return nlohmann::json::parse(out, nullptr, false);
   }
 
   std::string tag_;
   std::vector<std::string> made_;
   std::vector<pid_t> agents_;
+};
+
+class NetnsCluster : public Namespaces {
+ protected:
+  void SetUp() override {
+    Namespaces::SetUp();
+    if (IsSkipped()) return;
+    for (const char* n : {"a", "b", "c", "d"}) make_namespace(n);
+    // A-B over two cables, A-C and A-D over one each.
+    cable("a", "b", 1);
+    cable("a", "b", 2);
+    cable("a", "c", 3);
+    cable("a", "d", 4);
+    start_agent("a", "alpha", "s1", {"--no-measure"});
+    start_agent("b", "alpha", "s1", {"--no-measure"});
+    start_agent("c", "alpha", "s1", {"--no-measure"});
+    start_agent("d", "alpha", "not-the-secret", {"--no-measure"});
+  }
+
+  nlohmann::json cluster_json(const std::string& n, const std::string& secret, double wait_s) {
+    return Namespaces::cluster_json(n, "alpha", secret, wait_s);
+  }
 };
 
 TEST_F(NetnsCluster, AgentsFindEachOtherAndMeasureEveryCable) {
@@ -148,6 +169,136 @@ TEST_F(NetnsCluster, AnotherSecretSeesOnlyItsOwnCluster) {
   ASSERT_TRUE(t.is_object());
   ASSERT_EQ(t["machines"].size(), 1u) << t.dump(1);
   EXPECT_EQ(t["machines"][0]["interfaces"][0]["address"], "10.77.4.2");
+}
+
+// Machines A and B on one cable, each with a measuring agent of cluster "beta"; a model made
+// here. Commands typed "on A" run in A's namespace; an ssh stand-in reaches a machine by its
+// address, in its namespace.
+class NetnsSplitJob : public Namespaces {
+ protected:
+  void SetUp() override {
+    Namespaces::SetUp();
+    if (IsSkipped()) return;
+    make_namespace("a");
+    make_namespace("b");
+    cable("a", "b", 5);
+    start_agent("a", "beta", "s2", {"--threads", "1"});
+    start_agent("b", "beta", "s2", {"--threads", "1"});
+    dir_ = std::filesystem::temp_directory_path() / ("orchard-netns-" + tag_);
+    std::filesystem::create_directories(dir_);
+    model_ = (dir_ / "tiny.gguf").string();
+    ASSERT_EQ(sh(orchard_binary() + " make-model --arch llama --shape tiny --type q8_0 -o " + model_), 0);
+    ssh_ = (dir_ / "ssh.sh").string();
+    std::ofstream(ssh_) << "#!/bin/sh\n# ssh -o BatchMode=yes HOST COMMAND, HOST an address of a namespace\nshift 2\n"
+                        << "case \"$1\" in 10.77.5.1) ns=" << ns("a") << ";; 10.77.5.2) ns=" << ns("b")
+                        << ";; *) echo \"no machine at $1\" >&2; exit 255;; esac\nexec ip netns exec \"$ns\" sh -c \"$2\"\n";
+    std::filesystem::permissions(ssh_, std::filesystem::perms::owner_all);
+    hostfile_ = (dir_ / "hosts.json").string();
+    std::ofstream(hostfile_) << R"([{"ssh": "10.77.5.1", "ips": ["10.77.5.1"]}, {"ssh": "10.77.5.2", "ips": ["10.77.5.2"]}])";
+    // Both agents measured themselves and the cable both ways.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      const nlohmann::json t = cluster_json("a", "beta", "s2", 2);
+      size_t measured = 0, links = 0;
+      if (t.is_object()) {
+        for (const auto& m : t["machines"]) measured += m.value("decode_gbs", 0.0) > 0;
+        for (const auto& l : t["links"]) links += l.value("gbps", 0.0) > 0;
+      }
+      if (measured == 2 && links >= 2) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the agents did not find and measure each other: " << t.dump(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+
+  void TearDown() override {
+    Namespaces::TearDown();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // `orchard ARGS` as typed on A (shards a rank receives are cached in the test's folder).
+  std::string on_a(const std::string& args) const {
+    return "ip netns exec " + ns("a") + " env ORCHARD_CACHE_DIR=" + dir_.string() + " " + orchard_binary() + " " + args;
+  }
+  std::string cluster_args() const { return " --cluster beta --secret s2 --ssh " + ssh_; }
+
+  // Greedy generation on one rank: the reference every placement must reproduce.
+  nlohmann::json alone() const {
+    return nlohmann::json::parse(capture(orchard_binary() + " run -m " + model_ + " -p '" + kPrompt + "' -n 24 --temp 0 --json 2>/dev/null"),
+                                 nullptr, false);
+  }
+
+  static constexpr const char* kPrompt = "the orchard on the hill";
+  std::filesystem::path dir_;
+  std::string model_, ssh_, hostfile_;
+};
+
+TEST_F(NetnsSplitJob, RunFromHostfileSplitsOverBothMachinesLikeOneRank) {
+  const nlohmann::json reference = alone();
+  ASSERT_TRUE(reference.is_object());
+  const std::string log = (dir_ / "run.err").string();
+  const nlohmann::json split = nlohmann::json::parse(
+      capture(on_a("run -m " + model_ + " -p '" + kPrompt + "' -n 24 --temp 0 --json --strategy pipeline --hostfile " + hostfile_ +
+                   cluster_args() + " 2>" + log)),
+      nullptr, false);
+  std::ifstream err(log);
+  const std::string stderr_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(split.is_object()) << stderr_text;
+  EXPECT_NE(stderr_text.find("starting 2 rank(s), pipeline: 10.77.5.1, 10.77.5.2"), std::string::npos) << stderr_text;
+  EXPECT_EQ(split["tokens"], reference["tokens"]) << stderr_text;
+}
+
+TEST_F(NetnsSplitJob, AutoStrategyFollowsThePlanOfTheDiscoveredMachines) {
+  const nlohmann::json plan = nlohmann::json::parse(capture(on_a("plan -m " + model_ + " --discover --json --cluster beta --secret s2 2>/dev/null")),
+                                                    nullptr, false);
+  ASSERT_TRUE(plan.is_object());
+  const std::string log = (dir_ / "auto.err").string();
+  const nlohmann::json run = nlohmann::json::parse(
+      capture(on_a("run -m " + model_ + " -p '" + kPrompt + "' -n 24 --temp 0 --json --strategy auto --discover" + cluster_args() + " 2>" + log)),
+      nullptr, false);
+  std::ifstream err(log);
+  const std::string stderr_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(run.is_object()) << stderr_text;
+  const std::string expected = "starting " + std::to_string(plan["assignment"].size()) + " rank(s), " + plan["strategy"].get<std::string>() + ": 10.77.5.1";
+  EXPECT_NE(stderr_text.find(expected), std::string::npos) << "expected '" << expected << "' in:\n" << stderr_text;
+  EXPECT_EQ(run["tokens"], alone()["tokens"]) << stderr_text;
+}
+
+TEST_F(NetnsSplitJob, ServeOnDiscoveredMachinesAnswersLikeOneRank) {
+  const std::string out = (dir_ / "serve.out").string(), log = (dir_ / "serve.err").string();
+  const std::string command = "exec " + on_a("serve -m " + model_ + " --port 0 --parallel 1 --strategy pipeline --discover" + cluster_args()) +
+                              " >" + out + " 2>" + log;
+  std::vector<std::string> args = {"sh", "-c", command};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t server = 0;
+  ASSERT_EQ(posix_spawnp(&server, "sh", nullptr, nullptr, argv.data(), environ), 0);
+  std::string url;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (url.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(out);
+    std::string line;
+    if (std::getline(in, line) && line.rfind("listening on ", 0) == 0) url = line.substr(13);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::string answer;
+  if (!url.empty()) {
+    const std::string body = nlohmann::json{{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}}.dump();
+    answer = capture("ip netns exec " + ns("a") + " curl -s -m 60 -H 'Content-Type: application/json' -d '" + body + "' " + url +
+                     "/v1/completions");
+  }
+  kill(server, SIGTERM);
+  int status = 0;
+  waitpid(server, &status, 0);
+  std::ifstream err(log);
+  const std::string stderr_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(url.empty()) << "the server did not start:\n" << stderr_text;
+  EXPECT_NE(stderr_text.find("starting 2 rank(s), pipeline: 10.77.5.1, 10.77.5.2"), std::string::npos) << stderr_text;
+  const nlohmann::json j = nlohmann::json::parse(answer, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("choices")) << answer << "\n" << stderr_text;
+  EXPECT_EQ(j["choices"][0]["text"], alone()["text"]);
+  // Every rank stopped with the server ("[s]" keeps pgrep's own shell out of the match).
+  EXPECT_EQ(capture("pgrep -f '[s]erve -m " + model_ + "'"), "");
 }
 
 }  // namespace

@@ -1,0 +1,236 @@
+#include "apps/orchard/cluster_launch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "apps/orchard/plan_machines.h"
+#include "cluster/planner.h"
+#include "cluster/topology.h"
+#include "comm/bootstrap.h"
+#include "comm/launcher.h"
+#include "core/error.h"
+#include "parallel/launch.h"
+
+namespace orchard::app {
+namespace {
+
+std::vector<std::string>& command_line_storage() {
+  static std::vector<std::string> words;
+  return words;
+}
+
+bool launched_as_rank() { return std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE"); }
+
+// The command line without the flags that placed the job (each rank is told its strategy
+// instead; the secret stays off the remote command lines).
+std::vector<std::string> rank_command(const parallel::SplitOptions& split) {
+  static const std::map<std::string, bool> placing = {
+      {"--hostfile", true}, {"--discover", false}, {"--ssh", true},  {"--cluster", true},       {"--secret", true},
+      {"--strategy", true}, {"--tp", true},        {"--pp", true},   {"--split-weights", true}, {"--world", true}};
+  const std::vector<std::string>& words = command_line_storage();
+  ORCHARD_CHECK(!words.empty(), "the command line was not remembered");
+  // The ranks run this very binary, at the same path on every host (as mlx.launch runs the same
+  // python everywhere).
+  std::vector<std::string> out = {comm::current_executable()};
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    const std::string name = w.substr(0, w.find('='));
+    const auto it = placing.find(name);
+    if (it == placing.end()) {
+      out.push_back(w);
+      continue;
+    }
+    if (it->second && name == w) ++i;  // "--flag value": the value goes too
+  }
+  out.push_back("--strategy");
+  out.push_back(split.strategy);
+  if (split.tp > 0) out.insert(out.end(), {"--tp", std::to_string(split.tp)});
+  if (!split.split_weights.empty()) {
+    std::string list;
+    for (double w : split.split_weights) list += (list.empty() ? "" : ",") + fmt::format("{:.6g}", w);
+    out.insert(out.end(), {"--split-weights", list});
+  }
+  return out;
+}
+
+// Where the ranks of `machines` (indices into t.machines) reach machine `m`: the addresses its
+// peers among them measured links to, fastest first, else every address it announced. The
+// comm layer dials a peer's first address (and stripes sockets over the others).
+std::vector<std::string> reachable_addresses(const cluster::Topology& t, const std::vector<size_t>& machines, size_t m) {
+  std::set<std::string> peers;
+  for (size_t i : machines)
+    if (i != m) peers.insert(t.machines[i].node_id);
+  std::vector<const cluster::LinkMeasurement*> links;
+  for (const cluster::LinkMeasurement& l : t.links)
+    if (l.to_node == t.machines[m].node_id && peers.count(l.from_node) && l.gbps > 0) links.push_back(&l);
+  std::sort(links.begin(), links.end(), [](auto* a, auto* b) { return a->gbps > b->gbps; });
+  std::vector<std::string> addresses;
+  auto add = [&](const std::string& a) {
+    if (!a.empty() && std::find(addresses.begin(), addresses.end(), a) == addresses.end()) addresses.push_back(a);
+  };
+  for (const auto* l : links) add(l->to_addr);
+  if (addresses.empty())
+    for (const cluster::NetInterface& n : t.machines[m].interfaces)
+      if (n.address.rfind("127.", 0) != 0) add(n.address);
+  if (addresses.empty())
+    throw Error(error_message("cluster", "{} announced no address its peers can reach", t.machines[m].hostname));
+  return addresses;
+}
+
+parallel::HostEntry discovered_host(const cluster::Topology& t, const std::vector<size_t>& machines, size_t m, int rank) {
+  parallel::HostEntry h;
+  for (const std::string& a : reachable_addresses(t, machines, m))
+    h.endpoints.push_back(fmt::format("{}:{}", a, comm::kDefaultBasePort + rank));
+  h.ssh = h.endpoints.front().substr(0, h.endpoints.front().rfind(':'));
+  return h;
+}
+
+cluster::PlanRequest plan_request(const SplitJob& job) {
+  cluster::PlanRequest r;
+  r.model = cluster::ModelFacts::from_gguf(model::gguf::Reader::open(job.model_path));
+  r.work.context = job.context > 0 ? job.context : r.model.config.context_length;
+  r.work.chunk = job.batch;
+  r.default_link = {300, 10};  // unmeasured pairs: a typical TCP link
+  return r;
+}
+
+// The plan's ranks as (machine index, weight) pairs, with `first` moved to rank 0 when the plan
+// uses it and its ranks are interchangeable (pipeline, tensor): the machine the user typed on
+// serves the API and prints the output.
+void put_first(cluster::Plan& plan, size_t first) {
+  parallel::Layout& l = plan.predicted.layout;
+  auto it = std::find(plan.machine_indices.begin(), plan.machine_indices.end(), first);
+  if (it == plan.machine_indices.end() || it == plan.machine_indices.begin() || l.strategy == parallel::Strategy::Hybrid) return;
+  const size_t from = static_cast<size_t>(it - plan.machine_indices.begin());
+  auto rotate_to_front = [&](auto& v) {
+    if (v.size() > from) std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  };
+  rotate_to_front(plan.machine_indices);
+  rotate_to_front(plan.hosts);
+  rotate_to_front(l.stage_weights);
+  rotate_to_front(l.tensor_weights);
+}
+
+void adopt_plan(const cluster::Plan& plan, parallel::SplitOptions& split) {
+  const parallel::Layout& l = plan.predicted.layout;
+  split.strategy = parallel::strategy_name(l.strategy);
+  split.world = l.world();
+  split.tp = l.strategy == parallel::Strategy::Hybrid ? l.tp : 0;
+  split.pp = 0;
+  split.split_weights = l.pp > 1 ? l.stage_weights : l.tensor_weights;
+  std::fprintf(stderr, "%s", cluster::format_plan(plan).c_str());
+}
+
+}  // namespace
+
+void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
+  cmd->add_option("--hostfile", f.hostfile, "MLX-style JSON hostfile: start one rank per host over ssh")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--discover", f.discover, "Run on the machines this cluster's agents found (see orchard cluster)");
+  cmd->add_option("--ssh", f.ssh, "ssh client that reaches the hosts")->capture_default_str();
+  add_cluster_identity_flags(cmd, f.discovery);
+}
+
+void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
+
+std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
+  const bool on_hosts = !f.hostfile.empty() || f.discover;
+  const bool plan = split.strategy == "auto";
+  if (!f.hostfile.empty() && f.discover) throw Error(error_message("cluster", "give --hostfile or --discover, not both"));
+  if (launched_as_rank()) {
+    if (on_hosts || plan)
+      throw Error(error_message("cluster", "this process is a rank of a launched job: its strategy must be given "
+                                           "(--hostfile, --discover and --strategy auto belong to the command that starts the ranks)"));
+    return std::nullopt;
+  }
+  if (on_hosts && split.world > 1)
+    throw Error(error_message("cluster", "--world starts ranks on this machine; with --hostfile or --discover the hosts are the ranks"));
+
+  if (!on_hosts) {
+    if (!plan) return std::nullopt;
+    if (split.world <= 1) {
+      split.strategy = "single";
+      return std::nullopt;
+    }
+    // Ranks of one machine share its memory and bandwidth: the split competes with one rank
+    // that has the whole machine, not with one of the shares.
+    cluster::PlanRequest whole = plan_request(job);
+    whole.machines = {local_machine_spec({}, whole.model.config, 1, 0)};
+    cluster::Plan best = cluster::make_plan(whole);
+    cluster::PlanRequest shares = whole;
+    shares.machines.clear();
+    for (int i = 0; i < split.world; ++i) shares.machines.push_back(local_machine_spec({}, shares.model.config, split.world, i));
+    shares.default_link = {0, 0};  // ranks of one machine talk through shared memory
+    shares.link_source = "one machine";
+    shares.world = split.world;
+    try {
+      cluster::Plan split_plan = cluster::make_plan(shares);
+      if (split_plan.predicted.gen_tok_s > best.predicted.gen_tok_s * cluster::kFewerMachinesGain) best = std::move(split_plan);
+      else std::fprintf(stderr, "%d ranks of this machine would predict %.1f tok/s against %.1f for one rank with every core: one rank it is\n",
+                        split.world, split_plan.predicted.gen_tok_s, best.predicted.gen_tok_s);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "no split over %d ranks of this machine: %s\n", split.world, e.what());
+    }
+    adopt_plan(best, split);
+    return std::nullopt;
+  }
+
+  std::vector<parallel::HostEntry> hosts;
+  cluster::PlanRequest r;
+  if (plan) r = plan_request(job);
+  if (!f.hostfile.empty()) {
+    hosts = parallel::read_hostfile(f.hostfile, comm::kDefaultBasePort);
+    if (plan) {
+      std::vector<std::string> sources;
+      hostfile_machines(f.hostfile, {}, f.discovery, r, sources);
+    }
+  } else {
+    const cluster::Topology t = f.discovery.find();
+    if (t.machines.empty())
+      throw Error(error_message("cluster", "no agent of cluster '{}' answered or announced itself (start `orchard agent` on each machine)",
+                                f.discovery.cluster));
+    std::vector<size_t> all(t.machines.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::vector<size_t> chosen = all;
+    if (plan) {
+      for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
+      r.links = cluster::link_matrix(t, r.default_link);
+      cluster::Plan p = cluster::make_plan(r);
+      put_first(p, 0);  // the local agent lists this machine first
+      chosen = p.machine_indices;
+      adopt_plan(p, split);
+    }
+    for (size_t rank = 0; rank < chosen.size(); ++rank)
+      hosts.push_back(discovered_host(t, chosen, chosen[rank], static_cast<int>(rank)));
+  }
+  if (plan && !f.hostfile.empty()) {
+    cluster::Plan p = cluster::make_plan(r);
+    put_first(p, 0);  // the hostfile's first host is rank 0, as with orchard launch
+    std::vector<parallel::HostEntry> chosen;
+    for (size_t i : p.machine_indices) chosen.push_back(hosts[i]);
+    hosts = std::move(chosen);
+    adopt_plan(p, split);
+  }
+  if (!plan) {
+    if (split.strategy == "single") hosts.resize(1);
+    split.world = static_cast<int>(hosts.size());
+  }
+  // A hostfile host keeps the port its entry gave it when the plan drops or reorders hosts:
+  // ports only need to differ between ranks of one machine.
+  parallel::LaunchOptions launch;
+  launch.base.backend = split.backend == "mpi" ? comm::Backend::Mpi : comm::Backend::Ring;  // shm cannot cross machines
+  launch.base.timeout = std::chrono::milliseconds(static_cast<int64_t>(split.timeout_s * 1000));
+  launch.base.link.latency_us = split.link_latency_us;
+  launch.base.link.gbps = split.link_gbps;
+  launch.ssh_command = f.ssh;
+  launch.command = rank_command(split);
+  std::string names;
+  for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.ssh;
+  std::fprintf(stderr, "starting %zu rank(s), %s: %s\n", hosts.size(), split.strategy.c_str(), names.c_str());
+  return parallel::launch_on_hosts(hosts, launch);
+}
+
+}  // namespace orchard::app

@@ -1,0 +1,42 @@
+#pragma once
+// `run` and `serve` on a cluster: --hostfile or --discover start this same command as one rank
+// per machine (over ssh, as `orchard launch` does), and --strategy auto asks the planner which
+// split, and which of the machines, to use.
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "apps/orchard/cluster_flags.h"
+#include "parallel/split_run.h"
+
+namespace orchard::app {
+
+struct ClusterLaunchFlags {
+  std::string hostfile;
+  bool discover = false;
+  std::string ssh = "ssh";
+  ClusterFlags discovery;
+};
+
+// --hostfile, --discover, --ssh, --cluster, --secret.
+void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f);
+
+// Keeps the process's command line (main calls it first), so that a command can start itself
+// on other machines.
+void remember_command_line(int argc, char** argv);
+
+// What the planner needs to know about the job besides the machines.
+struct SplitJob {
+  std::string model_path;
+  int32_t context = 0;  // 0: the model's
+  int32_t batch = 512;
+};
+
+// Decides where `split` runs. Resolves --strategy auto with the planner (over the hostfile's or
+// the discovered machines, or this machine's --world ranks), printing its explanation on
+// stderr. With --hostfile or --discover, starts this command as the chosen hosts' ranks and
+// returns the job's exit code; nullopt: run here (one rank, --world local ranks, or this
+// process is a rank of a launched job). Throws Error for flags that contradict each other.
+std::optional<int> place_split(const ClusterLaunchFlags& flags, parallel::SplitOptions& split, const SplitJob& job);
+
+}  // namespace orchard::app
