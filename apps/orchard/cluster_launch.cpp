@@ -136,6 +136,73 @@ void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
 
 void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
 
+namespace {
+
+// --world N --strategy auto: ranks of one machine share its memory and bandwidth, so the split
+// competes with one rank that has the whole machine, not with one of the shares.
+void plan_local_ranks(const SplitJob& job, parallel::SplitOptions& split) {
+  cluster::PlanRequest whole = plan_request(job);
+  whole.machines = {local_machine_spec({}, whole.model.config, 1, 0)};
+  cluster::Plan best = cluster::make_plan(whole);
+  cluster::PlanRequest shares = whole;
+  shares.machines.clear();
+  for (int i = 0; i < split.world; ++i) shares.machines.push_back(local_machine_spec({}, shares.model.config, split.world, i));
+  shares.default_link = {0, 0};  // ranks of one machine talk through shared memory
+  shares.link_source = "one machine";
+  shares.world = split.world;
+  try {
+    cluster::Plan split_plan = cluster::make_plan(shares);
+    if (split_plan.predicted.gen_tok_s > best.predicted.gen_tok_s * cluster::kFewerMachinesGain)
+      best = std::move(split_plan);
+    else
+      std::fprintf(stderr, "%d ranks of this machine would predict %.1f tok/s against %.1f for one rank with every core: one rank it is\n",
+                   split.world, split_plan.predicted.gen_tok_s, best.predicted.gen_tok_s);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "no split over %d ranks of this machine: %s\n", split.world, e.what());
+  }
+  adopt_plan(best, split);
+}
+
+// The hostfile's hosts; with --strategy auto, those the plan chose, in its rank order.
+std::vector<parallel::HostEntry> hostfile_hosts(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
+  std::vector<parallel::HostEntry> hosts = parallel::read_hostfile(f.hostfile, comm::kDefaultBasePort);
+  if (split.strategy != "auto") return hosts;
+  cluster::PlanRequest r = plan_request(job);
+  std::vector<std::string> sources;
+  hostfile_machines(f.hostfile, {}, f.discovery, r, sources);
+  cluster::Plan p = cluster::make_plan(r);
+  put_first(p, 0);  // the hostfile's first host is rank 0, as with orchard launch
+  adopt_plan(p, split);
+  std::vector<parallel::HostEntry> chosen;
+  for (size_t i : p.machine_indices) chosen.push_back(hosts[i]);
+  return chosen;
+}
+
+// The machines the agents found, this one first; with --strategy auto, those the plan chose.
+std::vector<parallel::HostEntry> discovered_hosts(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
+  const cluster::Topology t = f.discovery.find();
+  if (t.machines.empty())
+    throw Error(error_message("cluster", "no agent of cluster '{}' answered or announced itself (start `orchard agent` on each machine)",
+                              f.discovery.cluster));
+  std::vector<size_t> chosen(t.machines.size());
+  for (size_t i = 0; i < chosen.size(); ++i) chosen[i] = i;
+  if (split.strategy == "auto") {
+    cluster::PlanRequest r = plan_request(job);
+    for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
+    r.links = cluster::link_matrix(t, r.default_link);
+    cluster::Plan p = cluster::make_plan(r);
+    put_first(p, 0);  // the local agent lists this machine first
+    adopt_plan(p, split);
+    chosen = p.machine_indices;
+  }
+  std::vector<parallel::HostEntry> hosts;
+  for (size_t rank = 0; rank < chosen.size(); ++rank)
+    hosts.push_back(discovered_host(t, chosen, chosen[rank], static_cast<int>(rank)));
+  return hosts;
+}
+
+}  // namespace
+
 std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
   const bool on_hosts = !f.hostfile.empty() || f.discover;
   const bool plan = split.strategy == "auto";
@@ -148,72 +215,13 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
   }
   if (on_hosts && split.world > 1)
     throw Error(error_message("cluster", "--world starts ranks on this machine; with --hostfile or --discover the hosts are the ranks"));
-
   if (!on_hosts) {
-    if (!plan) return std::nullopt;
-    if (split.world <= 1) {
-      split.strategy = "single";
-      return std::nullopt;
-    }
-    // Ranks of one machine share its memory and bandwidth: the split competes with one rank
-    // that has the whole machine, not with one of the shares.
-    cluster::PlanRequest whole = plan_request(job);
-    whole.machines = {local_machine_spec({}, whole.model.config, 1, 0)};
-    cluster::Plan best = cluster::make_plan(whole);
-    cluster::PlanRequest shares = whole;
-    shares.machines.clear();
-    for (int i = 0; i < split.world; ++i) shares.machines.push_back(local_machine_spec({}, shares.model.config, split.world, i));
-    shares.default_link = {0, 0};  // ranks of one machine talk through shared memory
-    shares.link_source = "one machine";
-    shares.world = split.world;
-    try {
-      cluster::Plan split_plan = cluster::make_plan(shares);
-      if (split_plan.predicted.gen_tok_s > best.predicted.gen_tok_s * cluster::kFewerMachinesGain) best = std::move(split_plan);
-      else std::fprintf(stderr, "%d ranks of this machine would predict %.1f tok/s against %.1f for one rank with every core: one rank it is\n",
-                        split.world, split_plan.predicted.gen_tok_s, best.predicted.gen_tok_s);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "no split over %d ranks of this machine: %s\n", split.world, e.what());
-    }
-    adopt_plan(best, split);
+    if (plan && split.world <= 1) split.strategy = "single";
+    if (plan && split.world > 1) plan_local_ranks(job, split);
     return std::nullopt;
   }
 
-  std::vector<parallel::HostEntry> hosts;
-  cluster::PlanRequest r;
-  if (plan) r = plan_request(job);
-  if (!f.hostfile.empty()) {
-    hosts = parallel::read_hostfile(f.hostfile, comm::kDefaultBasePort);
-    if (plan) {
-      std::vector<std::string> sources;
-      hostfile_machines(f.hostfile, {}, f.discovery, r, sources);
-    }
-  } else {
-    const cluster::Topology t = f.discovery.find();
-    if (t.machines.empty())
-      throw Error(error_message("cluster", "no agent of cluster '{}' answered or announced itself (start `orchard agent` on each machine)",
-                                f.discovery.cluster));
-    std::vector<size_t> all(t.machines.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::vector<size_t> chosen = all;
-    if (plan) {
-      for (const cluster::Announcement& a : t.machines) r.machines.push_back(cluster::machine_spec(a));
-      r.links = cluster::link_matrix(t, r.default_link);
-      cluster::Plan p = cluster::make_plan(r);
-      put_first(p, 0);  // the local agent lists this machine first
-      chosen = p.machine_indices;
-      adopt_plan(p, split);
-    }
-    for (size_t rank = 0; rank < chosen.size(); ++rank)
-      hosts.push_back(discovered_host(t, chosen, chosen[rank], static_cast<int>(rank)));
-  }
-  if (plan && !f.hostfile.empty()) {
-    cluster::Plan p = cluster::make_plan(r);
-    put_first(p, 0);  // the hostfile's first host is rank 0, as with orchard launch
-    std::vector<parallel::HostEntry> chosen;
-    for (size_t i : p.machine_indices) chosen.push_back(hosts[i]);
-    hosts = std::move(chosen);
-    adopt_plan(p, split);
-  }
+  std::vector<parallel::HostEntry> hosts = f.discover ? discovered_hosts(f, split, job) : hostfile_hosts(f, split, job);
   if (!plan) {
     if (split.strategy == "single") hosts.resize(1);
     split.world = static_cast<int>(hosts.size());
