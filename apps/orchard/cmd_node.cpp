@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "network/catalog.h"
 #include "network/node_agent.h"
+#include "network/pod.h"
 #include "network/regions.h"
 
 namespace orchard::app {
@@ -20,6 +21,10 @@ struct NodeOptions {
   int threads = 0;
   int32_t max_context = 4096;
   int token_delay_ms = 0;
+  std::string pod, pod_hostfile, pod_ssh = "ssh", pod_binary;
+  int pod_rank = -1;
+  uint16_t pod_port = comm::kDefaultBasePort;
+  network::PodRankOptions rank;
 };
 
 std::atomic<bool> g_stop{false};
@@ -79,7 +84,22 @@ void run_node(NodeOptions& o) {
   auto engine = o.engine == "builtin"
                     ? network::make_builtin_engine(o.models_dir, o.threads, o.max_context, o.token_delay_ms)
                     : network::make_forwarding_engine(o.engine, o.models_dir);
-  network::NodeAgent agent(a, std::move(engine));
+  std::unique_ptr<network::Engine> pod_engine;
+  if (o.pod.empty() != o.pod_hostfile.empty())
+    throw Error(error_message("node", "--pod and --pod-hostfile go together: the pod's id and its machines"));
+  if (!o.pod.empty()) {
+    if (o.engine != "builtin")
+      throw Error(error_message("node", "a pod runs its jobs with the built-in engine, not --engine {}", o.engine));
+    auto pod = network::load_pod(o.pod, o.pod_hostfile, o.pod_rank, o.pod_port);
+    pod.ssh_command = o.pod_ssh;
+    if (!o.pod_binary.empty()) pod.binary = o.pod_binary;
+    a.pod = network::pod_registration(pod);
+    std::fprintf(stderr, "orchard node: member %d of pod '%s' (%zu hosts in %s)%s\n", pod.rank, pod.id.c_str(),
+                 pod.hosts.size(), pod.hostfile.c_str(), pod.rank == 0 ? ", its leader" : "");
+    if (pod.rank == 0)
+      pod_engine = network::make_pod_engine(std::move(pod), o.models_dir, o.threads, o.max_context, o.token_delay_ms);
+  }
+  network::NodeAgent agent(a, std::move(engine), std::move(pod_engine));
   std::fprintf(stderr, "orchard node %s: %s, %.1f GB offered, %s\n", agent.node_id().substr(0, 16).c_str(),
                a.chip.c_str(), static_cast<double>(a.memory_bytes) / 1e9,
                network::IdleMonitor(a.idle).reason().c_str());
@@ -128,13 +148,29 @@ void add_node_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Engine threads (default: all cores)");
   cmd->add_option("--max-context", o->max_context, "Largest context the built-in engine allocates")->capture_default_str();
   cmd->add_option("--token-delay-ms", o->token_delay_ms, "Slow every token down (demos, tests)")->capture_default_str();
+  cmd->add_option("--pod", o->pod, "This machine is a member of the pod with this id (needs --pod-hostfile)");
+  cmd->add_option("--pod-hostfile", o->pod_hostfile,
+                  "The pod's machines, an MLX-style JSON hostfile as for orchard launch (the same file on every member)");
+  cmd->add_option("--pod-rank", o->pod_rank, "This machine's entry in the pod hostfile (default: found from its addresses)");
+  cmd->add_option("--pod-port", o->pod_port, "First port of the pod's ranks (rank r listens on port + r)")
+      ->capture_default_str();
+  cmd->add_option("--pod-ssh", o->pod_ssh, "ssh client the pod's leader starts ranks with")->capture_default_str();
+  cmd->add_option("--pod-binary", o->pod_binary, "Path of orchard on the pod's machines (default: this one's)");
   CLI::App* status = cmd->add_subcommand("status", "Show this node's state, jobs served and earnings");
   common(status);
-  cmd->callback([o, cmd, status] {
-    if (cmd->got_subcommand(status)) return;
+  // One rank of a pod job, started by the pod leader's `orchard launch`: not for people.
+  CLI::App* rank = cmd->add_subcommand("pod-rank", "Run one rank of a pod job (started by the pod's leader)")->group("");
+  rank->add_option("--model", o->rank.model_path, "GGUF file (read on rank 0)")->required();
+  rank->add_option("--request-file", o->rank.request_file, "The job's request (read on rank 0)")->required();
+  rank->add_option("--max-context", o->rank.max_context, "Largest context to allocate");
+  rank->add_option("-t,--threads", o->rank.threads, "Threads (default: all cores)");
+  rank->add_option("--token-delay-ms", o->rank.token_delay_ms, "Slow every token down (tests)");
+  cmd->callback([o, cmd, status, rank] {
+    if (cmd->got_subcommand(status) || cmd->got_subcommand(rank)) return;
     run_node(*o);
   });
   status->callback([o] { show_status(*o); });
+  rank->callback([o] { network::run_pod_rank(o->rank); });
 }
 
 }  // namespace orchard::app

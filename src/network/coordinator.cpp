@@ -35,6 +35,44 @@ int64_t context_estimate(const json& request) {
   return bytes + request.value("max_tokens", kDefaultMaxTokens);
 }
 
+// Throws ApiError 400 unless `pod` is {"id", "members": [node ids]} or {"id", "size", "rank",
+// "hostfile"}, with optional "links": [{"latency_us"}].
+void check_pod(const json& pod) {
+  auto bad = [](const std::string& what) { return ApiError(400, "[network] a pod needs " + what); };
+  if (!pod.is_object() || !pod.contains("id") || !pod["id"].is_string() || pod["id"].get<std::string>().empty() ||
+      pod["id"].get<std::string>().size() > 64)
+    throw bad("an \"id\" of 1 to 64 characters");
+  if (pod.contains("links")) {
+    if (!pod["links"].is_array()) throw bad("\"links\" as a list");
+    for (const auto& l : pod["links"])
+      if (!l.is_object() || (l.contains("latency_us") && !l["latency_us"].is_number()))
+        throw bad("links with a numeric \"latency_us\"");
+  }
+  if (pod.contains("members")) {
+    if (!pod["members"].is_array()) throw bad("\"members\" as a list of node ids");
+    for (const auto& m : pod["members"])
+      if (!m.is_string()) throw bad("\"members\" as a list of node ids");
+    return;
+  }
+  if (!pod.contains("size") || !pod["size"].is_number_integer() || pod["size"].get<int64_t>() < 2 ||
+      pod["size"].get<int64_t>() > kMaxPodSize)
+    throw bad(fmt::format("\"members\", or a \"size\" of 2 to {} hosts", kMaxPodSize));
+  if (!pod.contains("rank") || !pod["rank"].is_number_integer() || pod["rank"].get<int64_t>() < 0 ||
+      pod["rank"].get<int64_t>() >= pod["size"].get<int64_t>())
+    throw bad("a \"rank\" inside its size");
+  if (!pod.contains("hostfile") || !pod["hostfile"].is_string() || pod["hostfile"].get<std::string>().empty())
+    throw bad("the \"hostfile\" digest its members share");
+}
+
+bool valid_pod(const json& pod) {
+  try {
+    check_pod(pod);
+    return true;
+  } catch (const ApiError&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
@@ -65,6 +103,11 @@ void Coordinator::recover() {
     // Until it speaks again a node is offline: its agent re-registers after a restart.
     update_node_locked(r.id);
   }
+  // Agents do not register again after a restart (their heartbeats are still known): pods form
+  // from the stored descriptions.
+  for (const auto& [id, n] : nodes_)
+    if (n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]))
+      form_pod_locked(n.description["pod"]);
   for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back(std::move(j));
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
     // Its holder may still finish it; if not, the lease expires and the job returns.
@@ -275,6 +318,7 @@ void Coordinator::register_node(const std::string& node_id, const json& d) {
   for (const auto& m : d["models"])
     if (!m.is_object() || !m.contains("name") || !m.contains("bytes") || !m["bytes"].is_number_integer())
       throw ApiError(400, "[network] each model needs a name and bytes");
+  if (d.contains("pod")) check_pod(d["pod"]);
   const int64_t now = clock_();
   std::string seat = d.value("seat", "shared") == "dedicated" ? "dedicated" : "shared";
   {
@@ -298,30 +342,59 @@ void Coordinator::register_node(const std::string& node_id, const json& d) {
   n.offering = d.value("offering", true);
   n.last_seen = now;
   update_node_locked(node_id);
-  // A pod forms once every member has registered naming the same pod and members.
-  if (d.contains("pod") && d["pod"].is_object()) {
-    std::string pod_id = d["pod"].value("id", "");
-    auto members = d["pod"].value("members", std::vector<std::string>{});
-    bool all = !pod_id.empty() && members.size() > 1 && !placement_.has_node("pod:" + pod_id);
-    for (const std::string& m : members) {
-      auto it = nodes_.find(m);
-      all = all && it != nodes_.end() && it->second.description.contains("pod") &&
-            it->second.description["pod"].value("id", "") == pod_id;
-    }
-    if (all) {
-      double latency = 10;
-      if (d["pod"].contains("links"))
-        for (const auto& l : d["pod"]["links"]) latency = std::max(latency, l.value("latency_us", 10.0));
-      try {
-        placement_.add_pod(PodSpec{"pod:" + pod_id, members, latency});
-        for (const std::string& m : members) refresh_availability_locked(m);
-      } catch (const Error&) {
-        // A member already in another pod: the pod stays unformed until the members agree.
-      }
-    }
-  }
+  if (d.contains("pod")) form_pod_locked(d["pod"]);
   changed_.notify_all();
   dispatch_locked();
+}
+
+// A pod forms once all its members have registered naming it. The members are named either in
+// the registration ("members": node ids, from a client that knows its peers' keys) or by their
+// places in one hostfile ("size" hosts, this one at "rank", the file's SHA-256 as "hostfile"):
+// `orchard node --pod` cannot know its peers' keys, so the coordinator matches the places up,
+// ordered by rank, so the leader (the first member) is the file's first host, where the ranks
+// start from. A place claimed by two keys (a machine whose key was replaced) goes to the one
+// heard from last. The first pod formed under an id keeps it.
+void Coordinator::form_pod_locked(const json& pod) {
+  const std::string pod_id = pod.value("id", "");
+  if (pod_id.empty() || placement_.has_node("pod:" + pod_id)) return;
+  // Descriptions stored before pods were checked may hold anything: those are no member.
+  auto same_pod = [&](const NodeState& n) {
+    return n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]) &&
+           n.description["pod"]["id"] == pod_id;
+  };
+  std::vector<std::string> members;
+  if (pod.contains("members")) {
+    members = pod["members"].get<std::vector<std::string>>();
+    if (members.size() < 2) return;
+    for (const std::string& m : members) {
+      auto it = nodes_.find(m);
+      if (it == nodes_.end() || !same_pod(it->second)) return;
+    }
+  } else {
+    const int64_t size = pod["size"].get<int64_t>();
+    const std::string digest = pod["hostfile"].get<std::string>();
+    std::vector<std::pair<int64_t, std::string>> places(static_cast<size_t>(size), {-1, ""});  // (last seen, node)
+    for (const auto& [id, n] : nodes_) {
+      if (!same_pod(n)) continue;
+      const json& p = n.description["pod"];
+      if (p.contains("members") || p["size"] != size || p["hostfile"] != digest) continue;
+      auto& place = places[p["rank"].get<size_t>()];
+      if (n.last_seen > place.first) place = {n.last_seen, id};
+    }
+    for (const auto& [seen, id] : places) {
+      if (id.empty()) return;
+      members.push_back(id);
+    }
+  }
+  double latency = 10;
+  if (pod.contains("links"))
+    for (const auto& l : pod["links"]) latency = std::max(latency, l.value("latency_us", 10.0));
+  try {
+    placement_.add_pod(PodSpec{"pod:" + pod_id, members, latency});
+    for (const std::string& m : members) refresh_availability_locked(m);
+  } catch (const Error&) {
+    // A member already in another pod: the pod stays unformed until the members agree.
+  }
 }
 
 void Coordinator::update_node_locked(const std::string& node_id) {

@@ -134,6 +134,7 @@ class Coordinator {
   void recover();  // rebuilds memory from the store after a start
   void dispatch_locked();
   void requeue_locked(const std::string& job_id, const std::string& node_id, bool lost);
+  void form_pod_locked(const nlohmann::json& pod);  // pod: as checked at registration
   void update_node_locked(const std::string& node_id);
   void refresh_availability_locked(const std::string& node_id);
   Demand demand_for(const JobRecord& job) const;

@@ -17,7 +17,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 #include "network/coordinator.h"
-#include "serve/chat_templates.h"
+#include "network/job_request.h"
 
 namespace orchard::network {
 
@@ -25,16 +25,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-model::SamplerOptions sampling_from(const json& r) {
-  model::SamplerOptions s;
-  s.temperature = r.value("temperature", 1.0f);
-  s.top_p = r.value("top_p", 1.0f);
-  s.top_k = r.value("top_k", 0);
-  s.min_p = 0;  // the OpenAI API has no min-p: off, as clients expect
-  s.seed = r.value("seed", uint64_t{0});
-  return s;
-}
 
 class BuiltinEngine final : public Engine {
  public:
@@ -65,21 +55,8 @@ class BuiltinEngine final : public Engine {
   EngineResult run(const std::string& name, const json& request,
                    const std::function<bool(const std::string&)>& on_text) override {
     Loaded& m = load(name);
-    std::vector<model::TokenId> prompt;
-    if (request.contains("messages")) {
-      std::vector<serve::ChatMessage> messages;
-      for (const auto& msg : request["messages"]) messages.push_back({msg.value("role", ""), msg.value("content", "")});
-      auto family = serve::pick_chat_family("", m.tokenizer, m.config.arch_name);
-      auto token_text = [&](model::TokenId id) { return id >= 0 ? m.tokenizer.token_text(id) : std::string(); };
-      std::string text = serve::render_chat(family, messages, token_text(m.tokenizer.bos()), token_text(m.tokenizer.eos()));
-      prompt = m.tokenizer.encode(text, m.tokenizer.adds_bos(), true);
-    } else {
-      prompt = m.tokenizer.encode(request.value("prompt", ""), m.tokenizer.adds_bos(), false);
-    }
-    model::GenerationOptions gen;
-    gen.sampling = sampling_from(request);
-    gen.max_tokens = std::min<int32_t>(request.value("max_tokens", 256), m.forward->n_ctx() - static_cast<int32_t>(prompt.size()));
-    if (gen.max_tokens < 1) throw Error(error_message("network", "the prompt fills the context of {}", m.forward->n_ctx()));
+    std::vector<model::TokenId> prompt = prompt_tokens(m.tokenizer, m.config.arch_name, request);
+    model::GenerationOptions gen = generation_options(request, m.forward->n_ctx(), prompt.size());
     model::LocalModel local(*m.forward);
     auto r = model::generate(local, m.tokenizer, prompt, gen, [&](model::TokenId, const std::string& text) {
       if (token_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms_));
@@ -277,14 +254,18 @@ json signed_call(const NodeKey& key, const std::string& network_url, const std::
 
 struct NodeAgent::Impl {
   NodeAgentOptions o;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Engine> engine, pod_engine;
   NodeKey key;
   IdleMonitor idle;
   std::atomic<bool> offering{false};
   json description;
 
-  Impl(NodeAgentOptions options, std::unique_ptr<Engine> e)
-      : o(std::move(options)), engine(std::move(e)), key(NodeKey::load_or_create(o.key_file)), idle(o.idle) {}
+  Impl(NodeAgentOptions options, std::unique_ptr<Engine> e, std::unique_ptr<Engine> pod)
+      : o(std::move(options)),
+        engine(std::move(e)),
+        pod_engine(std::move(pod)),
+        key(NodeKey::load_or_create(o.key_file)),
+        idle(o.idle) {}
 
   json call(const std::string& path, const json& body, int64_t extra_ms = 0) {
     return signed_call(key, o.network_url, "POST", path, body, o.request_timeout_ms + extra_ms);
@@ -299,6 +280,7 @@ struct NodeAgent::Impl {
                    {"seat", o.idle.dedicated ? "dedicated" : "shared"},
                    {"models", engine->models()},
                    {"offering", idle.offering()}};
+    if (!o.pod.is_null()) description["pod"] = o.pod;
     call("/v1/nodes/register", description);
     spdlog::info("[network] registered as {} with {} model(s)", key.public_hex().substr(0, 16),
                  description["models"].size());
@@ -342,8 +324,10 @@ struct NodeAgent::Impl {
     size_t sent = 0;
     bool lost = false, withdrawn = false;
     auto last = std::chrono::steady_clock::now();
-    auto flush = [&] {
-      if (pending.empty()) return;
+    // renew: report even with no new text, so the lease holds while an engine is silent (a pod
+    // sending shards to its ranks before the first token).
+    auto flush = [&](bool renew) {
+      if (pending.empty() && !renew) return;
       try {
         call("/v1/nodes/progress", {{"job", id}, {"attempt", attempt}, {"offset", sent}, {"text", pending}});
         sent += pending.size();
@@ -355,11 +339,16 @@ struct NodeAgent::Impl {
       }
       last = std::chrono::steady_clock::now();
     };
+    // The coordinator names every machine of the unit it chose: more than one is this pod.
+    const bool on_pod = pod_engine && job.contains("nodes") && job["nodes"].size() > 1;
     EngineResult r;
     try {
-      r = engine->run(model, request, [&](const std::string& text) {
+      r = (on_pod ? *pod_engine : *engine).run(model, request, [&](const std::string& text) {
         pending += text;
-        if (std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) flush();
+        const auto since = std::chrono::steady_clock::now() - last;
+        if ((!pending.empty() && since > std::chrono::milliseconds(200)) ||
+            since > std::chrono::milliseconds(o.heartbeat_ms))
+          flush(true);
         if (!offering || stop) withdrawn = true;
         return !lost && !withdrawn;
       });
@@ -377,7 +366,7 @@ struct NodeAgent::Impl {
       }
       return;
     }
-    flush();
+    flush(false);
     json result = {{"text", r.text},
                    {"finish_reason", r.finish_reason},
                    {"prompt_tokens", r.prompt_tokens},
@@ -428,8 +417,8 @@ struct NodeAgent::Impl {
   }
 };
 
-NodeAgent::NodeAgent(NodeAgentOptions options, std::unique_ptr<Engine> engine)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(engine))) {}
+NodeAgent::NodeAgent(NodeAgentOptions options, std::unique_ptr<Engine> engine, std::unique_ptr<Engine> pod_engine)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(engine), std::move(pod_engine))) {}
 NodeAgent::~NodeAgent() = default;
 const std::string& NodeAgent::node_id() const { return impl_->key.public_hex(); }
 

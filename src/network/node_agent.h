@@ -56,6 +56,7 @@ struct NodeAgentOptions {
   int64_t poll_wait_ms = 10000;
   int64_t request_timeout_ms = 10000;  // every call to the coordinator, beyond the poll's wait
   int64_t retry_for_ms = 120000;       // how long a finished job's report is retried
+  nlohmann::json pod;                  // this member's pod registration (pod.h), null when none
 };
 
 // Facts about this machine an agent describes: chip name, memory, a bandwidth estimate.
@@ -64,7 +65,9 @@ int64_t detect_memory_bytes();
 
 class NodeAgent {
  public:
-  NodeAgent(NodeAgentOptions options, std::unique_ptr<Engine> engine);
+  // pod_engine runs the jobs placed on this machine's pod (it leads the pod); without one, such
+  // a job runs on `engine` alone.
+  NodeAgent(NodeAgentOptions options, std::unique_ptr<Engine> engine, std::unique_ptr<Engine> pod_engine = nullptr);
   ~NodeAgent();
   // Runs until stop becomes true. Throws Error when the network refuses the node for good
   // (banned).

@@ -58,7 +58,19 @@ int Placement::bucket_for(const Unit& u) {
   return b;
 }
 
-bool Placement::eligible(const Unit& u) const { return !u.removed && u.available && u.queue < max_queue_; }
+bool Placement::eligible(int ui) const {
+  const Unit& u = units_[ui];
+  if (u.removed || !u.available || u.queue >= max_queue_) return false;
+  // Only the leader's agent runs jobs one after another; the other members' agents would run a
+  // job of their own beside the pod's ranks, on the memory the pod counted on. So a pod takes a
+  // job only while its other members have none, and they take none while it runs one.
+  if (u.pod) {
+    for (size_t i = 1; i < u.members.size(); ++i)
+      if (units_[u.members[i]].queue > 0) return false;
+    return true;
+  }
+  return u.pod_of < 0 || units_[u.pod_of].running == 0 || units_[u.pod_of].members.front() == ui;
+}
 
 void Placement::unindex(int ui) {
   Unit& u = units_[ui];
@@ -90,13 +102,12 @@ void Placement::reindex(int ui) {
       u.reliability = std::min(u.reliability, n.reliability);
       u.queue = std::max(u.queue, n.queue);
       u.available = u.available && n.available && !n.removed;
-      u.models.insert(u.models.end(), n.models.begin(), n.models.end());
     }
-    std::sort(u.models.begin(), u.models.end());
-    u.models.erase(std::unique(u.models.begin(), u.models.end()), u.models.end());
+    // The leader reads the model for the pod (the others receive their shards from it).
+    u.models = units_[u.members.front()].models;
   }
   u.bucket = bucket_for(u);
-  if (!eligible(u)) return;
+  if (!eligible(ui)) return;
   u.weight = u.reliability / (1.0 + u.queue);
   Bucket& b = buckets_[u.bucket];
   b.all.insert({-u.weight, ui});
@@ -205,6 +216,7 @@ void Placement::add_model(const std::string& node, const std::string& model) {
 void Placement::job_started(const std::string& unit) {
   auto it = index_.find(unit);
   if (it == index_.end()) return;
+  if (units_[it->second].pod) units_[it->second].running++;
   for (int m : units_[it->second].members) {
     units_[m].queue++;
     refresh(m);
@@ -214,6 +226,7 @@ void Placement::job_started(const std::string& unit) {
 void Placement::job_finished(const std::string& unit) {
   auto it = index_.find(unit);
   if (it == index_.end()) return;
+  if (units_[it->second].pod) units_[it->second].running = std::max(0, units_[it->second].running - 1);
   for (int m : units_[it->second].members) {
     units_[m].queue = std::max(0, units_[m].queue - 1);
     refresh(m);

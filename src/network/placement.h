@@ -27,9 +27,11 @@ struct NodeSpec {
   double reliability = 1.0;     // (0, 1]
 };
 
+inline constexpr int kMaxPodSize = 64;  // machines
+
 struct PodSpec {
   std::string id;
-  std::vector<std::string> members;  // node ids, each registered and in no other pod
+  std::vector<std::string> members;  // node ids, each registered and in no other pod; the first leads
   double link_latency_us = 10;       // per hop between members (Thunderbolt: ~10 us)
 };
 
@@ -73,7 +75,9 @@ class Placement {
   void set_available(const std::string& node, bool available);
   void set_reliability(const std::string& node, double reliability);
   void add_model(const std::string& node, const std::string& model);
-  // A job was assigned to / left a unit (node or pod id): every machine in it is busier.
+  // A job was assigned to / left a unit (node or pod id): every machine in it is busier. While a
+  // pod has a job, its members other than the first take no job of their own, and a pod takes
+  // none while those members have one.
   void job_started(const std::string& unit);
   void job_finished(const std::string& unit);
 
@@ -96,9 +100,10 @@ class Placement {
     int64_t memory = 0;
     double bandwidth = 0;
     double link_latency_us = 0;
-    std::vector<int> models;   // sorted model ids on disk (a pod: any member's)
+    std::vector<int> models;   // sorted model ids on disk (a pod: its leader's)
     double reliability = 1;
     int queue = 0;
+    int running = 0;           // a pod: its jobs placed and not finished
     bool available = false;
     int bucket = -1;
     double weight = 0;         // reliability / (1 + queue): the in-bucket order
@@ -120,7 +125,7 @@ class Placement {
   void unindex(int u);
   void reindex(int u);  // recomputes a unit's state from its members and files it
   void refresh(int node);  // a node changed: reindex it and its pod
-  bool eligible(const Unit& u) const;
+  bool eligible(int unit) const;
   static bool has_model(const Unit& u, int model);
 
   int max_queue_;

@@ -61,7 +61,8 @@ def wait_for(what, cond, timeout):
 
 
 class Network:
-    def __init__(self, name, lease=3):
+    def __init__(self, name, lease=3, host="127.0.0.1"):
+        self.host = host  # where the coordinator listens
         self.db = "sqlite://" + os.path.join(TMP, name + ".db")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -71,7 +72,7 @@ class Network:
         self.key = subprocess.check_output([ORCHARD, "network", "add-key", "--db", self.db, "--name", name]).decode().strip()
 
     def start(self):
-        self.proc = spawn(["network", "--db", self.db, "--host", "127.0.0.1", "--port", str(self.port),
+        self.proc = spawn(["network", "--db", self.db, "--host", self.host, "--port", str(self.port),
                            "--lease", str(self.lease)], "coordinator.log")
         wait_for("coordinator", lambda: self.up(), 30)
 

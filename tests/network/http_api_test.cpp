@@ -164,6 +164,43 @@ TEST_F(HttpApiTest, RefusesUnsignedForgedReplayedAndStaleNodeRequests) {
   EXPECT_EQ(post(moved, body), 401);  // signed for another path
 }
 
+// `orchard node --pod` members name their places in a shared hostfile, not each other's keys:
+// the pod forms from the places, in their order, and only among members holding the same file.
+TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
+  NodeKey lead = NodeKey::generate(), member = NodeKey::generate(), stranger = NodeKey::generate();
+  auto describe = [](const json& pod) {
+    return json{{"memory_bytes", 64'000'000'000},
+                {"models", {{{"name", "big"}, {"bytes", 100'000'000'000}, {"kv_bytes_per_token", 0}}}},
+                {"pod", pod}};
+  };
+  auto place = [](int rank, const std::string& digest) {
+    return json{{"id", "rack"}, {"size", 2}, {"rank", rank}, {"hostfile", digest}, {"links", json::array()}};
+  };
+  auto pods = [&] { return client().Get("/v1/world") ? json::parse(client().Get("/v1/world")->body)["totals"]["pods"] : json(); };
+  for (const json& bad : {json{{"id", "rack"}, {"size", 1}, {"rank", 0}, {"hostfile", "f"}},
+                          json{{"id", "rack"}, {"size", 2}, {"rank", 2}, {"hostfile", "f"}},
+                          json{{"id", "rack"}, {"size", "2"}, {"rank", 0}, {"hostfile", "f"}},
+                          json{{"id", ""}, {"members", {"a", "b"}}}, json{{"id", "rack"}, {"members", "a"}}}) {
+    try {
+      signed_call(stranger, url_, "POST", "/v1/nodes/register", describe(bad), 5000);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bad.dump();
+    }
+  }
+  signed_call(lead, url_, "POST", "/v1/nodes/register", describe(place(0, "file")), 5000);
+  signed_call(stranger, url_, "POST", "/v1/nodes/register", describe(place(1, "another file")), 5000);
+  EXPECT_EQ(pods(), 0);
+  signed_call(member, url_, "POST", "/v1/nodes/register", describe(place(1, "file")), 5000);
+  EXPECT_EQ(pods(), 1);
+  // Only the pod holds the model: its job goes to the leader, naming both machines in order.
+  auto res = client().Post("/v1/jobs", R"({"model": "big", "prompt": "hi", "max_tokens": 1})", "application/json");
+  ASSERT_EQ(res->status, 201) << res->body;
+  json job = coordinator_->poll(lead.public_hex(), std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(job.is_object());
+  EXPECT_EQ(job["nodes"], (json{lead.public_hex(), member.public_hex()}));
+}
+
 TEST_F(HttpApiTest, ClientsNeedAKey) {
   httplib::Client c("127.0.0.1", port_);
   EXPECT_EQ(c.Get("/v1/models")->status, 401);

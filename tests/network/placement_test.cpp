@@ -75,6 +75,32 @@ TEST(Placement, PodsTakeWhatNoMachineHoldsAndNeverSpanStrangers) {
   EXPECT_EQ(p.node_count(), 2u);
 }
 
+// Only the leader's agent runs the pod's jobs; another member's agent would run a job of its
+// own beside the pod's ranks.
+TEST(Placement, APodAndItsOtherMembersDoNotRunJobsAtOnce) {
+  Placement p;
+  p.add_node(node("lead", 128, 800));
+  p.add_node(node("member", 128, 800, {"small"}));
+  p.add_pod(PodSpec{"pod", {"lead", "member"}, 10});
+  for (auto id : {"lead", "member"}) p.set_available(id, true);
+  ASSERT_EQ(p.place(demand("big", 200, 230))->unit, "pod");
+  EXPECT_FALSE(p.place(demand("big", 200, 230))->on_disk);  // the leader reads the model: not the member's disk
+  p.job_started("pod");
+  EXPECT_EQ(p.place(demand("big", 200, 230)), std::nullopt);  // one pod job at a time
+  EXPECT_EQ(p.place(demand("small", 4, 8))->unit, "lead");  // its agent takes it after the pod's job
+  p.set_available("lead", false);
+  EXPECT_EQ(p.place(demand("small", 4, 8)), std::nullopt);  // the member lends its memory to the pod
+  p.set_available("lead", true);
+  p.job_finished("pod");
+  p.set_available("lead", false);
+  ASSERT_EQ(p.place(demand("small", 4, 8))->unit, "member");
+  p.job_started("member");
+  p.set_available("lead", true);
+  EXPECT_EQ(p.place(demand("big", 200, 230)), std::nullopt);  // the member is busy: no pod job
+  p.job_finished("member");
+  EXPECT_EQ(p.place(demand("big", 200, 230))->unit, "pod");
+}
+
 TEST(Placement, AgreesWithABruteForceScan) {
   std::mt19937_64 rng(7);
   Placement p(3);
