@@ -157,7 +157,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", o->engine.n_slots, "Requests generated at once (each has its own KV cache)")->capture_default_str();
   cmd->add_option("--queue", o->scheduler.max_queue, "Requests that may wait for a slot; more get HTTP 429")->capture_default_str();
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length of each slot (default: the model's)");
-  cmd->add_option("-b,--batch", o->engine.max_batch, "Prompt positions per forward pass at most")->capture_default_str();
+  cmd->add_option("-b,--batch", o->engine.max_batch, "Positions per forward pass at most, all slots together")->capture_default_str();
   cmd->add_option("--prompt-chunk", o->scheduler.prompt_chunk,
                   "Prompt positions a slot processes per round (smaller: other slots wait less)")
       ->capture_default_str();

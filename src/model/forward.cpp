@@ -10,18 +10,20 @@
 namespace orchard::model {
 
 Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
-                 PartialSums* partial)
-    : weights_(weights),
-      pool_(pool),
-      partial_(partial),
-      max_batch_(max_batch),
-      cache_(weights.shard().n_layers(), n_ctx, weights.shard().n_kv_heads(), weights.config().head_dim) {
+                 PartialSums* partial, int32_t n_sequences)
+    : weights_(weights), pool_(pool), partial_(partial), max_batch_(max_batch) {
   const ModelConfig& c = weights.config();
   const Shard& s = weights.shard();
   ORCHARD_CHECK(max_batch > 0 && n_ctx > 0, "batch {} and context {} must be positive", max_batch, n_ctx);
+  ORCHARD_CHECK(n_sequences > 0, "{} sequences", n_sequences);
   if (s.splits_layers(c)) ORCHARD_CHECK(partial != nullptr, "a shard that splits layers needs PartialSums");
+  caches_.reserve(static_cast<size_t>(n_sequences));
+  for (int32_t i = 0; i < n_sequences; ++i) caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim);
   const auto batch = static_cast<size_t>(max_batch);
   const size_t hd = static_cast<size_t>(c.head_dim);
+  row_sequence_.resize(batch);
+  row_pos_.resize(batch);
+  logit_rows_.resize(batch);
   residual_.resize(batch * c.n_embd);
   normed_.resize(batch * c.n_embd);
   q_.resize(batch * s.n_heads() * hd);
@@ -34,7 +36,8 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   scores_.resize(static_cast<size_t>(pool.size()) * n_ctx);
   rope_cos_.resize(batch * (c.rope_dims / 2));
   rope_sin_.resize(batch * (c.rope_dims / 2));
-  if (s.has_output) logits_.resize(static_cast<size_t>(s.n_vocab()));
+  // A batch has one logits row per step, and steps name distinct sequences.
+  if (s.has_output) logits_.resize(static_cast<size_t>(std::min(n_sequences, max_batch)) * s.n_vocab());
 }
 
 const float* Forward::logits(int32_t i) const {
@@ -43,39 +46,93 @@ const float* Forward::logits(int32_t i) const {
   return logits_.data() + static_cast<size_t>(i) * weights_.shard().n_vocab();
 }
 
+void Forward::check_positions(int32_t sequence, int32_t pos, int32_t n) const {
+  if (pos >= 0 && n <= n_ctx() - pos) return;
+  if (n_sequences() == 1)
+    throw Error(error_message("model", "positions {}..{} do not fit the context of {} tokens", pos, int64_t{pos} + n,
+                              n_ctx()));
+  throw Error(error_message("model", "positions {}..{} of sequence {} do not fit the context of {} tokens", pos,
+                            int64_t{pos} + n, sequence, n_ctx()));
+}
+
+void Forward::place(int32_t sequence, std::span<const TokenId> tokens, int32_t pos, int32_t row, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const int32_t half = c.rope_dims / 2;
+  const float* factors = weights_.rope_freq_factors().empty() ? nullptr : weights_.rope_freq_factors().data();
+  for (int32_t t = 0; t < n; ++t) {
+    const auto r = static_cast<size_t>(row + t);
+    row_sequence_[r] = sequence;
+    row_pos_[r] = pos + t;
+    if (!tokens.empty()) weights_.embed(tokens[t], &residual_[r * c.n_embd]);
+    ops::rope_angles(pos + t, c, factors, &rope_cos_[r * half], &rope_sin_[r * half]);
+  }
+}
+
 void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32_t n, int32_t pos, bool logits_for_all) {
   const ModelConfig& c = weights_.config();
   const Shard& s = weights_.shard();
   ORCHARD_CHECK(n > 0 && n <= max_batch_, "batch of {} positions, at most {}", n, max_batch_);
-  if (pos < 0 || pos + n > cache_.n_ctx())
-    throw Error(error_message("model", "positions {}..{} do not fit the context of {} tokens", pos, pos + n,
-                              cache_.n_ctx()));
+  check_positions(0, pos, n);
   if (s.has_embedding) {
     ORCHARD_CHECK(static_cast<int32_t>(tokens.size()) == n, "{} tokens for a batch of {}", tokens.size(), n);
-    for (int32_t t = 0; t < n; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", tokens[t], c.vocab_size));
-      weights_.embed(tokens[t], &residual_[static_cast<size_t>(t) * c.n_embd]);
-    }
+    for (TokenId t : tokens)
+      if (t < 0 || t >= c.vocab_size)
+        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", t, c.vocab_size));
+    place(0, tokens, pos, 0, n);
   } else {
     ORCHARD_CHECK(hidden_in != nullptr, "a later pipeline stage needs hidden states");
     std::memcpy(residual_.data(), hidden_in, sizeof(float) * static_cast<size_t>(n) * c.n_embd);
+    place(0, {}, pos, 0, n);
   }
-
-  const int32_t half = c.rope_dims / 2;
-  const float* factors = weights_.rope_freq_factors().empty() ? nullptr : weights_.rope_freq_factors().data();
-  for (int32_t t = 0; t < n; ++t)
-    ops::rope_angles(pos + t, c, factors, &rope_cos_[static_cast<size_t>(t) * half],
-                     &rope_sin_[static_cast<size_t>(t) * half]);
-
-  for (int32_t layer = s.layer_begin; layer < s.layer_end; ++layer) {
-    attention_block(layer, n, pos);
-    ffn_block(layer, n);
-  }
-  if (s.has_output) output_head(n, logits_for_all);
+  const int32_t n_logits = logits_for_all ? n : 1;
+  for (int32_t i = 0; i < n_logits; ++i) logit_rows_[static_cast<size_t>(i)] = n - n_logits + i;
+  run_rows(n, n_logits);
 }
 
-void Forward::attention_block(int32_t layer, int32_t n, int32_t pos) {
+void Forward::run_batch(std::span<const SequenceStep> steps) {
+  const ModelConfig& c = weights_.config();
+  ORCHARD_CHECK(weights_.shard().has_embedding, "a batch of sequences starts at the first pipeline stage");
+  if (steps.empty()) throw Error(error_message("model", "a batch needs at least one step"));
+  // Everything is checked before the first row is placed, so a refused batch changes nothing.
+  int64_t rows = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& step = steps[i];
+    const auto n = static_cast<int32_t>(step.tokens.size());
+    if (step.sequence < 0 || step.sequence >= n_sequences())
+      throw Error(error_message("model", "step {} names sequence {}; this pass holds {}", i, step.sequence,
+                                n_sequences()));
+    for (size_t j = 0; j < i; ++j)
+      if (steps[j].sequence == step.sequence)
+        throw Error(error_message("model", "steps {} and {} both name sequence {}", j, i, step.sequence));
+    if (n == 0) throw Error(error_message("model", "step {} (sequence {}) has no tokens", i, step.sequence));
+    check_positions(step.sequence, step.pos, n);
+    for (TokenId t : step.tokens)
+      if (t < 0 || t >= c.vocab_size)
+        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", t, c.vocab_size));
+    rows += n;
+  }
+  if (rows > max_batch_)
+    throw Error(error_message("model", "a batch of {} positions; this pass takes at most {}", rows, max_batch_));
+  int32_t row = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto n = static_cast<int32_t>(steps[i].tokens.size());
+    place(steps[i].sequence, steps[i].tokens, steps[i].pos, row, n);
+    row += n;
+    logit_rows_[i] = row - 1;
+  }
+  run_rows(row, static_cast<int32_t>(steps.size()));
+}
+
+void Forward::run_rows(int32_t n, int32_t n_logits) {
+  const Shard& s = weights_.shard();
+  for (int32_t layer = s.layer_begin; layer < s.layer_end; ++layer) {
+    attention_block(layer, n);
+    ffn_block(layer, n);
+  }
+  if (s.has_output) output_head(n_logits);
+}
+
+void Forward::attention_block(int32_t layer, int32_t n) {
   const ModelConfig& c = weights_.config();
   const Shard& s = weights_.shard();
   const LayerWeights& w = weights_.layer(layer);
@@ -110,22 +167,24 @@ void Forward::attention_block(int32_t layer, int32_t n, int32_t pos) {
       if (c.has_qk_norm) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
       ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
-    cache_.store(local, pos + t, k, v);
+    caches_[static_cast<size_t>(row_sequence_[t])].store(local, row_pos_[t], k, v);
   }
 
-  attend(local, n, pos);
+  // Every row's keys and values are stored before any row attends, so a row sees the earlier
+  // positions of its own step.
+  attend(local, n);
   core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
   ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
 }
 
-void Forward::attend(int32_t local, int32_t n, int32_t pos) {
+void Forward::attend(int32_t local, int32_t n) {
   const ModelConfig& c = weights_.config();
   const Shard& s = weights_.shard();
   const int32_t hd = c.head_dim;
   const int32_t q_dim = s.n_heads() * hd;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-  const int32_t n_ctx = cache_.n_ctx();
+  const int32_t n_ctx = this->n_ctx();
   // One task per (KV head, position): its query heads read the same keys and values, so they
   // are computed together while those stay in cache.
   pool_.parallel_for(static_cast<int64_t>(s.n_kv_heads()) * n, [&](int64_t task, int thread) {
@@ -137,8 +196,9 @@ void Forward::attend(int32_t local, int32_t n, int32_t pos) {
     const int32_t h1 = std::min((kv_global + 1) * group, s.head_end) - s.head_begin;
     if (h1 <= h0) return;
     const size_t offset = static_cast<size_t>(t) * q_dim + static_cast<size_t>(h0) * hd;
-    ops::attend_group(&q_[offset], h1 - h0, hd, cache_.keys(local, kv), n_ctx, cache_.values(local, kv),
-                      cache_.value_stride(), pos + t + 1, &scores_[static_cast<size_t>(thread) * n_ctx],
+    const KvCache& cache = caches_[static_cast<size_t>(row_sequence_[t])];
+    ops::attend_group(&q_[offset], h1 - h0, hd, cache.keys(local, kv), n_ctx, cache.values(local, kv),
+                      cache.value_stride(), row_pos_[t] + 1, &scores_[static_cast<size_t>(thread) * n_ctx],
                       &attn_out_[offset]);
   });
 }
@@ -159,16 +219,15 @@ void Forward::ffn_block(int32_t layer, int32_t n) {
   ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
 }
 
-void Forward::output_head(int32_t n, bool logits_for_all) {
+void Forward::output_head(int32_t n_logits) {
   const ModelConfig& c = weights_.config();
   const int32_t d = c.n_embd;
-  const int32_t first = logits_for_all ? 0 : n - 1;
-  logits_rows_ = n - first;
+  logits_rows_ = n_logits;
   const size_t needed = static_cast<size_t>(logits_rows_) * weights_.shard().n_vocab();
   if (logits_.size() < needed) logits_.resize(needed);  // verification passes only
-  for (int32_t t = first; t < n; ++t)
-    ops::rms_norm(&residual_[static_cast<size_t>(t) * d], weights_.output_norm().data(),
-                  &normed_[static_cast<size_t>(t - first) * d], d, c.rms_eps);
+  for (int32_t i = 0; i < n_logits; ++i)
+    ops::rms_norm(&residual_[static_cast<size_t>(logit_rows_[i]) * d], weights_.output_norm().data(),
+                  &normed_[static_cast<size_t>(i) * d], d, c.rms_eps);
   core::matmul(weights_.output(), normed_.data(), logits_rows_, logits_.data(), pool_, scratch_);
 }
 

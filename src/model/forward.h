@@ -2,7 +2,9 @@
 // The forward pass of a decoder-only transformer (llama, qwen2, qwen3) over the shard of the
 // model this rank holds: a batch of tokens (or of hidden states from the previous pipeline
 // stage) at consecutive positions goes in; hidden states, or logits on the last stage, come
-// out. Buffers are sized once for the largest batch; a step allocates nothing.
+// out. One Forward may hold several sequences, each with its own KV cache, and run a step of
+// each in one pass, so that the weights are read once for all of them. Buffers are sized once
+// for the largest batch; a step allocates nothing.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -17,42 +19,70 @@ namespace orchard::model {
 
 using TokenId = int32_t;
 
+// One sequence's share of a batched pass: `tokens` at positions [pos, pos + tokens.size()) of
+// sequence `sequence`.
+struct SequenceStep {
+  int32_t sequence = 0;
+  std::span<const TokenId> tokens;
+  int32_t pos = 0;
+};
+
 class Forward {
  public:
-  // max_batch: most positions per call. partial: where tensor-parallel ranks sum their parts
-  // (nullptr on a rank that holds whole layers).
+  // max_batch: most positions per call, all sequences together. partial: where tensor-parallel
+  // ranks sum their parts (nullptr on a rank that holds whole layers). n_sequences: KV caches
+  // of n_ctx positions kept (sequences numbered from 0).
   Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
-          PartialSums* partial = nullptr);
+          PartialSums* partial = nullptr, int32_t n_sequences = 1);
 
-  // Runs positions [pos, pos + n). Exactly one of `tokens` (first stage) or `hidden_in`
-  // (F32 [n, n_embd], later stages) is given. Positions at or after pos are overwritten in the
-  // KV cache, so a caller rewinds by passing a smaller pos. `logits_for_all`: compute logits for
-  // every position (verification) instead of the last one only.
+  // Runs positions [pos, pos + n) of sequence 0. Exactly one of `tokens` (first stage) or
+  // `hidden_in` (F32 [n, n_embd], later stages) is given. Positions at or after pos are
+  // overwritten in the KV cache, so a caller rewinds by passing a smaller pos. `logits_for_all`:
+  // compute logits for every position (verification) instead of the last one only.
   void run(std::span<const TokenId> tokens, const float* hidden_in, int32_t n, int32_t pos, bool logits_for_all = false);
 
+  // Runs every step in one pass (first stage only: steps carry tokens): the positions of all
+  // steps, stacked in step order, go through each matrix product together; each attends to its
+  // own sequence's cache, causally within its step. Steps name distinct sequences and hold at
+  // least one token, max_batch() tokens at most together. Afterwards logits(i) is the last
+  // position of step i. Throws Error, before computing anything, when a step breaks this.
+  void run_batch(std::span<const SequenceStep> steps);
+
   // F32 [n, n_embd]: the residual stream after this shard's last layer (what the next pipeline
-  // stage takes).
+  // stage takes), one row per position of the last call.
   const float* hidden() const { return residual_.data(); }
-  // F32 [shard n_vocab]: logits of position i of the last run (only the last one unless
-  // logits_for_all); the whole vocabulary unless a tensor split gave this rank a part of it.
+  // F32 [shard n_vocab]: logits of the last call's row i: position i of run (only the last one
+  // unless logits_for_all), step i of run_batch; the whole vocabulary unless a tensor split gave
+  // this rank a part of it. -1: the last row.
   const float* logits(int32_t i = -1) const;
-  int32_t n_ctx() const { return cache_.n_ctx(); }
+  int32_t n_ctx() const { return caches_.front().n_ctx(); }
+  int32_t n_sequences() const { return static_cast<int32_t>(caches_.size()); }
   int32_t max_batch() const { return max_batch_; }
   const ModelConfig& config() const { return weights_.config(); }
   const ModelWeights& weights() const { return weights_; }
 
  private:
-  void attention_block(int32_t layer, int32_t n, int32_t pos);
+  void check_positions(int32_t sequence, int32_t pos, int32_t n) const;
+  // Rows [row, row + n) become positions pos.. of `sequence`, embedding `tokens` when given.
+  void place(int32_t sequence, std::span<const TokenId> tokens, int32_t pos, int32_t row, int32_t n);
+  // The layers and output head over the n rows placed, logits for the first n_logits entries
+  // of logit_rows_.
+  void run_rows(int32_t n, int32_t n_logits);
+  void attention_block(int32_t layer, int32_t n);
   void ffn_block(int32_t layer, int32_t n);
-  void attend(int32_t layer_local, int32_t n, int32_t pos);
-  void output_head(int32_t n, bool logits_for_all);
+  void attend(int32_t layer_local, int32_t n);
+  void output_head(int32_t n_logits);
 
   const ModelWeights& weights_;
   core::ThreadPool& pool_;
   PartialSums* partial_;
   int32_t max_batch_;
-  KvCache cache_;
+  std::vector<KvCache> caches_;  // one per sequence
   core::MatmulScratch scratch_;
+  // Per row of the current call: its sequence and position. [max_batch]
+  std::vector<int32_t> row_sequence_;
+  std::vector<int32_t> row_pos_;
+  std::vector<int32_t> logit_rows_;  // rows whose logits are computed, in output order
   // Activation buffers, sized for max_batch positions.
   std::vector<float> residual_;   // F32 [n, n_embd]
   std::vector<float> normed_;     // F32 [n, n_embd]
@@ -66,7 +96,7 @@ class Forward {
   std::vector<float> scores_;     // F32 [threads, n_ctx]
   std::vector<float> rope_cos_;   // F32 [n, rope_dims / 2]
   std::vector<float> rope_sin_;   // F32 [n, rope_dims / 2]
-  std::vector<float> logits_;     // F32 [n or 1, shard n_vocab]
+  std::vector<float> logits_;     // F32 [logits_rows_, shard n_vocab]
   int32_t logits_rows_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "serve/local_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -7,27 +8,28 @@
 
 namespace orchard::serve {
 
-// A slot's Forward, timing each pass for /metrics.
-class LocalEngine::TimedSlot : public model::TokenModel {
+// One sequence of the shared Forward. Its logits are copied out of the Forward, whose rows the
+// next batch overwrites, so they stay this slot's until its next eval, whichever slots run
+// in between.
+class LocalEngine::Slot : public model::TokenModel {
  public:
-  TimedSlot(const model::ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
-            std::atomic<int64_t>& nanoseconds)
-      : forward_(weights, n_ctx, max_batch, pool), local_(forward_), nanoseconds_(nanoseconds) {}
+  Slot(LocalEngine& owner, int32_t index)
+      : owner_(owner), index_(index), logits_(static_cast<size_t>(owner.config_.vocab_size)) {}
 
   void eval(std::span<const model::TokenId> tokens, int32_t pos) override {
-    const auto start = std::chrono::steady_clock::now();
-    local_.eval(tokens, pos);
-    nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    const model::SequenceStep step{index_, tokens, pos};
+    owner_.eval_batch(std::span(&step, 1));
   }
-  const float* last_logits() const override { return local_.last_logits(); }
-  int32_t max_batch() const override { return local_.max_batch(); }
-  int32_t n_ctx() const override { return local_.n_ctx(); }
-  int32_t vocab_size() const override { return local_.vocab_size(); }
+  const float* last_logits() const override { return logits_.data(); }
+  int32_t max_batch() const override { return owner_.forward_->max_batch(); }
+  int32_t n_ctx() const override { return owner_.forward_->n_ctx(); }
+  int32_t vocab_size() const override { return owner_.config_.vocab_size; }
 
  private:
-  model::Forward forward_;
-  model::LocalModel local_;
-  std::atomic<int64_t>& nanoseconds_;
+  friend class LocalEngine;
+  LocalEngine& owner_;
+  int32_t index_;
+  std::vector<float> logits_;  // F32 [vocab]
 };
 
 namespace {
@@ -69,8 +71,8 @@ LocalEngine::LocalEngine(const LocalEngineOptions& o)
   if (o.n_ctx < 0) throw Error(error_message("serve", "the context length must not be negative ({})", o.n_ctx));
   if (o.max_batch < 1) throw Error(error_message("serve", "the batch must be at least 1, not {}", o.max_batch));
   const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : config_.context_length;
-  for (int32_t i = 0; i < o.n_slots; ++i)
-    slots_.push_back(std::make_unique<TimedSlot>(weights_, n_ctx, std::min(o.max_batch, n_ctx), pool_, forward_nanoseconds_));
+  forward_ = std::make_unique<model::Forward>(weights_, n_ctx, std::min(o.max_batch, n_ctx), pool_, nullptr, o.n_slots);
+  for (int32_t i = 0; i < o.n_slots; ++i) slots_.push_back(std::make_unique<Slot>(*this, i));
 }
 
 LocalEngine::~LocalEngine() = default;
@@ -78,6 +80,15 @@ LocalEngine::~LocalEngine() = default;
 model::TokenModel& LocalEngine::slot(int32_t i) {
   ORCHARD_CHECK(i >= 0 && i < n_slots(), "slot {} of {}", i, n_slots());
   return *slots_[i];
+}
+
+void LocalEngine::eval_batch(std::span<const model::SequenceStep> steps) {
+  const auto start = std::chrono::steady_clock::now();
+  forward_->run_batch(steps);
+  forward_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  const size_t vocab = slots_.front()->logits_.size();
+  for (size_t i = 0; i < steps.size(); ++i)
+    std::copy_n(forward_->logits(static_cast<int32_t>(i)), vocab, slots_[static_cast<size_t>(steps[i].sequence)]->logits_.data());
 }
 
 std::vector<double> LocalEngine::rank_forward_seconds() const { return {static_cast<double>(forward_nanoseconds_.load()) * 1e-9}; }

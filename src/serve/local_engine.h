@@ -1,6 +1,7 @@
 #pragma once
-// The Engine of one process holding the whole model: the weights are mapped once and shared by
-// every slot's Forward (each with its own KV cache); one thread pool runs the kernels.
+// The Engine of one process holding the whole model: one Forward over the mapped weights holds
+// every slot's sequence (each with its own KV cache) and runs a batch of slots' steps in one
+// pass; one thread pool runs the kernels.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -19,7 +20,7 @@ struct LocalEngineOptions {
   std::string alias;        // the model's id; empty: the file name without ".gguf"
   int32_t n_slots = 4;      // sequences served at once
   int32_t n_ctx = 0;        // context per slot; 0: the model's trained context
-  int32_t max_batch = 512;  // prompt positions per forward pass
+  int32_t max_batch = 512;  // positions per forward pass, all slots together
   int threads = 0;          // 0: all cores
   bool allow_repack = true;
   std::function<void(size_t, size_t)> on_progress;  // weight loading progress
@@ -40,11 +41,13 @@ class LocalEngine : public Engine {
   const model::Tokenizer& tokenizer() const override { return tokenizer_; }
   int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
   model::TokenModel& slot(int32_t i) override;
+  void eval_batch(std::span<const model::SequenceStep> steps) override;
+  int32_t max_batch() override { return forward_->max_batch(); }
   std::vector<double> rank_forward_seconds() const override;
   int threads() const { return pool_.size(); }
 
  private:
-  class TimedSlot;
+  class Slot;
 
   model::gguf::Reader file_;
   model::ModelConfig config_;
@@ -52,8 +55,9 @@ class LocalEngine : public Engine {
   ModelInfo info_;
   core::ThreadPool pool_;
   model::ModelWeights weights_;
+  std::unique_ptr<model::Forward> forward_;
   std::atomic<int64_t> forward_nanoseconds_{0};
-  std::vector<std::unique_ptr<TimedSlot>> slots_;
+  std::vector<std::unique_ptr<Slot>> slots_;
 };
 
 }  // namespace orchard::serve

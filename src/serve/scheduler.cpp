@@ -1,6 +1,8 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 namespace orchard::serve {
 
@@ -56,7 +58,9 @@ Scheduler::Scheduler(Engine& engine, Metrics& metrics, SchedulerOptions options)
   if (engine.n_slots() < 1) throw Error(error_message("serve", "the engine has no slots"));
   if (options.max_queue < 0) throw Error(error_message("serve", "the queue length must not be negative ({})", options.max_queue));
   if (options.prompt_chunk < 1) throw Error(error_message("serve", "the prompt chunk must be at least 1, not {}", options.prompt_chunk));
+  if (engine.max_batch() < 1) throw Error(error_message("serve", "the engine takes batches of {} positions", engine.max_batch()));
   slots_.resize(engine.n_slots());
+  steps_.reserve(slots_.size());
   for (int32_t i = 0; i < engine.n_slots(); ++i) {
     slots_[i].model = &engine.slot(i);
     ORCHARD_CHECK(slots_[i].model->n_ctx() == n_ctx_, "slot {} holds {} positions, slot 0 {}", i, slots_[i].model->n_ctx(), n_ctx_);
@@ -162,32 +166,97 @@ bool Scheduler::step() {
   for (Slot& slot : slots_) {
     if (!slot.job) continue;
     worked = true;
-    if (slot.job->cancelled()) {
-      end(slot, FinishReason::Cancelled);
-      continue;
-    }
-    try {
-      advance(slot);
-    } catch (const std::exception& e) {
-      // The slot stays usable: the next job starts at position 0 and overwrites its cache.
-      end(slot, FinishReason::Error, e.what());
-    }
+    if (slot.job->cancelled()) end(slot, FinishReason::Cancelled);
   }
+  plan();
+  if (!steps_.empty()) evaluate();
   return worked;
 }
 
-void Scheduler::advance(Slot& slot) {
-  const std::vector<model::TokenId>& prompt = slot.job->request_.prompt;
-  const auto n_prompt = static_cast<int32_t>(prompt.size());
+void Scheduler::plan() {
+  steps_.clear();
+  int32_t budget = engine_.max_batch();
+  const size_t n = slots_.size();
+  std::optional<size_t> left_out;
+  // One position for every slot first (its decode token, or the start of its prompt chunk),
+  // so that a long prompt never holds back the others; then prompts take what is left.
+  for (size_t k = 0; k < n; ++k) {
+    Slot& slot = slots_[(first_ + k) % n];
+    slot.planned = 0;
+    if (!slot.job) continue;
+    if (budget == 0) {
+      if (!left_out) left_out = (first_ + k) % n;
+      continue;
+    }
+    slot.planned = 1;
+    --budget;
+  }
+  for (size_t k = 0; k < n && budget > 0; ++k) {
+    Slot& slot = slots_[(first_ + k) % n];
+    if (slot.planned == 0) continue;
+    const auto rest = static_cast<int32_t>(slot.job->request_.prompt.size()) - slot.prompt_done;
+    if (rest == 0) continue;
+    const int32_t more = std::min({rest, options_.prompt_chunk, slot.model->max_batch(), budget + 1}) - 1;
+    slot.planned += more;
+    budget -= more;
+  }
+  // Whoever was left out goes first next round; otherwise the lead moves on, so that prompts
+  // take turns at what decode tokens leave.
+  first_ = left_out ? *left_out : (first_ + 1) % n;
+  for (size_t i = 0; i < n; ++i) {
+    Slot& slot = slots_[i];
+    if (slot.planned == 0) continue;
+    const std::vector<model::TokenId>& prompt = slot.job->request_.prompt;
+    if (slot.prompt_done < static_cast<int32_t>(prompt.size()))
+      steps_.push_back({static_cast<int32_t>(i), std::span(prompt).subspan(slot.prompt_done, slot.planned), slot.prompt_done});
+    else
+      steps_.push_back({static_cast<int32_t>(i), std::span<const model::TokenId>(&slot.last, 1), slot.pos});
+  }
+}
+
+void Scheduler::evaluate() {
+  try {
+    engine_.eval_batch(steps_);
+  } catch (const std::exception& e) {
+    if (steps_.size() == 1) {
+      slots_[static_cast<size_t>(steps_[0].sequence)].failure = e.what();
+    } else {
+      // The batch does not say whose step failed: each runs again alone (an eval rewrites the
+      // positions it covers, so a step that had run is unharmed), and only the failing ones end.
+      for (const model::SequenceStep& step : steps_) {
+        try {
+          engine_.eval_batch(std::span(&step, 1));
+        } catch (const std::exception& alone) {
+          slots_[static_cast<size_t>(step.sequence)].failure = alone.what();
+        }
+      }
+    }
+  }
+  for (const model::SequenceStep& step : steps_) {
+    Slot& slot = slots_[static_cast<size_t>(step.sequence)];
+    const auto n = static_cast<int32_t>(step.tokens.size());
+    if (slot.failure) {
+      // The slot stays usable: the next job starts at position 0 and overwrites its cache.
+      end(slot, FinishReason::Error, *std::exchange(slot.failure, std::nullopt));
+      continue;
+    }
+    try {
+      advance(slot, n);
+    } catch (const std::exception& e) {  // the sampler failed
+      end(slot, FinishReason::Error, e.what());
+    }
+  }
+}
+
+void Scheduler::advance(Slot& slot, int32_t n) {
+  const auto n_prompt = static_cast<int32_t>(slot.job->request_.prompt.size());
   if (slot.prompt_done < n_prompt) {
-    const int32_t n = std::min({n_prompt - slot.prompt_done, options_.prompt_chunk, slot.model->max_batch()});
-    slot.model->eval(std::span(prompt).subspan(slot.prompt_done, n), slot.prompt_done);
     slot.prompt_done += n;
     metrics_.add_prompt_tokens(n);
     if (slot.prompt_done < n_prompt) return;
     slot.pos = n_prompt;
   } else {
-    slot.model->eval(std::span<const model::TokenId>(&slot.last, 1), slot.pos++);
+    ++slot.pos;
   }
   sample(slot);
 }

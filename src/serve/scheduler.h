@@ -1,8 +1,10 @@
 #pragma once
 // The serving core, free of HTTP: a bounded FIFO queue of generation requests in front of the
 // engine's slots, one compute thread that advances every active slot by one step per round
-// (a prompt chunk or one token, in slot order, so concurrent requests progress interleaved and
-// a long prompt delays the others by one chunk at most), stop strings, and cancellation.
+// (a prompt chunk or one token, all slots' steps in one Engine::eval_batch call, so concurrent
+// requests progress interleaved, decoding N of them on LocalEngine reads the weights once per
+// round, and a long prompt delays the others by one chunk at most), stop strings, and
+// cancellation.
 //
 // Callers submit() from any thread and read the job's output with Job::wait(); the compute
 // thread appends text as it is generated, so a slow reader never stalls the other slots.
@@ -97,6 +99,9 @@ class QueueFullError : public Error {
 struct SchedulerOptions {
   int32_t max_queue = 32;     // requests waiting beyond the busy slots; more are refused
   int32_t prompt_chunk = 64;  // prompt positions per slot per round (capped by max_batch)
+  // Positions per round, all slots together, are capped by the engine's max_batch(): every
+  // slot's first position (a decode token or a chunk's start) comes first, then prompt chunks
+  // grow into what is left.
 };
 
 class Scheduler {
@@ -117,8 +122,10 @@ class Scheduler {
   // Runs step() on a compute thread of its own until destruction.
   void start();
   // One round: finishes cancelled jobs, gives free slots to waiting jobs in arrival order, then
-  // advances each active slot by one prompt chunk or one token. Returns false when no slot was
-  // active. Only one thread may call it (the compute thread once started).
+  // advances each active slot by one prompt chunk or one token, in one engine call. When the
+  // engine's batch can't hold a step of every slot, the slots left out go first next round.
+  // Returns false when no slot was active. Only one thread may call it (the compute thread once
+  // started).
   bool step();
 
   int32_t n_ctx() const { return n_ctx_; }
@@ -137,12 +144,17 @@ class Scheduler {
     int32_t pos = 0;          // where the next generated token goes
     int32_t generated = 0;
     model::TokenId last = -1;  // sampled, not evaluated yet
+    int32_t planned = 0;       // positions in this round's batch; 0: none
+    std::optional<std::string> failure;  // why this round's eval failed
   };
 
   void admit();
   void occupy(Slot& slot, std::shared_ptr<Job> job);
   void finish_unstarted(Job& job, FinishReason reason, std::string error);
-  void advance(Slot& slot);
+  void plan();
+  void evaluate();
+  // Records the n positions slot's step evaluated, then samples once its prompt is done.
+  void advance(Slot& slot, int32_t n);
   void sample(Slot& slot);
   void end(Slot& slot, FinishReason reason, std::string error = {});
   void run();
@@ -153,6 +165,8 @@ class Scheduler {
   const SchedulerOptions options_;
   const int32_t n_ctx_;
   std::vector<Slot> slots_;  // the compute thread's alone
+  std::vector<model::SequenceStep> steps_;  // this round's batch, in slot order
+  size_t first_ = 0;                        // the slot served first when the batch is short
   std::atomic<int32_t> active_{0};
 
   mutable std::mutex mutex_;

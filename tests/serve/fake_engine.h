@@ -1,7 +1,7 @@
 #pragma once
 // An Engine whose slots compute no transformer: each "predicts" a token chosen by a rule from
 // the last token and position, over a vocabulary of single letters, so scheduler tests know
-// every token and string that comes out. Every eval is logged.
+// every token and string that comes out. Every eval and every eval_batch call is logged.
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -68,8 +68,11 @@ class FakeModel : public model::TokenModel {
 
 class FakeEngine : public Engine {
  public:
-  explicit FakeEngine(int32_t n_slots, int32_t n_ctx = 256, int32_t max_batch = 512, FakeModel::Rule rule = next_letter)
-      : tokenizer_(letter_tokenizer()), rule_(std::move(rule)) {
+  // batch_limit: positions per eval_batch call, all slots together; 0: the default (none but
+  // each slot's max_batch).
+  explicit FakeEngine(int32_t n_slots, int32_t n_ctx = 256, int32_t max_batch = 512, FakeModel::Rule rule = next_letter,
+                      int32_t batch_limit = 0)
+      : tokenizer_(letter_tokenizer()), rule_(std::move(rule)), batch_limit_(batch_limit) {
     info_.id = "fake";
     info_.architecture = "llama";
     for (int32_t i = 0; i < n_slots; ++i) slots_.emplace_back(i, n_ctx, max_batch, tokenizer_.vocab_size(), log, rule_);
@@ -78,14 +81,24 @@ class FakeEngine : public Engine {
   const model::Tokenizer& tokenizer() const override { return tokenizer_; }
   int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
   model::TokenModel& slot(int32_t i) override { return slots_.at(i); }
+  void eval_batch(std::span<const model::SequenceStep> steps) override {
+    int32_t positions = 0;
+    for (const auto& step : steps) positions += static_cast<int32_t>(step.tokens.size());
+    if (steps.empty() || positions > max_batch()) throw std::logic_error("eval_batch outside the contract");
+    batches.push_back(static_cast<int32_t>(steps.size()));
+    Engine::eval_batch(steps);
+  }
+  int32_t max_batch() override { return batch_limit_ > 0 ? batch_limit_ : Engine::max_batch(); }
   std::vector<double> rank_forward_seconds() const override { return {0.0}; }
 
   std::vector<EvalRecord> log;  // every eval of every slot, in order
+  std::vector<int32_t> batches;  // steps of each eval_batch call, in order
 
  private:
   ModelInfo info_;
   model::Tokenizer tokenizer_;
   FakeModel::Rule rule_;
+  int32_t batch_limit_;
   std::vector<FakeModel> slots_;
 };
 

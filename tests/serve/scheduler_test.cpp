@@ -141,6 +141,67 @@ TEST(Scheduler, LongPromptIsProcessedInChunksWhileOthersDecode) {
     }
 }
 
+TEST(Scheduler, ARoundOfDecodingSlotsIsOneEngineCall) {
+  for (int32_t k = 1; k <= 4; ++k) {
+    FakeEngine engine(4);
+    Metrics metrics;
+    Scheduler s(engine, metrics);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (int32_t i = 0; i < k; ++i) jobs.push_back(s.submit(request(std::string(1, static_cast<char>('a' + 5 * i)), 6)));
+    const auto text = run_to_end(s, jobs);
+    for (int32_t i = 0; i < k; ++i) {
+      std::string expected;
+      for (int c = 1; c <= 6; ++c) expected += static_cast<char>('a' + 5 * i + c);
+      EXPECT_EQ(text[static_cast<size_t>(i)], expected) << k << " slots, job " << i;
+    }
+    // One call per round, each with a step of every slot: the prompts, then 5 decode tokens
+    // (the 6th token sampled is never evaluated).
+    EXPECT_EQ(engine.batches, std::vector<int32_t>(6, k)) << k << " slots";
+    ASSERT_EQ(engine.log.size(), static_cast<size_t>(6 * k));
+    for (size_t i = 0; i < engine.log.size(); ++i) EXPECT_EQ(engine.log[i].slot, static_cast<int32_t>(i % k));
+  }
+}
+
+TEST(Scheduler, ShortBatchGivesEverySlotATurn) {
+  // Three slots, two positions per call: each round one slot is left out, and it goes first in
+  // the next round.
+  FakeEngine engine(3, 256, 512, testing::next_letter, /*batch_limit=*/2);
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("a", 100));
+  auto b = s.submit(request("h", 100));
+  auto c = s.submit(request("o", 100));
+  std::string ta, tb, tc;
+  for (int round = 1; round <= 30; ++round) {
+    s.step();
+    ta += poll(*a).text;
+    tb += poll(*b).text;
+    tc += poll(*c).text;
+    const auto lengths = {ta.size(), tb.size(), tc.size()};
+    // Nobody gets two steps ahead of another.
+    EXPECT_LE(std::max(lengths) - std::min(lengths), 1u) << "round " << round;
+  }
+  EXPECT_EQ(ta.size() + tb.size() + tc.size(), 2u * 30);
+  for (int32_t steps : engine.batches) EXPECT_EQ(steps, 2);
+
+  // A long prompt's chunk gets what the decode tokens leave of the batch.
+  FakeEngine tight(2, 256, 512, testing::next_letter, /*batch_limit=*/8);
+  Scheduler t(tight, metrics, {.max_queue = 4, .prompt_chunk = 16});
+  auto shortjob = t.submit(request("a", 10));
+  t.step();  // shortjob's prompt alone: the long one is not there yet
+  auto longjob = t.submit(request(std::string(20, 'c'), 1));
+  t.step();
+  t.step();
+  t.step();
+  EXPECT_TRUE(poll(*longjob).finished);  // 7 + 7 + 6 prompt positions beside one decode token each
+  ASSERT_EQ(tight.log.size(), 7u);
+  for (size_t i : {1u, 3u, 5u}) EXPECT_EQ(tight.log[i].n, 1);
+  EXPECT_EQ(tight.log[2].n, 7);
+  EXPECT_EQ(tight.log[4].n, 7);
+  EXPECT_EQ(tight.log[6].n, 6);
+  EXPECT_EQ(poll(*shortjob).text, "bcde");
+}
+
 TEST(Scheduler, WaitingRequestsStartInArrivalOrder) {
   FakeEngine engine(1);
   Metrics metrics;
@@ -259,6 +320,26 @@ TEST(Scheduler, SamplerRefusalAndEngineFailureEndOnlyThatRequest) {
   EXPECT_NE(ends[1].error.find("engine broke"), std::string::npos);
   EXPECT_EQ(text[2], "bc");
   EXPECT_EQ(ends[2].finish_reason, FinishReason::Length);
+}
+
+TEST(Scheduler, EngineFailureInABatchEndsOnlyItsRequest) {
+  FakeEngine engine(2, 256, 512, [](model::TokenId last, int32_t pos) {
+    if (last == letter('y')) throw std::runtime_error("engine broke");
+    return testing::next_letter(last, pos);
+  });
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  auto a = s.submit(request("wx", 5));  // fails evaluating the y it generates
+  auto b = s.submit(request("a", 3));
+  std::vector<JobUpdate> ends;
+  auto text = run_to_end(s, {a, b}, &ends);
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Error);
+  EXPECT_NE(ends[0].error.find("engine broke"), std::string::npos);
+  EXPECT_EQ(ends[0].usage.completion_tokens, 1);
+  EXPECT_EQ(text[1], "bcd");
+  EXPECT_EQ(ends[1].finish_reason, FinishReason::Length);
+  // a's y failed in one call with b's decode token; both steps then ran again alone.
+  EXPECT_EQ(engine.batches, (std::vector<int32_t>{2, 2, 1, 1, 1}));
 }
 
 TEST(Scheduler, ComputeThreadServesConcurrentCallers) {

@@ -89,6 +89,9 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
   const int threads = options.threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(options.max_body_bytes);
+  // Headers and body are separate writes: without NODELAY the body of each keep-alive answer
+  // (and each SSE event) can wait for the client's delayed ACK.
+  svr.set_tcp_nodelay(true);
   const Clock::duration probe = options.probe_interval;
 
   svr.Post("/v1/chat/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {

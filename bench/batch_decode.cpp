@@ -1,0 +1,102 @@
+// Aggregate decode rate of 1, 2 and 4 concurrent sequences on `orchard serve`'s engine: one
+// batched pass per round (LocalEngine::eval_batch, what the scheduler does) against one pass
+// per sequence (each slot's own eval, as before batching), measured alternately in one run so
+// that the machine's drift hits both alike. Prints ratios against the one-at-a-time rate of a
+// single sequence.
+//
+//   bench_batch_decode MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "serve/local_engine.h"
+
+namespace {
+
+using orchard::model::SequenceStep;
+using orchard::model::TokenId;
+using orchard::serve::LocalEngine;
+
+constexpr int32_t kPrompt = 64;  // each sequence decodes after a prompt of this many positions
+constexpr int32_t kMaxSequences = 4;
+
+int int_argument(char** argv, int argc, int i, int fallback) {
+  if (i >= argc) return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(argv[i], &end, 10);
+  if (*end != '\0' || value < 1 || value > 1 << 20)
+    throw orchard::Error(orchard::error_message("bench", "argument {} must be a positive integer, not '{}'", i, argv[i]));
+  return static_cast<int>(value);
+}
+
+// Seconds to decode `tokens` positions after the prompt in each of k sequences.
+double decode_seconds(LocalEngine& engine, int32_t k, int32_t tokens, bool batched) {
+  std::vector<TokenId> last(static_cast<size_t>(k), 1);
+  std::vector<SequenceStep> steps(static_cast<size_t>(k));
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t i = 0; i < tokens; ++i) {
+    for (int32_t s = 0; s < k; ++s) steps[static_cast<size_t>(s)] = {s, std::span(&last[static_cast<size_t>(s)], 1), kPrompt + i};
+    if (batched) {
+      engine.eval_batch(steps);
+    } else {
+      for (const SequenceStep& step : steps) engine.slot(step.sequence).eval(step.tokens, step.pos);
+    }
+    for (int32_t s = 0; s < k; ++s) {
+      const float* logits = engine.slot(s).last_logits();
+      last[static_cast<size_t>(s)] = static_cast<TokenId>(std::max_element(logits, logits + engine.slot(s).vocab_size()) - logits);
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3]\n", argv[0]);
+    return 2;
+  }
+  orchard::serve::LocalEngineOptions options;
+  options.model_path = argv[1];
+  options.threads = argc > 2 ? int_argument(argv, argc, 2, 0) : 0;
+  const int32_t tokens = int_argument(argv, argc, 3, 32);
+  const int repetitions = int_argument(argv, argc, 4, 3);
+  options.n_slots = kMaxSequences;
+  options.n_ctx = kPrompt + tokens;
+  LocalEngine engine(options);
+
+  std::vector<TokenId> prompt(kPrompt);
+  for (int32_t i = 0; i < kPrompt; ++i) prompt[static_cast<size_t>(i)] = 1 + (i * 37 + 11) % (engine.tokenizer().vocab_size() - 1);
+  for (int32_t s = 0; s < kMaxSequences; ++s) engine.slot(s).eval(prompt, 0);
+
+  std::printf("%s, %d threads, %d tokens per sequence after a %d-position prompt, best of %d\n", argv[1],
+              engine.threads(), tokens, kPrompt, repetitions);
+  std::printf("%-10s %22s %16s %22s %24s\n", "sequences", "one-at-a-time (tok/s)", "batched (tok/s)",
+              "batched / one-at-a-time", "batched / 1 seq. alone");
+  double baseline = 0;
+  for (int32_t k : {1, 2, 4}) {
+    decode_seconds(engine, k, std::min(tokens, 4), true);  // warm-up
+    double alone = 1e30, batched = 1e30;
+    for (int r = 0; r < repetitions; ++r) {
+      // Alternating which goes first evens out a machine that speeds up or slows down.
+      const bool batched_first = r % 2 == 0;
+      const double first = decode_seconds(engine, k, tokens, batched_first);
+      const double second = decode_seconds(engine, k, tokens, !batched_first);
+      batched = std::min(batched, batched_first ? first : second);
+      alone = std::min(alone, batched_first ? second : first);
+    }
+    const double alone_rate = k * tokens / alone, batched_rate = k * tokens / batched;
+    if (k == 1) baseline = alone_rate;
+    std::printf("%-10d %22.2f %16.2f %22.2fx %23.2fx\n", k, alone_rate, batched_rate, batched_rate / alone_rate,
+                batched_rate / baseline);
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
+}
