@@ -1,6 +1,7 @@
 #include "network/coordinator.h"
 
 #include <algorithm>
+#include <limits>
 #include <fmt/format.h>
 
 #include "network/ledger.h"
@@ -108,7 +109,7 @@ void Coordinator::recover() {
   for (const auto& [id, n] : nodes_)
     if (n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]))
       form_pod_locked(n.description["pod"]);
-  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back(std::move(j));
+  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back({std::move(j), std::nullopt});
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
     // Its holder may still finish it; if not, the lease expires and the job returns.
     live_[j.id].unit = j.node_id;
@@ -176,7 +177,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   job.created_at = job.updated_at = now;
   store_.insert_job(job);
   live_[job.id];
-  queue_.push_back(job);
+  queue_.push_back({job, std::nullopt});
   dispatch_locked();
   return job_to_json(*store_.get_job(job.id));
 }
@@ -215,7 +216,7 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
   if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
   std::lock_guard lock(mu_);
   if (store_.cancel_job(id, clock_())) {
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const JobRecord& j) { return j.id == id; }),
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == id; }),
                  queue_.end());
     Live& live = live_[id];
     if (!live.unit.empty()) placement_.job_finished(live.unit);
@@ -550,7 +551,7 @@ void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& 
   check.verify_of = job.id;
   check.created_at = check.updated_at = clock_();
   store_.insert_job(check);
-  queue_.push_back(check);
+  queue_.push_back({check, std::nullopt});
 }
 
 json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
@@ -631,7 +632,7 @@ void Coordinator::requeue_locked(const std::string& job_id, const std::string& n
     }
   }
   // Back at the front: it has waited longest.
-  if (auto job = store_.get_job(job_id); job && job->state == JobState::Queued) queue_.push_front(*job);
+  if (auto job = store_.get_job(job_id); job && job->state == JobState::Queued) queue_.push_front({*job, std::nullopt});
 }
 
 Demand Coordinator::demand_for(const JobRecord& job) const {
@@ -646,14 +647,28 @@ Demand Coordinator::demand_for(const JobRecord& job) const {
 
 void Coordinator::dispatch_locked() {
   const int64_t now = clock_();
+  // Whether a job finds a place depends only on the memory it needs (and, for a check, on the
+  // node it must avoid): once a plain job finds none, no larger plain job can, so a long queue
+  // behind a full network costs one comparison per job, not one placement.
+  int64_t smallest_unplaced = std::numeric_limits<int64_t>::max();
   for (auto it = queue_.begin(); it != queue_.end();) {
-    const JobRecord* job = &*it;
-    if (!models_.count(job->model)) {
+    QueuedJob& queued = *it;
+    const JobRecord* job = &queued.job;
+    if (!queued.demand) {
+      if (!models_.count(job->model)) {
+        ++it;
+        continue;
+      }
+      queued.demand = demand_for(*job);
+    }
+    const bool plain = queued.demand->exclude.empty();
+    if (plain && queued.demand->need_bytes >= smallest_unplaced) {
       ++it;
       continue;
     }
-    auto choice = placement_.place(demand_for(*job));
+    auto choice = placement_.place(*queued.demand);
     if (!choice) {
+      if (plain) smallest_unplaced = queued.demand->need_bytes;
       ++it;
       continue;
     }

@@ -152,7 +152,11 @@ class Coordinator {
   Placement placement_;
   std::unordered_map<std::string, NodeState> nodes_;
   std::map<std::string, ModelInfo> models_;
-  std::deque<JobRecord> queue_;  // queued jobs, oldest first (no database read per dispatch)
+  struct QueuedJob {
+    JobRecord job;
+    std::optional<Demand> demand;  // worked out once, at the first dispatch that knows the model
+  };
+  std::deque<QueuedJob> queue_;  // queued jobs, oldest first (no database read per dispatch)
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, Bucket> rate_;
   std::mt19937_64 rng_;

@@ -103,6 +103,9 @@ struct HttpApi::Impl {
 
   void routes() {
     server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+    // A response goes out as headers then body: with Nagle's algorithm the body waits for the
+    // client's delayed ACK (40 ms on Linux) on every keep-alive request.
+    server.set_tcp_nodelay(true);
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"ok", true}}); });
     server.Get("/v1/world", wrap([this](const httplib::Request&, httplib::Response& res) {
                  send_json(res, coordinator.world());

@@ -201,6 +201,31 @@ TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
   EXPECT_EQ(job["nodes"], (json{lead.public_hex(), member.public_hex()}));
 }
 
+TEST_F(HttpApiTest, JobsTooLargeForEveryMachineWaitWithoutHoldingBackSmallerOnes) {
+  NodeKey node = NodeKey::generate();
+  signed_call(node, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000},
+                   {"models", {{{"name", "big"}, {"bytes", 100'000'000'000}, {"kv_bytes_per_token", 0}},
+                               {{"name", "small"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  auto submit = [&](const std::string& model) {
+    auto res = client().Post("/v1/jobs", json{{"model", model}, {"prompt", "hi"}, {"max_tokens", 1}}.dump(), "application/json");
+    EXPECT_EQ(res->status, 201) << res->body;
+    return json::parse(res->body)["id"].get<std::string>();
+  };
+  submit("big");
+  const std::string first = submit("small");
+  submit("big");
+  const std::string second = submit("small");
+  const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(2); };
+  std::vector<std::string> received;
+  for (json job = coordinator_->poll(node.public_hex(), deadline()); job.is_object();
+       job = coordinator_->poll(node.public_hex(), deadline()))
+    received.push_back(job["id"]);
+  EXPECT_EQ(received, (std::vector<std::string>{first, second}));
+  EXPECT_EQ(json::parse(client().Get("/v1/world")->body)["totals"]["queue"], 2);
+}
+
 TEST_F(HttpApiTest, ClientsNeedAKey) {
   httplib::Client c("127.0.0.1", port_);
   EXPECT_EQ(c.Get("/v1/models")->status, 401);
