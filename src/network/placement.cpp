@@ -15,9 +15,9 @@ constexpr double kNotOnDiskWeight = 0.5;
 
 }  // namespace
 
-double expected_tok_s(int64_t model_bytes, double bandwidth_gbs_sum, int members, double link_latency_us) {
-  if (bandwidth_gbs_sum <= 0) return 0;
-  double seconds = static_cast<double>(std::max<int64_t>(model_bytes, 1)) / (bandwidth_gbs_sum * 1e9 * kBandwidthEfficiency) +
+double expected_tok_s(int64_t model_bytes, double bandwidth_gbs, int members, double link_latency_us) {
+  if (bandwidth_gbs <= 0) return 0;
+  double seconds = static_cast<double>(std::max<int64_t>(model_bytes, 1)) / (bandwidth_gbs * 1e9 * kBandwidthEfficiency) +
                    (members - 1) * link_latency_us * 1e-6;
   return 1.0 / seconds;
 }
@@ -91,6 +91,7 @@ void Placement::reindex(int ui) {
   if (u.pod) {
     u.memory = 0;
     u.bandwidth = 0;
+    double seconds_per_byte = 0;  // of the whole model, summed over the members' shares
     u.reliability = 1;
     u.queue = 0;
     u.available = true;
@@ -98,11 +99,15 @@ void Placement::reindex(int ui) {
     for (int m : u.members) {
       const Unit& n = units_[m];
       u.memory += n.memory;
-      u.bandwidth += n.bandwidth;
+      seconds_per_byte += static_cast<double>(n.memory) / std::max(n.bandwidth, 1e-9);
       u.reliability = std::min(u.reliability, n.reliability);
       u.queue = std::max(u.queue, n.queue);
       u.available = u.available && n.available && !n.removed;
     }
+    // A pipeline by memory share: a token passes the stages one after another, each reading its
+    // share, so the pod decodes at the memory-weighted harmonic mean of its members' bandwidths
+    // (as fast as one member when they are alike), not at their sum.
+    u.bandwidth = u.memory > 0 && seconds_per_byte > 0 ? static_cast<double>(u.memory) / seconds_per_byte : 0;
     // The leader reads the model for the pod (the others receive their shards from it).
     u.models = units_[u.members.front()].models;
   }

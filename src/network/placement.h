@@ -51,10 +51,12 @@ struct Choice {
   bool on_disk = false;
 };
 
-// Expected decode speed of a model split over machines by memory share: each token streams the
-// whole model once through the members' memory (bytes / summed bandwidth, at the efficiency real
-// kernels reach) plus one link hop per member boundary.
-double expected_tok_s(int64_t model_bytes, double bandwidth_gbs_sum, int members, double link_latency_us);
+// Expected decode speed of a model on a machine, or split over a pod's machines as a pipeline by
+// memory share: each token streams the whole model once, one stage after another (bytes / the
+// unit's decode bandwidth, at the efficiency real kernels reach), plus one link hop per stage
+// boundary. A pod is therefore never faster than one of its members: it exists to hold models
+// that one machine cannot.
+double expected_tok_s(int64_t model_bytes, double bandwidth_gbs, int members, double link_latency_us);
 
 // Reliability after an outcome: served jobs pull it back toward 1, lost leases and failed checks
 // push it down (a failed check much harder).

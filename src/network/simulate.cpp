@@ -122,7 +122,10 @@ class Simulator {
       e.credits = static_cast<double>(book_.balance(ledger::node_account(cls))) / 1e6;
     }
     report_.utilization = online_hours > 0 ? busy_seconds_ / 3600 / online_hours : 0;
-    for (const auto& q : waiting_) report_.jobs_queued += static_cast<int64_t>(q.size());
+    for (size_t m = 0; m < waiting_.size(); ++m) {
+      report_.jobs_queued += static_cast<int64_t>(waiting_[m].size());
+      if (!waiting_[m].empty()) report_.queued_by_model[kModels[m].name] = static_cast<int64_t>(waiting_[m].size());
+    }
     report_.jobs_in_flight = static_cast<int64_t>(jobs_.size()) - report_.jobs_queued;
     report_.jobs_lost =
         report_.jobs_submitted - report_.jobs_completed - report_.jobs_in_flight - report_.jobs_queued;
@@ -359,13 +362,18 @@ std::string SimulationReport::to_text() const {
   std::string s = fmt::format(
       "jobs: {} submitted, {} completed, {} running, {} queued, {} lost; {} leases lost to churn; {} ran on pods\n"
       "utilization: {:.1f}% of online machine-time\n"
-      "queueing delay: p50 {:.3f} s, p99 {:.3f} s\n"
+      "queueing delay of started jobs: p50 {:.3f} s, p99 {:.3f} s\n"
       "placement decision: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} decisions\n"
-      "ledger: sum of all balances {} (must be 0)\n"
-      "earnings per seat class (credits per machine-hour):\n",
+      "ledger: sum of all balances {} (must be 0)\n",
       jobs_submitted, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
       queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements,
       ledger_sum);
+  if (!queued_by_model.empty()) {
+    s += "still queued:";
+    for (const auto& [model, n] : queued_by_model) s += fmt::format(" {} {}", model, n);
+    s += "\n";
+  }
+  s += "earnings per seat class (credits per machine-hour):\n";
   std::vector<std::pair<std::string, SeatEarnings>> rows(earnings.begin(), earnings.end());
   std::sort(rows.begin(), rows.end(),
             [](auto& a, auto& b) { return a.second.per_machine_hour() > b.second.per_machine_hour(); });

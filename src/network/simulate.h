@@ -32,6 +32,7 @@ struct SeatEarnings {
 struct SimulationReport {
   int64_t jobs_submitted = 0, jobs_completed = 0, jobs_in_flight = 0, jobs_queued = 0;
   int64_t jobs_lost = 0;      // submitted - completed - in flight - queued: must be 0
+  std::map<std::string, int64_t> queued_by_model;  // still waiting at the end
   int64_t requeued = 0;       // leases lost to churn
   int64_t pod_jobs = 0;
   double utilization = 0;     // busy machine-time / online machine-time

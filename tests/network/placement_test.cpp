@@ -64,6 +64,13 @@ TEST(Placement, PodsTakeWhatNoMachineHoldsAndNeverSpanStrangers) {
   ASSERT_TRUE(c);
   EXPECT_TRUE(c->pod);
   EXPECT_EQ(c->nodes, (std::vector<std::string>{"p1", "p2"}));
+  // A pipeline decodes one stage after another: as fast as one member, less a hop.
+  EXPECT_DOUBLE_EQ(c->expected_tok_s, expected_tok_s(200 * kGB, 800, 2, 10));
+  EXPECT_LT(c->expected_tok_s, expected_tok_s(200 * kGB, 800, 1, 0));
+  // So a model one machine holds goes to a machine, not to the pod.
+  auto small = p.place(demand("small", 4, 8));
+  ASSERT_TRUE(small);
+  EXPECT_FALSE(small->pod);
   // lone + p1 would hold 300 GB too, but they are not one pod.
   p.set_available("p2", false);
   EXPECT_EQ(p.place(demand("big", 200, 230)), std::nullopt);

@@ -13,7 +13,8 @@ namespaces (not root) both agents run on loopback, naming their places with --po
   2. rank_killed: rank 1's process killed mid-job: the leader hands the job back, it runs again
      and completes, with no rank left behind;
   3. leader_killed: the leader's agent killed mid-job: its ranks stop, the job's lease expires
-     and the member completes it alone.
+     and it waits in the queue (the member cannot hold the model alone) until a machine that
+     can joins and completes it.
 Usage: pod_e2e.py ORCHARD_BINARY [scenario...]
 """
 import os, shutil, signal, subprocess, sys, time
@@ -79,6 +80,10 @@ def rank_pid(rank):
     return None
 
 
+# Offered by each pod member: under the test model's 3.9 MB, so no member holds it alone.
+POD_MEMBER_MEMORY = "3M"
+
+
 class Pod:
     """A coordinator and the agents of one two-machine pod."""
 
@@ -108,13 +113,15 @@ class Pod:
 
     def agent(self, i):
         # The member has a copy of its own (to run jobs alone); the leader's folder is hidden from its rank.
+        # Each offers less memory than the model needs, so only the pod can take its jobs (a pod
+        # decodes no faster than one of its machines, so a machine that holds a model gets it).
         models = MODELS if i == 0 else os.path.join(TMP, "models-b")
         if not os.path.exists(models):
             shutil.copytree(MODELS, models)
         coordinator = "http://%s1:%d" % (UPLINK % (i + 1), self.net.port) if self.netns else self.net.url
         args = ["node", "--network", coordinator, "--dedicated", "--models", models, "--threads", "1",
                 "--key-file", os.path.join(TMP, "%s-%d.key" % (os.path.basename(self.hostfile), i)), "--name", "m%d" % i,
-                "--token-delay-ms", str(self.delay_ms), "--max-context", "256",
+                "--token-delay-ms", str(self.delay_ms), "--max-context", "256", "--max-memory", POD_MEMBER_MEMORY,
                 "--pod", "pod-" + os.path.basename(self.hostfile), "--pod-hostfile", self.hostfile,
                 "--pod-ssh", self.ssh, "--pod-port", str(self.port)]
         if not self.netns:
@@ -179,6 +186,7 @@ def scenario_leader_killed(netns):
     assert rank_pid(1), "rank 1 is not running"
     kill(pod.agents[0])  # SIGKILL: no goodbye, its launcher and ranks must still go
     wait_for("no rank left", lambda: not rank_processes(), 20)
+    pod.net.node("alone")  # the member cannot hold the model alone: the job goes back to the queue until this one comes
     job = pod.net.done(jid)
     assert job["state"] == "completed" and job["attempts"] >= 2, job
     assert job["text"] == reference("The orchard", 40)
