@@ -6,6 +6,7 @@
 
 #include "comm/algorithms/collectives.h"
 #include "core/error.h"
+#include "parallel/distributed_model.h"
 
 namespace orchard::cluster {
 namespace {
@@ -109,7 +110,8 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double read_per_token = layers * (layer_bytes + kv_row * work.position) + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
-  const double chunk = std::min(work.chunk, work.prompt_tokens);
+  const double chunk = std::min(parallel::pipeline_chunk(static_cast<size_t>(work.prompt_tokens), layout.pp, work.chunk),
+                                work.prompt_tokens);
   const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
   r.prompt_chunk_ms = std::max(flops / (machine.compute_gflops * 1e9), (layers * layer_bytes + out_bytes) / bw) * 1e3;
   return r;
@@ -259,7 +261,8 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
 
   // Prompt: chunks flow through the stages; after the first chunk fills the pipe, one chunk
   // leaves every max(stage time).
-  const double chunk = std::min(work.chunk, work.prompt_tokens);
+  const double chunk = std::min(parallel::pipeline_chunk(static_cast<size_t>(work.prompt_tokens), pp, work.chunk),
+                                work.prompt_tokens);
   const double chunks = std::ceil(static_cast<double>(work.prompt_tokens) / chunk);
   int unused = 0;
   double fill = 0, slowest_stage = 0;

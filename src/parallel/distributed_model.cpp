@@ -1,5 +1,6 @@
 #include "parallel/distributed_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -48,9 +49,18 @@ DistributedModel::DistributedModel(comm::Group& group, const Layout& layout, mod
   }
 }
 
+int32_t pipeline_chunk(size_t positions, int stages, int32_t max_batch) {
+  constexpr int32_t kChunksPerStage = 8, kMinChunk = 32;
+  if (stages <= 1) return max_batch;
+  const auto even = static_cast<int32_t>((positions + static_cast<size_t>(kChunksPerStage * stages) - 1) /
+                                         static_cast<size_t>(kChunksPerStage * stages));
+  return std::clamp(even, std::min(kMinChunk, max_batch), max_batch);
+}
+
 void DistributedModel::eval(std::span<const model::TokenId> tokens, int32_t pos) {
   const int32_t d = forward_.config().n_embd;
-  const int32_t chunk = forward_.max_batch();
+  // Every stage cuts the same chunks (they all see the same token count).
+  const int32_t chunk = pipeline_chunk(tokens.size(), layout_.pp, forward_.max_batch());
   const int previous = stage_ > 0 ? layout_.rank_at(stage_ - 1, tensor_rank_) : -1;
   const int next = stage_ + 1 < layout_.pp ? layout_.rank_at(stage_ + 1, tensor_rank_) : -1;
   for (size_t done = 0; done < tokens.size();) {

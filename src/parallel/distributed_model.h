@@ -28,6 +28,12 @@ class TensorGroupSums : public model::PartialSums {
   std::vector<float> incoming_; // grows once to the largest message
 };
 
+// Positions per pipeline chunk for a prompt of `positions` over `stages`: the first chunk runs
+// on stage 0 alone and the last on the last stage alone, so with K chunks the stages idle
+// (P - 1) / (K + P - 1) of the time; eight chunks per stage keep that near 10% while chunks
+// stay large enough for efficient matrix products (never over max_batch, at least 32).
+int32_t pipeline_chunk(size_t positions, int stages, int32_t max_batch);
+
 class DistributedModel : public model::TokenModel {
  public:
   // forward runs this rank's shard; layout says where the other shards are.
