@@ -299,11 +299,14 @@ TEST(Scheduler, RefusesRequestsBreakingTheContract) {
   EXPECT_THROW(s.submit(bad_token), Error);
 }
 
+// The fake model's next letter, except that evaluating a 'y' fails.
+model::TokenId next_letter_but_breaks_at_y(model::TokenId last, int32_t pos) {
+  if (last == letter('y')) throw std::runtime_error("engine broke");
+  return testing::next_letter(last, pos);
+}
+
 TEST(Scheduler, SamplerRefusalAndEngineFailureEndOnlyThatRequest) {
-  FakeEngine engine(1, 256, 512, [](model::TokenId last, int32_t pos) {
-    if (last == letter('y')) throw std::runtime_error("engine broke");
-    return testing::next_letter(last, pos);
-  });
+  FakeEngine engine(1, 256, 512, next_letter_but_breaks_at_y);
   Metrics metrics;
   Scheduler s(engine, metrics);
   GenerationRequest bad_sampling = request("a", 5);
@@ -323,10 +326,7 @@ TEST(Scheduler, SamplerRefusalAndEngineFailureEndOnlyThatRequest) {
 }
 
 TEST(Scheduler, EngineFailureInABatchEndsOnlyItsRequest) {
-  FakeEngine engine(2, 256, 512, [](model::TokenId last, int32_t pos) {
-    if (last == letter('y')) throw std::runtime_error("engine broke");
-    return testing::next_letter(last, pos);
-  });
+  FakeEngine engine(2, 256, 512, next_letter_but_breaks_at_y);
   Metrics metrics;
   Scheduler s(engine, metrics);
   auto a = s.submit(request("wx", 5));  // fails evaluating the y it generates
