@@ -19,7 +19,12 @@ struct Command {
 };
 static_assert(sizeof(Command) == 20);
 constexpr uint32_t kCommandMagic = 0x4F524356;  // "VCRO"
-enum : int32_t { kEval = 1, kStop = 2, kHeartbeat = 3 };
+// kReport: every rank all-gathers its forward seconds (also what keeps idle followers alive).
+enum : int32_t { kEval = 1, kStop = 2, kReport = 3 };
+// How stale /metrics' per-rank timings may be while requests run.
+constexpr auto kReportInterval = std::chrono::seconds(1);
+
+double seconds(int64_t nanoseconds) { return static_cast<double>(nanoseconds) * 1e-9; }
 
 }  // namespace
 
@@ -54,7 +59,8 @@ SplitEngine::SplitEngine(parallel::Engine& engine, comm::Group& group, const std
     : engine_(engine),
       group_(group),
       info_(describe_model(model_path, alias, engine.file(), engine.config())),
-      heartbeat_(heartbeat) {
+      heartbeat_(heartbeat),
+      rank_seconds_(static_cast<size_t>(group.size()), 0.0) {
   ORCHARD_CHECK(group.rank() == 0, "the split server runs on rank 0, not {}", group.rank());
   for (int32_t i = 0; i < engine.n_slots(); ++i) slots_.push_back(std::make_unique<CommandedSlot>(*this, i));
   group_thread_ = std::thread([this] { group_loop(); });
@@ -81,21 +87,35 @@ void SplitEngine::on_group_thread(const std::function<void()>& work) {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+void SplitEngine::report() {
+  Command command{kCommandMagic, kReport, 0, 0, 0};
+  group_.broadcast(&command, sizeof command, 0);
+  const double mine = seconds(forward_nanoseconds_.load());
+  std::vector<double> all(static_cast<size_t>(group_.size()));
+  group_.all_gather(&mine, all.data(), sizeof mine);
+  std::lock_guard lock(report_mutex_);
+  rank_seconds_ = std::move(all);
+}
+
 void SplitEngine::group_loop() {
   bool broken = false;
+  auto last_report = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   for (;;) {
     const bool woken = changed_.wait_for(lock, heartbeat_, [&] { return stopping_ || (pending_ && !done_); });
     if (stopping_) break;
     try {
+      // Idle, a report is the heartbeat; busy, one goes before an eval at most every second.
+      const bool report_due = !woken || std::chrono::steady_clock::now() - last_report >= kReportInterval;
+      if (!broken && report_due) {
+        lock.unlock();
+        report();
+        lock.lock();
+        last_report = std::chrono::steady_clock::now();
+      }
       if (woken) {
         lock.unlock();
         (*pending_)();
-        lock.lock();
-      } else if (!broken) {
-        Command beat{kCommandMagic, kHeartbeat, 0, 0, 0};
-        lock.unlock();
-        group_.broadcast(&beat, sizeof beat, 0);
         lock.lock();
       }
     } catch (...) {
@@ -124,11 +144,19 @@ model::TokenModel& SplitEngine::slot(int32_t i) {
 }
 
 std::vector<double> SplitEngine::rank_forward_seconds() const {
-  return {static_cast<double>(forward_nanoseconds_.load()) * 1e-9};
+  std::vector<double> all;
+  {
+    std::lock_guard lock(report_mutex_);
+    all = rank_seconds_;
+  }
+  all[0] = seconds(forward_nanoseconds_.load());  // rank 0's own figure is always current
+  return all;
 }
 
 void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
   std::vector<model::TokenId> tokens;
+  std::vector<double> reported(static_cast<size_t>(group.size()));
+  int64_t forward_nanoseconds = 0;
   for (;;) {
     Command command{};
     group.broadcast(&command, sizeof command, 0);
@@ -136,13 +164,20 @@ void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
       throw FormatError(error_message("serve", "rank {}: rank 0 sent a command with bad magic {:#x}", group.rank(),
                                       command.magic));
     if (command.op == kStop) return;
-    if (command.op == kHeartbeat) continue;
+    if (command.op == kReport) {
+      const double mine = seconds(forward_nanoseconds);
+      group.all_gather(&mine, reported.data(), sizeof mine);
+      continue;
+    }
     if (command.op != kEval || command.slot < 0 || command.slot >= engine.n_slots() || command.n_tokens < 0)
       throw FormatError(error_message("serve", "rank {}: rank 0 sent a bad command (op {}, slot {}, {} tokens)",
                                       group.rank(), command.op, command.slot, command.n_tokens));
     tokens.resize(static_cast<size_t>(command.n_tokens));
     group.broadcast(tokens.data(), tokens.size() * sizeof(model::TokenId), 0);
+    const auto start = std::chrono::steady_clock::now();
     engine.model(command.slot).eval(tokens, command.pos);
+    forward_nanoseconds +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   }
 }
 

@@ -2,8 +2,9 @@
 // Serving a model split over several ranks. Rank 0 runs the server and its scheduler; each slot
 // eval it makes is first broadcast as a command, so every other rank (running
 // follow_split_engine) makes the same eval on its shard, in the same order. One thread of rank
-// 0 owns the group: it runs the evals the scheduler hands it and, while no request runs, sends
-// a heartbeat often enough that the followers' waits never reach the comm timeout.
+// 0 owns the group: it runs the evals the scheduler hands it and asks every rank for its
+// forward seconds (for /metrics) at most every second while busy and every heartbeat while
+// idle, often enough that the followers' waits never reach the comm timeout.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,7 +32,7 @@ class SplitEngine : public Engine {
   const model::Tokenizer& tokenizer() const override { return engine_.tokenizer(); }
   int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
   model::TokenModel& slot(int32_t i) override;
-  // Rank 0's forward seconds (the other ranks' times stay on their machines).
+  // Every rank's forward seconds: rank 0's now, the others' as of the last report.
   std::vector<double> rank_forward_seconds() const override;
 
  private:
@@ -39,6 +40,7 @@ class SplitEngine : public Engine {
   // Runs `work` on the group thread and waits for it; rethrows what it threw.
   void on_group_thread(const std::function<void()>& work);
   void group_loop();
+  void report();  // on the group thread
 
   parallel::Engine& engine_;
   comm::Group& group_;
@@ -52,6 +54,8 @@ class SplitEngine : public Engine {
   bool done_ = false;                               // pending_ finished
   std::exception_ptr error_;
   bool stopping_ = false;
+  mutable std::mutex report_mutex_;
+  std::vector<double> rank_seconds_;  // by rank, as of the last report
   std::thread group_thread_;
 };
 

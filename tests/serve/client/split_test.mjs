@@ -1,5 +1,6 @@
 // `orchard serve --world 2`: a model split over two local ranks answers exactly what one process
 // answers (greedy), keeps its followers alive through idle periods longer than the comm timeout,
+// reports every rank's forward time in /metrics,
 // and stops cleanly on SIGTERM.
 //   node split_test.mjs PATH/TO/orchard
 import { test, before, after } from 'node:test';
@@ -45,4 +46,14 @@ test('followers outlive an idle period longer than the comm timeout', async () =
   await sleep(3000);
   const [a, b] = await Promise.all([ask(single, 'Still there?'), ask(split, 'Still there?')]);
   assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+});
+
+test('/metrics reports the forward time of every rank', async () => {
+  await sleep(1500);  // idle: a report comes with the next heartbeat
+  const text = await (await fetch(`${split.url}/metrics`)).text();
+  for (const rank of [0, 1]) {
+    const line = text.split('\n').find((l) => l.startsWith(`orchard_rank_forward_seconds_total{rank="${rank}"} `));
+    assert.ok(line, `no line for rank ${rank} in:\n${text}`);
+    assert.ok(Number(line.split(' ')[1]) > 0, line);
+  }
 });
