@@ -160,15 +160,14 @@ struct Q6_KInterleaved {
       // e ≥ 64), top bits in qh byte 32h + e % 32 at bit 2 (e / 32). So the 4 quant words m of
       // run g (elements 32g + 4m..) use ql word 16h + 8 (g % 2) + m and qh word 8h + m; runs
       // are sub-block pairs 4h + g, words 0-3 the even sub-block, 4-7 the odd one.
-#pragma GCC unroll 2
+      // Left to the compiler to unroll: fully unrolled (pragmas), decode (one token) ran at half
+      // the speed, 7.6 against 15.3 GB/s on one core, for 15% more prompt throughput.
       for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) {
           const int pair = 4 * h + g;
           const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ6_KScales + 32 * pair));
           const __m512i offset = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scales, 5));
           for (int t = 0; t < T; ++t) sum[t] = _mm512_dpwssd_epi32(sum[t], offset, broadcast4(x[t][b].bsums + 2 * pair));
-#pragma GCC unroll 2
           for (int odd = 0; odd < 2; ++odd) {
             const __m512i scale = odd ? _mm512_srai_epi32(scales, 16) : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
             DotChains<T> dots;
