@@ -97,9 +97,9 @@ cluster::PlanRequest plan_request(const SplitJob& job) {
   return r;
 }
 
-// The plan's ranks as (machine index, weight) pairs, with `first` moved to rank 0 when the plan
-// uses it and its ranks are interchangeable (pipeline, tensor): the machine the user typed on
-// serves the API and prints the output.
+// Moves machine `first` to rank 0 (with its weight) when the plan uses it and its ranks are
+// interchangeable (pipeline, tensor): the machine the user typed on serves the API and prints
+// the output.
 void put_first(cluster::Plan& plan, size_t first) {
   parallel::Layout& l = plan.predicted.layout;
   auto it = std::find(plan.machine_indices.begin(), plan.machine_indices.end(), first);
@@ -123,20 +123,6 @@ void adopt_plan(const cluster::Plan& plan, parallel::SplitOptions& split) {
   split.split_weights = l.pp > 1 ? l.stage_weights : l.tensor_weights;
   std::fprintf(stderr, "%s", cluster::format_plan(plan).c_str());
 }
-
-}  // namespace
-
-void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
-  cmd->add_option("--hostfile", f.hostfile, "MLX-style JSON hostfile: start one rank per host over ssh")
-      ->check(CLI::ExistingFile);
-  cmd->add_flag("--discover", f.discover, "Run on the machines this cluster's agents found (see orchard cluster)");
-  cmd->add_option("--ssh", f.ssh, "ssh client that reaches the hosts")->capture_default_str();
-  add_cluster_identity_flags(cmd, f.discovery);
-}
-
-void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
-
-namespace {
 
 // --world N --strategy auto: ranks of one machine share its memory and bandwidth, so the split
 // competes with one rank that has the whole machine, not with one of the shares.
@@ -202,6 +188,16 @@ std::vector<parallel::HostEntry> discovered_hosts(const ClusterLaunchFlags& f, p
 }
 
 }  // namespace
+
+void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
+  cmd->add_option("--hostfile", f.hostfile, "MLX-style JSON hostfile: start one rank per host over ssh")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--discover", f.discover, "Run on the machines this cluster's agents found (see orchard cluster)");
+  cmd->add_option("--ssh", f.ssh, "ssh client that reaches the hosts")->capture_default_str();
+  add_cluster_identity_flags(cmd, f.discovery);
+}
+
+void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
 
 std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
   const bool on_hosts = !f.hostfile.empty() || f.discover;

@@ -1,8 +1,9 @@
-#include <csignal>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
 #include "apps/orchard/commands.h"
+#include "apps/orchard/signal_stopper.h"
 #include "core/error.h"
 #include "network/coordinator.h"
 #include "network/http_api.h"
@@ -19,28 +20,20 @@ struct NetworkOptions {
   std::string key_name;
 };
 
-std::atomic<bool> g_stop{false};
-network::HttpApi* g_api = nullptr;
-
-void on_signal(int) {
-  g_stop = true;
-  if (g_api) g_api->stop();
-}
-
 void run_coordinator(NetworkOptions& o) {
   o.core.lease_ms = static_cast<int64_t>(o.lease_s * 1000);
   o.core.offline_after_ms = o.core.lease_ms;
+  // Before any thread starts, so that every thread inherits the mask.
+  SignalStopper::block_signals();
   network::Store store = network::Store::open(o.db);
   network::Coordinator coordinator(store, o.core);
   network::HttpApi api(coordinator);
   int port = api.bind(o.host, o.port);
   std::fprintf(stderr, "orchard network: listening on %s:%d, state in %s (%s)\n", o.host.c_str(), port, o.db.c_str(),
                std::string(store.backend()).c_str());
-  g_api = &api;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  std::atomic<bool> stop{false};
   std::thread ticker([&] {
-    while (!g_stop) {
+    while (!stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
       try {
         coordinator.tick();
@@ -49,10 +42,12 @@ void run_coordinator(NetworkOptions& o) {
       }
     }
   });
-  api.serve();
-  g_stop = true;
+  {
+    SignalStopper stopper([&api] { api.stop(); });
+    api.serve();
+  }
+  stop = true;
   ticker.join();
-  g_api = nullptr;
 }
 
 }  // namespace

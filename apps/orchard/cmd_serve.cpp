@@ -1,5 +1,3 @@
-#include <pthread.h>
-
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -9,10 +7,11 @@
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/progress.h"
+#include "apps/orchard/signal_stopper.h"
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
-#include "serve/chat_templates.h"
 #include "parallel/engine.h"
+#include "serve/chat_templates.h"
 #include "serve/local_engine.h"
 #include "serve/split_engine.h"
 #include "serve/metrics.h"
@@ -31,37 +30,6 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string chat_template = "auto";
-};
-
-// Stops `server` on SIGINT or SIGTERM. The signals are blocked in every thread (this one is
-// created after the mask is set, and all others inherit it) and taken by sigwait here, so the
-// stop runs in an ordinary thread rather than in a signal handler.
-class SignalStopper {
- public:
-  explicit SignalStopper(serve::openai::HttpServer& server)
-      : thread_([&server] {
-          int signal = 0;
-          sigwait(&signals(), &signal);
-          server.stop();
-        }) {}
-  ~SignalStopper() {
-    // Wakes the thread when the server stopped on its own.
-    pthread_kill(thread_.native_handle(), SIGTERM);
-    thread_.join();
-  }
-  static const sigset_t& signals() {
-    static const sigset_t set = [] {
-      sigset_t s;
-      sigemptyset(&s);
-      sigaddset(&s, SIGINT);
-      sigaddset(&s, SIGTERM);
-      return s;
-    }();
-    return set;
-  }
-
- private:
-  std::thread thread_;
 };
 
 // Runs the server on `engine` (the whole model here, or rank 0 of a split) until SIGINT/SIGTERM.
@@ -86,7 +54,7 @@ void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::op
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
 
-  SignalStopper stopper(server);
+  SignalStopper stopper([&server] { server.stop(); });
   server.listen();
   std::fprintf(stderr, "stopped\n");
 }
@@ -109,7 +77,7 @@ void serve_model(ServeOptions& o) {
   const bool split = o.split.world > 1 || o.split.strategy != "single" || std::getenv("ORCHARD_WORLD");
   if (!split) {
     // Before any thread starts, so that every thread inherits the mask.
-    pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
+    SignalStopper::block_signals();
     o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
     serve::LocalEngine engine(o.engine);
     bar.finish();
@@ -126,14 +94,12 @@ void serve_model(ServeOptions& o) {
   // The launcher of local ranks forwards SIGINT/SIGTERM to them: rank 0 stops its server, which
   // tells the other ranks to stop (theirs stay blocked, so they finish in order).
   parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
-    pthread_sigmask(SIG_BLOCK, &SignalStopper::signals(), nullptr);
+    SignalStopper::block_signals();
+    if (!group) throw Error(error_message("serve", "a split needs more than one rank (--world, or started by orchard launch)"));
     options.layout = layout;
-    if (!group || group->rank() == 0) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    if (group->rank() == 0) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
     parallel::Engine engine(options, group);
     bar.finish();
-    if (!group) {
-      throw Error(error_message("serve", "a split needs more than one rank (--world, or started by orchard launch)"));
-    }
     if (group->rank() != 0) {
       serve::follow_split_engine(engine, *group);
       return;

@@ -77,6 +77,11 @@ double broadcast_ms(const LinkSpec& link, double bytes, int n, int* steps) {
   return exchange_ms(link, bytes / n, n) + all_gather_ms(link, bytes / n, n, steps);
 }
 
+// Positions per forward pass of the prompt: what the engine cuts (a pipeline, finer).
+double prompt_chunk(const Workload& work, int stages) {
+  return std::min(parallel::pipeline_chunk(static_cast<size_t>(work.prompt_tokens), stages, work.chunk), work.prompt_tokens);
+}
+
 RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank, const MachineSpec& machine,
                    const Workload& work) {
   const model::ModelConfig& c = m.config;
@@ -110,8 +115,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double read_per_token = layers * (layer_bytes + kv_row * work.position) + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
-  const double chunk = std::min(parallel::pipeline_chunk(static_cast<size_t>(work.prompt_tokens), layout.pp, work.chunk),
-                                work.prompt_tokens);
+  const double chunk = prompt_chunk(work, layout.pp);
   const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
   r.prompt_chunk_ms = std::max(flops / (machine.compute_gflops * 1e9), (layers * layer_bytes + out_bytes) / bw) * 1e3;
   return r;
@@ -261,8 +265,7 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
 
   // Prompt: chunks flow through the stages; after the first chunk fills the pipe, one chunk
   // leaves every max(stage time).
-  const double chunk = std::min(parallel::pipeline_chunk(static_cast<size_t>(work.prompt_tokens), pp, work.chunk),
-                                work.prompt_tokens);
+  const double chunk = prompt_chunk(work, pp);
   const double chunks = std::ceil(static_cast<double>(work.prompt_tokens) / chunk);
   int unused = 0;
   double fill = 0, slowest_stage = 0;

@@ -55,6 +55,13 @@ void Forward::check_positions(int32_t sequence, int32_t pos, int32_t n) const {
                             int64_t{pos} + n, sequence, n_ctx()));
 }
 
+void Forward::check_tokens(std::span<const TokenId> tokens) const {
+  const int32_t vocab = weights_.config().vocab_size;
+  for (TokenId t : tokens)
+    if (t < 0 || t >= vocab)
+      throw Error(error_message("model", "token id {} is outside the vocabulary of {}", t, vocab));
+}
+
 void Forward::place(int32_t sequence, std::span<const TokenId> tokens, int32_t pos, int32_t row, int32_t n) {
   const ModelConfig& c = weights_.config();
   const int32_t half = c.rope_dims / 2;
@@ -75,9 +82,7 @@ void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32
   check_positions(0, pos, n);
   if (s.has_embedding) {
     ORCHARD_CHECK(static_cast<int32_t>(tokens.size()) == n, "{} tokens for a batch of {}", tokens.size(), n);
-    for (TokenId t : tokens)
-      if (t < 0 || t >= c.vocab_size)
-        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", t, c.vocab_size));
+    check_tokens(tokens);
     place(0, tokens, pos, 0, n);
   } else {
     ORCHARD_CHECK(hidden_in != nullptr, "a later pipeline stage needs hidden states");
@@ -90,7 +95,6 @@ void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32
 }
 
 void Forward::run_batch(std::span<const SequenceStep> steps) {
-  const ModelConfig& c = weights_.config();
   ORCHARD_CHECK(weights_.shard().has_embedding, "a batch of sequences starts at the first pipeline stage");
   if (steps.empty()) throw Error(error_message("model", "a batch needs at least one step"));
   // Everything is checked before the first row is placed, so a refused batch changes nothing.
@@ -106,9 +110,7 @@ void Forward::run_batch(std::span<const SequenceStep> steps) {
         throw Error(error_message("model", "steps {} and {} both name sequence {}", j, i, step.sequence));
     if (n == 0) throw Error(error_message("model", "step {} (sequence {}) has no tokens", i, step.sequence));
     check_positions(step.sequence, step.pos, n);
-    for (TokenId t : step.tokens)
-      if (t < 0 || t >= c.vocab_size)
-        throw Error(error_message("model", "token id {} is outside the vocabulary of {}", t, c.vocab_size));
+    check_tokens(step.tokens);
     rows += n;
   }
   if (rows > max_batch_)
@@ -186,14 +188,22 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
   const int32_t n_ctx = this->n_ctx();
   // One task per (KV head, position): its query heads read the same keys and values, so they
-  // are computed together while those stay in cache.
-  pool_.parallel_for(static_cast<int64_t>(s.n_kv_heads()) * n, [&](int64_t task, int thread) {
-    const int32_t kv = static_cast<int32_t>(task % s.n_kv_heads());
-    const int32_t t = static_cast<int32_t>(task / s.n_kv_heads());
-    // This rank's query heads that read KV head kv (a split may hold only some of them).
+  // are computed together while those stay in cache. When that leaves threads idle (a decode
+  // step has only as many tasks as KV heads), each KV head's query heads are spread over
+  // `parts` tasks; every query head is computed on its own either way, so results are the same.
+  const int64_t pairs = static_cast<int64_t>(s.n_kv_heads()) * n;
+  const int64_t parts = std::clamp<int64_t>((pool_.size() + pairs - 1) / pairs, 1, group);
+  pool_.parallel_for(pairs * parts, [&](int64_t task, int thread) {
+    const int64_t part = task % parts, pair = task / parts;
+    const int32_t kv = static_cast<int32_t>(pair % s.n_kv_heads());
+    const int32_t t = static_cast<int32_t>(pair / s.n_kv_heads());
+    // This rank's query heads that read KV head kv (a split may hold only some of them), then
+    // this task's share of them.
     const int32_t kv_global = s.kv_head_begin + kv;
-    const int32_t h0 = std::max(kv_global * group, s.head_begin) - s.head_begin;
-    const int32_t h1 = std::min((kv_global + 1) * group, s.head_end) - s.head_begin;
+    const int32_t first = std::max(kv_global * group, s.head_begin) - s.head_begin;
+    const int32_t last = std::min((kv_global + 1) * group, s.head_end) - s.head_begin;
+    const auto h0 = static_cast<int32_t>(first + (last - first) * part / parts);
+    const auto h1 = static_cast<int32_t>(first + (last - first) * (part + 1) / parts);
     if (h1 <= h0) return;
     const size_t offset = static_cast<size_t>(t) * q_dim + static_cast<size_t>(h0) * hd;
     const KvCache& cache = caches_[static_cast<size_t>(row_sequence_[t])];

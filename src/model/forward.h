@@ -63,6 +63,7 @@ class Forward {
 
  private:
   void check_positions(int32_t sequence, int32_t pos, int32_t n) const;
+  void check_tokens(std::span<const TokenId> tokens) const;
   // Rows [row, row + n) become positions pos.. of `sequence`, embedding `tokens` when given.
   void place(int32_t sequence, std::span<const TokenId> tokens, int32_t pos, int32_t row, int32_t n);
   // The layers and output head over the n rows placed, logits for the first n_logits entries

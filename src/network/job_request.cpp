@@ -5,6 +5,12 @@
 
 namespace orchard::network {
 
+std::string model_path(const std::string& models_dir, const std::string& name) {
+  if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
+    throw Error(error_message("network", "bad model name '{}'", name));
+  return models_dir + "/" + name + ".gguf";
+}
+
 model::SamplerOptions sampling_from(const nlohmann::json& r) {
   model::SamplerOptions s;
   s.temperature = r.value("temperature", 1.0f);

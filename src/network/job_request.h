@@ -3,12 +3,17 @@
 // (the built-in engine on one machine, every rank of a pod job), so a job gives the same tokens
 // wherever it runs.
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "model/generate.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace orchard::network {
+
+// models_dir/name.gguf, the file of the model a job names (it may not exist). Throws Error when
+// the name could reach outside the folder.
+std::string model_path(const std::string& models_dir, const std::string& name);
 
 // {"temperature", "top_p", "top_k", "seed"}; min-p off (the OpenAI API has none).
 model::SamplerOptions sampling_from(const nlohmann::json& request);

@@ -92,9 +92,7 @@ class BuiltinEngine final : public Engine {
 
   Loaded& load(const std::string& name) {
     if (loaded_ && loaded_->name == name) return *loaded_;
-    if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
-      throw Error(error_message("network", "bad model name '{}'", name));
-    std::string path = dir_ + "/" + name + ".gguf";
+    const std::string path = model_path(dir_, name);
     if (!fs::exists(path)) throw Error(error_message("network", "model '{}' is not in {}", name, dir_));
     loaded_.reset();  // one model in memory at a time
     auto file = model::gguf::Reader::open(path);

@@ -23,6 +23,7 @@
 
 #include "cluster/local_machine.h"
 #include "comm/launcher.h"
+#include "comm/transport/tcp/socket.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/gguf/reader.h"
@@ -37,11 +38,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string address_of(const std::string& endpoint) {
-  if (!endpoint.empty() && endpoint.front() == '[') return endpoint.substr(1, endpoint.find(']') - 1);
-  return endpoint.substr(0, endpoint.rfind(':'));
-}
 
 std::string short_name(std::string name) {
   if (auto at = name.find('@'); at != std::string::npos) name = name.substr(at + 1);
@@ -61,7 +57,7 @@ int find_own_rank(const PodConfig& pod) {
   for (const auto& i : cluster::list_interfaces()) mine.push_back(i.address);
   auto ours = [&](const parallel::HostEntry& h) {
     for (const auto& e : h.endpoints)
-      if (std::find(mine.begin(), mine.end(), address_of(e)) != mine.end()) return true;
+      if (std::find(mine.begin(), mine.end(), comm::tcp::parse_endpoint(e).host) != mine.end()) return true;
     return false;
   };
   std::vector<int> matches;
@@ -112,9 +108,7 @@ class PodEngine final : public Engine {
 
   EngineResult run(const std::string& name, const json& request,
                    const std::function<bool(const std::string&)>& on_text) override {
-    if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
-      throw Error(error_message("network", "bad model name '{}'", name));
-    const std::string model = fs::absolute(fs::path(models_dir_) / (name + ".gguf")).string();
+    const std::string model = fs::absolute(model_path(models_dir_, name)).string();
     if (!fs::exists(model))
       throw Error(error_message("network", "pod {}: model '{}' is not in {} on the leader, which reads it for the pod",
                                 pod_.id, name, models_dir_));

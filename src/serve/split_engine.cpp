@@ -9,15 +9,17 @@
 namespace orchard::serve {
 namespace {
 
-// Broadcast by rank 0 before every eval; the tokens follow in a second broadcast.
+// Broadcast by rank 0 before every eval. A decode step's one token travels in the command; a
+// prompt chunk's tokens follow in a second broadcast.
 struct Command {
   uint32_t magic;
-  int32_t op;  // kEval or kStop
+  int32_t op;  // kEval, kStop or kReport
   int32_t slot;
   int32_t pos;
   int32_t n_tokens;
+  model::TokenId token;  // the token when n_tokens == 1
 };
-static_assert(sizeof(Command) == 20);
+static_assert(sizeof(Command) == 24);
 constexpr uint32_t kCommandMagic = 0x4F524356;  // "VCRO"
 // kReport: every rank all-gathers its forward seconds (also what keeps idle followers alive).
 enum : int32_t { kEval = 1, kStop = 2, kReport = 3 };
@@ -35,9 +37,10 @@ class SplitEngine::CommandedSlot : public model::TokenModel {
   void eval(std::span<const model::TokenId> tokens, int32_t pos) override {
     const auto start = std::chrono::steady_clock::now();
     owner_.on_group_thread([&] {
-      Command command{kCommandMagic, kEval, index_, pos, static_cast<int32_t>(tokens.size())};
+      Command command{kCommandMagic, kEval, index_, pos, static_cast<int32_t>(tokens.size()),
+                      tokens.size() == 1 ? tokens[0] : 0};
       owner_.group_.broadcast(&command, sizeof command, 0);
-      owner_.group_.broadcast(const_cast<model::TokenId*>(tokens.data()), tokens.size_bytes(), 0);
+      if (tokens.size() != 1) owner_.group_.broadcast(const_cast<model::TokenId*>(tokens.data()), tokens.size_bytes(), 0);
       model().eval(tokens, pos);
     });
     owner_.forward_nanoseconds_ +=
@@ -88,7 +91,7 @@ void SplitEngine::on_group_thread(const std::function<void()>& work) {
 }
 
 void SplitEngine::report() {
-  Command command{kCommandMagic, kReport, 0, 0, 0};
+  Command command{kCommandMagic, kReport, 0, 0, 0, 0};
   group_.broadcast(&command, sizeof command, 0);
   const double mine = seconds(forward_nanoseconds_.load());
   std::vector<double> all(static_cast<size_t>(group_.size()));
@@ -130,7 +133,7 @@ void SplitEngine::group_loop() {
   }
   lock.unlock();
   if (broken) return;  // the followers have failed on their own
-  Command stop{kCommandMagic, kStop, 0, 0, 0};
+  Command stop{kCommandMagic, kStop, 0, 0, 0, 0};
   try {
     group_.broadcast(&stop, sizeof stop, 0);
   } catch (const Error&) {
@@ -173,7 +176,8 @@ void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
       throw FormatError(error_message("serve", "rank {}: rank 0 sent a bad command (op {}, slot {}, {} tokens)",
                                       group.rank(), command.op, command.slot, command.n_tokens));
     tokens.resize(static_cast<size_t>(command.n_tokens));
-    group.broadcast(tokens.data(), tokens.size() * sizeof(model::TokenId), 0);
+    if (command.n_tokens == 1) tokens[0] = command.token;
+    else group.broadcast(tokens.data(), tokens.size() * sizeof(model::TokenId), 0);
     const auto start = std::chrono::steady_clock::now();
     engine.model(command.slot).eval(tokens, command.pos);
     forward_nanoseconds +=
