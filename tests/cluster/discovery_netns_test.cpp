@@ -85,7 +85,7 @@ class Namespaces : public ::testing::Test {
   void start_agent(const std::string& n, const std::string& cluster, const std::string& secret,
                    const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"ip", "netns", "exec", ns(n), orchard_binary(), "agent", "--cluster", cluster,
-                                     "--secret", secret, "--probe-every", "3", "--probe-mb", "8"};
+                                     "--secret", secret, "--probe-mb", "8"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -117,10 +117,10 @@ class NetnsCluster : public Namespaces {
     cable("a", "b", 2);
     cable("a", "c", 3);
     cable("a", "d", 4);
-    start_agent("a", "alpha", "s1", {"--no-measure"});
-    start_agent("b", "alpha", "s1", {"--no-measure"});
-    start_agent("c", "alpha", "s1", {"--no-measure"});
-    start_agent("d", "alpha", "not-the-secret", {"--no-measure"});
+    start_agent("a", "alpha", "s1", {"--no-measure", "--probe-every", "3"});
+    start_agent("b", "alpha", "s1", {"--no-measure", "--probe-every", "3"});
+    start_agent("c", "alpha", "s1", {"--no-measure", "--probe-every", "3"});
+    start_agent("d", "alpha", "not-the-secret", {"--no-measure", "--probe-every", "3"});
   }
 
   nlohmann::json cluster_json(const std::string& n, const std::string& secret, double wait_s) {
@@ -182,8 +182,10 @@ class NetnsSplitJob : public Namespaces {
     make_namespace("a");
     make_namespace("b");
     cable("a", "b", 5);
-    start_agent("a", "beta", "s2", {"--threads", "1"});
-    start_agent("b", "beta", "s2", {"--threads", "1"});
+    // Each link is measured once: the plans these tests compare must see the same figures (a
+    // tiny model sits near the single/split boundary, where a re-measured latency could flip it).
+    start_agent("a", "beta", "s2", {"--threads", "1", "--probe-every", "3600"});
+    start_agent("b", "beta", "s2", {"--threads", "1", "--probe-every", "3600"});
     dir_ = std::filesystem::temp_directory_path() / ("orchard-netns-" + tag_);
     std::filesystem::create_directories(dir_);
     model_ = (dir_ / "tiny.gguf").string();

@@ -81,7 +81,9 @@ Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::second
 
 // Runs argv to the end and parses what it printed as JSON (a discarded value when it isn't).
 nlohmann::json run_json(const std::vector<std::string>& argv) {
-  const std::string err = ::testing::TempDir() + "/run-err.txt", out = ::testing::TempDir() + "/run-out.txt";
+  // Per process: ctest runs this file's tests at the same time.
+  const std::string tag = std::to_string(getpid());
+  const std::string err = ::testing::TempDir() + "/run-err-" + tag + ".txt", out = ::testing::TempDir() + "/run-out-" + tag + ".txt";
   Finished f = wait_for(start(argv, err, out), err, 60s);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   std::ifstream o(out);
@@ -96,7 +98,9 @@ TEST_P(RankKilled, CallerNamesTheRankAndNothingIsLeft) {
   const auto& [strategy, backend] = GetParam();
   const std::string model = testing::synthetic_model("llama", "small", "q8_0");
   const std::string dir = ::testing::TempDir();
-  const std::string err = dir + "/fault-err.txt", out = dir + "/fault-out.txt";
+  // Per process: ctest runs the strategies' instances at the same time.
+  const std::string tag = strategy + "-" + std::to_string(getpid());
+  const std::string err = dir + "/fault-err-" + tag + ".txt", out = dir + "/fault-out-" + tag + ".txt";
   pid_t launcher = start({ORCHARD_BINARY, "run", "-m", model, "-p", "Once upon a time", "-n", "100000", "--ctx",
                           "2048", "--world", "2", "--strategy", strategy, "--backend", backend, "--threads", "1",
                           "--comm-timeout", "2"},
