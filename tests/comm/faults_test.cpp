@@ -35,6 +35,30 @@ void expect_failure_in_time(Group& g, int doomed) {
   throw std::runtime_error(fmt::format("rank {} never noticed that rank {} is gone", g.rank(), doomed));
 }
 
+// A rank may exit the moment its part of the last collective is done; peers still reading what it
+// sent must not take its exit for a death (a shm rank once did, while world 7 ended on a barrier).
+class ExitAfterLastCollectiveTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(ExitAfterLastCollectiveTest, IsNotAFault) {
+  Config config;
+  config.backend = GetParam();
+  config.timeout = std::chrono::seconds(20);
+  constexpr int kWorld = 8;
+  constexpr int kJobs = 30;
+  for (int job = 0; job < kJobs; ++job) {
+    auto exits = spawn_local_ranks(kWorld, config, [](Group& g) {
+      std::vector<float> v(64, 1.0f);
+      g.all_reduce(v.data(), v.size(), DType::F32);
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * g.rank()));
+      g.barrier();
+    });
+    for (const auto& e : exits) ASSERT_TRUE(e.ok()) << "job " << job << ": " << e.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, ExitAfterLastCollectiveTest, ::testing::Values(Backend::Ring, Backend::Shm),
+                         [](const auto& info) { return std::string(backend_name(info.param)); });
+
 class PeerFaultTest : public ::testing::TestWithParam<std::tuple<Backend, bool>> {};
 
 TEST_P(PeerFaultTest, SurvivorsFailInTime) {

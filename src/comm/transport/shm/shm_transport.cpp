@@ -201,17 +201,28 @@ void ShmTransport::abort() noexcept {
   if (Segment* own = segments_[static_cast<size_t>(rank_)]) own->failed.store(1, std::memory_order_release);
 }
 
-void ShmTransport::check_peers(WireOp op) const {
-  for (const auto& s : streams_) {
+// A peer may exit the moment its last frame is in our ring (the end of a job's final barrier), so a
+// dead peer fails the transfer only when what it wrote before exiting cannot finish our receive.
+// An unfinished send to it always fails: it never read that frame.
+size_t ShmTransport::check_peers(WireOp op) {
+  size_t finished = 0;
+  for (auto& s : streams_) {
     if (s.complete) continue;
     const Segment* seg = segments_[static_cast<size_t>(s.peer)];
     if (seg->failed.load(std::memory_order_acquire)) {
       throw PeerError(error_message("comm", "rank {}: {} failed during {}", rank_, peer_name(s.peer), wire_op_name(op)));
     }
-    if (!pid_alive(pids_[static_cast<size_t>(s.peer)])) {
+    if (pid_alive(pids_[static_cast<size_t>(s.peer)])) continue;
+    if (!s.is_send) {
+      while (!s.complete && advance_recv(s, op)) {
+      }
+    }
+    if (!s.complete) {
       throw PeerError(error_message("comm", "rank {}: {} died during {}", rank_, peer_name(s.peer), wire_op_name(op)));
     }
+    ++finished;
   }
+  return finished;
 }
 
 // The frame to peer p goes into ring[rank_] of p's segment.
@@ -327,7 +338,8 @@ void ShmTransport::transfer(WireOp op, uint32_t tag, std::span<const SendOp> sen
     const auto idle = now - last_progress;
     if (now - last_check >= kLivenessInterval) {
       last_check = now;
-      check_peers(op);
+      remaining -= check_peers(op);
+      if (remaining == 0) break;
       if (idle >= timeout_) {
         for (const auto& s : streams_) {
           if (s.complete) continue;

@@ -55,8 +55,8 @@ class ShmTransport final : public PointToPoint {
   };
   bool advance_send(Stream& s);
   bool advance_recv(Stream& s, WireOp op);
-  // Throws PeerError when a peer with a pending stream died or reported a failure.
-  void check_peers(WireOp op) const;
+  // Throws when a peer failed or died; returns how many of the dead peers' streams it finished.
+  size_t check_peers(WireOp op);
 
   int rank_;
   int world_;
