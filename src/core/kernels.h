@@ -30,8 +30,8 @@ class WeightMatrix {
   static WeightMatrix view(TensorType type, const void* data, int64_t rows, int64_t cols);
   // Like view, but may copy into an interleaved layout when that is faster on this CPU
   // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
-  // Today: Q4_0, Q8_0, Q4_K and Q6_K with ≥ 16 rows on AVX-512 VNNI, as 16-row groups (rows
-  // padded to 16).
+  // Today: every type (Q4_0, Q8_0, Q4_K, Q6_K, F32, F16, BF16) with ≥ 16 rows on AVX-512
+  // VNNI, as 16-row groups (rows padded to 16).
   // Throws FormatError when cols is not a positive whole number of blocks.
   static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true);
 

@@ -171,16 +171,33 @@ kernels::Layout interleaved_layout_of(TensorType type) {
     case TensorType::Q4_0: return kernels::kQ4_0x16;
     case TensorType::Q8_0: return kernels::kQ8_0x16;
     case TensorType::Q4_K: return kernels::kQ4_Kx16;
+    case TensorType::F32: return kernels::kF32x16;
+    case TensorType::F16: return kernels::kF16x16;
+    case TensorType::BF16: return kernels::kBF16x16;
     default: return kernels::kQ6_Kx16;
+  }
+}
+
+kernels::TileFn interleaved_tile_of(const kernels::KernelSet& set, TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: return set.q4_0x16;
+    case TensorType::Q8_0: return set.q8_0x16;
+    case TensorType::Q4_K: return set.q4_kx16;
+    case TensorType::F32: return set.f32x16;
+    case TensorType::F16: return set.f16x16;
+    case TensorType::BF16: return set.bf16x16;
+    default: return set.q6_kx16;
   }
 }
 
 TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
   // The generic kernels rebuild each interleaved block, so both layouts run the same arithmetic.
   // Row counts below, at and above one 16-row group, and not a multiple of it.
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F32,
+                          TensorType::F16, TensorType::BF16}) {
     const bool k_quant = type == TensorType::Q4_K || type == TensorType::Q6_K;
-    const int64_t cols = 512, n_blocks = cols / (k_quant ? kQK_K : 32);
+    const bool is_float = type_traits(type).block_elements == 1;
+    const int64_t cols = 512, n_blocks = cols / type_traits(type).block_elements;
     const kernels::Layout layout = interleaved_layout_of(type);
     for (int64_t rows : {5, 16, 33}) {
       Problem p = make_problem(type, rows, cols, 3, 11);
@@ -193,22 +210,21 @@ TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
       std::vector<float> y_rows(static_cast<size_t>(3 * rows)), y_interleaved(y_rows.size());
       matmul(w, p.x.data(), 3, y_rows.data(), pool, scratch);
       // Drive the generic interleaved kernel directly on the copy, with the activations matmul uses.
-      const size_t x_stride = k_quant ? n_blocks * sizeof(BlockQ8_K) : n_blocks * sizeof(kernels::ActQ8_0);
+      const size_t x_stride = is_float  ? cols * sizeof(float)
+                              : k_quant ? n_blocks * sizeof(BlockQ8_K)
+                                        : n_blocks * sizeof(kernels::ActQ8_0);
       std::vector<uint8_t> act(3 * x_stride);
       for (int t = 0; t < 3; ++t) {
-        if (k_quant)
+        if (is_float)
+          std::memcpy(act.data() + t * x_stride, p.x.data() + t * cols, x_stride);
+        else if (k_quant)
           kernels::quantize_act_q8_k(p.x.data() + t * cols, reinterpret_cast<BlockQ8_K*>(act.data() + t * x_stride), n_blocks);
         else
           kernels::quantize_act_q8_0(p.x.data() + t * cols, reinterpret_cast<kernels::ActQ8_0*>(act.data() + t * x_stride), n_blocks);
       }
       const size_t group_bytes = kernels::interleaved_bytes(layout, kernels::kInterleave, n_blocks);
       kernels::Tile tile{copy.data(), group_bytes, rows, n_blocks, act.data(), x_stride, 3, y_interleaved.data(), rows};
-      const kernels::KernelSet& generic = kernels::generic_kernels();
-      kernels::TileFn fn = type == TensorType::Q4_0   ? generic.q4_0x16
-                           : type == TensorType::Q8_0 ? generic.q8_0x16
-                           : type == TensorType::Q4_K ? generic.q4_kx16
-                                                      : generic.q6_kx16;
-      fn(tile);
+      interleaved_tile_of(kernels::generic_kernels(), type)(tile);
       EXPECT_EQ(y_rows, y_interleaved) << type_name(type) << " rows " << rows;
       // Every block comes back out of the copy as the GGUF bytes it went in as.
       const size_t block = row_bytes(type, cols) / static_cast<size_t>(n_blocks);

@@ -20,6 +20,12 @@ enum Layout : int {
   kQ8_0x16 = 2,  // per block column: d[16], then for k in 0..7, for row: qs[4k..4k+3] ^ 0x80
   kQ4_Kx16 = 3,  // per super-block column: see kQ4_K* below
   kQ6_Kx16 = 4,  // per super-block column: see kQ6_K* below
+  // Float weights: for every column, the 16 rows' values in turn (the group is column-major),
+  // so a prompt matmul is a sum of outer products: one load of 16 rows' weights times each
+  // token's activation broadcast, with the results already laid out as y's rows.
+  kF32x16 = 5,
+  kF16x16 = 6,
+  kBF16x16 = 7,
 };
 constexpr int64_t kInterleave = 16;
 
@@ -65,6 +71,7 @@ struct KernelSet {
   bool is_generic;
   TileFn f32, f16, bf16, q4_0, q8_0, q4_k, q6_k;
   TileFn q4_0x16, q8_0x16, q4_kx16, q6_kx16;
+  TileFn f32x16, f16x16, bf16x16;
 };
 
 const KernelSet& generic_kernels();
@@ -85,8 +92,8 @@ void quantize_act_q8_k(const float* x, BlockQ8_K* out, int64_t n_blocks);
 // rows padded to a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.
 size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
-// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K) of row r, block b
-// from an interleaved copy.
+// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K, or one F32/F16/BF16
+// value) of row r, block b from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
 
 }  // namespace orchard::core::kernels

@@ -31,6 +31,9 @@ const KernelSet kNeon{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -27,6 +27,9 @@ const KernelSet kNeonDotprod{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

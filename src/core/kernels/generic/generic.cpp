@@ -46,39 +46,51 @@ float dot_q6_k(const BlockQ6_K& w, const BlockQ8_K& x) {
   return x.d * half_to_float(w.d) * static_cast<float>(sum);
 }
 
-// Dot product of one row of W with one token's activations, per weight type and layout.
-struct F32Row {
+// Float weight values, read from unaligned bytes.
+struct F32Value {
+  static constexpr size_t kBytes = sizeof(float);
+  static float at(const uint8_t* p) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+};
+struct F16Value {
+  static constexpr size_t kBytes = sizeof(Half);
+  static float at(const uint8_t* p) {
+    Half h;
+    std::memcpy(&h, p, sizeof h);
+    return half_to_float(h);
+  }
+};
+struct BF16Value {
+  static constexpr size_t kBytes = sizeof(BHalf);
+  static float at(const uint8_t* p) {
+    BHalf h;
+    std::memcpy(&h, p, sizeof h);
+    return bf16_to_float(h);
+  }
+};
+
+// Dot product of one row of W with one token's activations, per weight type and layout. The
+// float rows of both layouts add the same products in the same order (bit-identical results).
+template <class Value>
+struct FloatRow {
   static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
-    auto* wf = reinterpret_cast<const float*>(w);
     auto* xf = reinterpret_cast<const float*>(x);
     float sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += wf[i] * xf[i];
+    for (int64_t i = 0; i < n; ++i) sum += Value::at(w + Value::kBytes * static_cast<size_t>(i)) * xf[i];
     return sum;
   }
 };
 
-struct F16Row {
-  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
+template <class Value>
+struct FloatInterleavedRow {
+  static float dot(const uint8_t* group, const uint8_t* x, int64_t n, int64_t lane) {
     auto* xf = reinterpret_cast<const float*>(x);
     float sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      Half h;
-      std::memcpy(&h, w + 2 * i, sizeof h);
-      sum += half_to_float(h) * xf[i];
-    }
-    return sum;
-  }
-};
-
-struct BF16Row {
-  static float dot(const uint8_t* w, const uint8_t* x, int64_t n, int64_t) {
-    auto* xf = reinterpret_cast<const float*>(x);
-    float sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      BHalf h;
-      std::memcpy(&h, w + 2 * i, sizeof h);
-      sum += bf16_to_float(h) * xf[i];
-    }
+    for (int64_t i = 0; i < n; ++i)
+      sum += Value::at(group + Value::kBytes * static_cast<size_t>(i * kInterleave + lane)) * xf[i];
     return sum;
   }
 };
@@ -124,9 +136,9 @@ void tile_fn(const Tile& tile) {
 const KernelSet kGeneric{
     "generic",
     true,
-    tile_fn<F32Row, false>,
-    tile_fn<F16Row, false>,
-    tile_fn<BF16Row, false>,
+    tile_fn<FloatRow<F32Value>, false>,
+    tile_fn<FloatRow<F16Value>, false>,
+    tile_fn<FloatRow<BF16Value>, false>,
     tile_fn<QuantRow<BlockQ4_0, ActQ8_0, dot_q4_0>, false>,
     tile_fn<QuantRow<BlockQ8_0, ActQ8_0, dot_q8_0>, false>,
     tile_fn<QuantRow<BlockQ4_K, BlockQ8_K, dot_q4_k>, false>,
@@ -135,6 +147,9 @@ const KernelSet kGeneric{
     tile_fn<InterleavedRow<BlockQ8_0, ActQ8_0, kQ8_0x16, dot_q8_0>, true>,
     tile_fn<InterleavedRow<BlockQ4_K, BlockQ8_K, kQ4_Kx16, dot_q4_k>, true>,
     tile_fn<InterleavedRow<BlockQ6_K, BlockQ8_K, kQ6_Kx16, dot_q6_k>, true>,
+    tile_fn<FloatInterleavedRow<F32Value>, true>,
+    tile_fn<FloatInterleavedRow<F16Value>, true>,
+    tile_fn<FloatInterleavedRow<BF16Value>, true>,
 };
 
 }  // namespace

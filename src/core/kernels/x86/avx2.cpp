@@ -32,6 +32,9 @@ const KernelSet kAvx2{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -75,14 +75,15 @@ struct DotChains {
 // Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into the super-block
 // sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only float work is
 // two FMAs per super-block and token.
-// Decode (one token) streams each weight byte once from DRAM with little work per byte: without
-// prefetching a few KiB ahead, a core keeps too few cache misses in flight to reach the memory
-// bandwidth (measured: TinyLlama Q4_0 decode on one core went from 13 to 21 GB/s).
+// Decode (one token) streams each weight byte once from DRAM with little work per byte. Asking
+// for a whole column's lines before computing on it puts all of its cache misses in flight at
+// once, instead of one line at a time as the loads reach them. Measured on TinyLlama Q4_K_M
+// decode, one core, runs alternated: no prefetch 24.5 tok/s, 4 KiB ahead (the earlier choice)
+// 31–32, the current column 35–36 (up to one column ahead the same, further worse); Q4_0 and
+// Q8_0 the same or better than either.
 template <size_t kColumn>
-inline void prefetch_ahead(const uint8_t* column) {
-  constexpr size_t kDistance = 4096;
-  for (size_t line = 0; line < kColumn; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(column + kDistance + line), _MM_HINT_T0);
+inline void prefetch_column(const uint8_t* column) {
+  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(column + line), _MM_HINT_T0);
 }
 
 struct Q4_KInterleaved {
@@ -99,7 +100,7 @@ struct Q4_KInterleaved {
     const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
     const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ4_KColumn) {
-      if constexpr (T == 1) prefetch_ahead<kQ4_KColumn>(w);
+      if constexpr (T == 1) prefetch_column<kQ4_KColumn>(w);
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
       // Σ_j min_j · Σ(x in sub-block j): sub-block j's two per-16 sums are the int32 word j of
       // bsums, so (min_j, min_j) against it is one vpdpwssd.
@@ -153,7 +154,7 @@ struct Q6_KInterleaved {
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ6_KColumn) {
-      if constexpr (T == 1) prefetch_ahead<kQ6_KColumn>(w);
+      if constexpr (T == 1) prefetch_column<kQ6_KColumn>(w);
       __m512i sum[T];
       for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
       // Element e of half h: low nibble in ql byte 64h + e % 64 (high half of the byte for
@@ -214,7 +215,7 @@ struct InterleavedKernel {
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kColumnBytes) {
-      if constexpr (T == 1) prefetch_ahead<kColumnBytes>(w);
+      if constexpr (T == 1) prefetch_column<kColumnBytes>(w);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
       const uint8_t* quants = w + kInterleave * sizeof(Half);
       __m512i wq[8];  // wq[k]: quants 4k..4k+3 of the 16 rows
@@ -246,6 +247,81 @@ struct InterleavedKernel {
 
 };
 
+// Float weights in 16-row groups (kF32x16, kF16x16, kBF16x16): a group's outputs for a token are
+// Σ_c column c (its 16 rows' values, one load) × x[c] (broadcast), a sum of outer products with
+// no horizontal reductions. A micro-tile of G groups × T tokens keeps G·T accumulators in
+// registers (at most 4 × 6 = 24 of 32); per column it makes G loads, T broadcasts and G·T FMAs,
+// so the FMA rate bounds it, not loads (standalone, one Zen 4 core: 56 GMAC/s of a 58.6 peak,
+// where the row-layout GEMM above reaches 35–44). One token (decode) streams G groups at once in
+// G independent FMA chains; the hardware prefetcher follows these sequential streams, and a
+// software prefetch ahead of them measured slower (F16 decode, one core: 10.6 against 11.6 tok/s).
+struct LoadF32Column {
+  static constexpr size_t kBytes = sizeof(float);
+  static __m512 at(const uint8_t* p) { return _mm512_loadu_ps(p); }
+};
+struct LoadF16Column {
+  static constexpr size_t kBytes = sizeof(Half);
+  static __m512 at(const uint8_t* p) { return _mm512_cvtph_ps(load256(p)); }
+};
+struct LoadBF16Column {
+  static constexpr size_t kBytes = sizeof(BHalf);
+  static __m512 at(const uint8_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+  }
+};
+
+template <class Load>
+struct FloatGroups {
+  static constexpr size_t kColumn = kInterleave * Load::kBytes;
+  static constexpr int kMaxGroups = 4, kMaxTokens = 6;
+
+  template <int G, int T>
+  static void run(const Tile& tile, int64_t group, int64_t t0) {
+    const uint8_t* w[G];
+    for (int g = 0; g < G; ++g) w[g] = tile.w + static_cast<size_t>(group + g) * tile.w_stride;
+    const float* x[T];
+    token_pointers(tile, t0, x);
+    __m512 acc[G][T];
+    for (int g = 0; g < G; ++g)
+      for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < tile.n_blocks; ++c) {
+      const size_t at = static_cast<size_t>(c) * kColumn;
+      __m512 wv[G];
+      for (int g = 0; g < G; ++g) wv[g] = Load::at(w[g] + at);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_set1_ps(x[t][c]);
+        for (int g = 0; g < G; ++g) acc[g][t] = _mm512_fmadd_ps(wv[g], xv, acc[g][t]);
+      }
+    }
+    for (int g = 0; g < G; ++g) store_group(tile, group + g, t0, acc[g]);
+  }
+
+  // Tokens in runs of kMaxTokens, then one run of the rest (compile-time counts throughout).
+  template <int G, int T = kMaxTokens>
+  static void tokens(const Tile& tile, int64_t group, int64_t t0) {
+    if constexpr (T == kMaxTokens) {
+      for (; t0 + T <= tile.n_tokens; t0 += T) run<G, T>(tile, group, t0);
+      if (t0 < tile.n_tokens) tokens<G, T - 1>(tile, group, t0);
+    } else if constexpr (T > 0) {
+      if (tile.n_tokens - t0 == T) run<G, T>(tile, group, t0);
+      else tokens<G, T - 1>(tile, group, t0);
+    }
+  }
+
+  template <int G = kMaxGroups>
+  static void groups(const Tile& tile, int64_t group, int64_t n_groups) {
+    if constexpr (G == kMaxGroups) {
+      for (; group + G <= n_groups; group += G) tokens<G>(tile, group, 0);
+      if (group < n_groups) groups<G - 1>(tile, group, n_groups);
+    } else if constexpr (G > 0) {
+      if (n_groups - group == G) tokens<G>(tile, group, 0);
+      else groups<G - 1>(tile, group, n_groups);
+    }
+  }
+
+  static void tile(const Tile& tile) { groups(tile, 0, (tile.n_rows + kInterleave - 1) / kInterleave); }
+};
+
 const KernelSet kAvx512{
     "avx512-vnni",
     false,
@@ -260,6 +336,9 @@ const KernelSet kAvx512{
     group_tile<InterleavedKernel<kQ8_0x16>>,
     group_tile<Q4_KInterleaved>,
     group_tile<Q6_KInterleaved>,
+    FloatGroups<LoadF32Column>::tile,
+    FloatGroups<LoadF16Column>::tile,
+    FloatGroups<LoadBF16Column>::tile,
 };
 
 }  // namespace
