@@ -26,4 +26,35 @@ void row_tile(const Tile& tile) {
   }
 }
 
+// Loop structure of the kernels on 16-row-group float copies: `K::run<G, T>(tile, group, token)`
+// computes G consecutive groups against T consecutive tokens (compile-time counts: G·T·(vectors
+// per group) accumulators in registers). Groups are the outer loop, in panels of kGroups, so a
+// panel is read from memory once and served from cache to every run of kTokens tokens.
+template <class K, int kGroups, int kTokens>
+struct GroupTokenTiles {
+  template <int G, int T = kTokens>
+  static void tokens(const Tile& tile, int64_t group, int64_t t0) {
+    if constexpr (T == kTokens) {
+      for (; t0 + T <= tile.n_tokens; t0 += T) K::template run<G, T>(tile, group, t0);
+      if (t0 < tile.n_tokens) tokens<G, T - 1>(tile, group, t0);
+    } else if constexpr (T > 0) {
+      if (tile.n_tokens - t0 == T) K::template run<G, T>(tile, group, t0);
+      else tokens<G, T - 1>(tile, group, t0);
+    }
+  }
+
+  template <int G = kGroups>
+  static void groups(const Tile& tile, int64_t group, int64_t n_groups) {
+    if constexpr (G == kGroups) {
+      for (; group + G <= n_groups; group += G) tokens<G>(tile, group, 0);
+      if (group < n_groups) groups<G - 1>(tile, group, n_groups);
+    } else if constexpr (G > 0) {
+      if (n_groups - group == G) tokens<G>(tile, group, 0);
+      else groups<G - 1>(tile, group, n_groups);
+    }
+  }
+
+  static void tile(const Tile& tile) { groups(tile, 0, (tile.n_rows + kInterleave - 1) / kInterleave); }
+};
+
 }  // namespace orchard::core::kernels

@@ -273,7 +273,6 @@ struct LoadBF16Column {
 template <class Load>
 struct FloatGroups {
   static constexpr size_t kColumn = kInterleave * Load::kBytes;
-  static constexpr int kMaxGroups = 4, kMaxTokens = 6;
 
   template <int G, int T>
   static void run(const Tile& tile, int64_t group, int64_t t0) {
@@ -295,31 +294,6 @@ struct FloatGroups {
     }
     for (int g = 0; g < G; ++g) store_group(tile, group + g, t0, acc[g]);
   }
-
-  // Tokens in runs of kMaxTokens, then one run of the rest (compile-time counts throughout).
-  template <int G, int T = kMaxTokens>
-  static void tokens(const Tile& tile, int64_t group, int64_t t0) {
-    if constexpr (T == kMaxTokens) {
-      for (; t0 + T <= tile.n_tokens; t0 += T) run<G, T>(tile, group, t0);
-      if (t0 < tile.n_tokens) tokens<G, T - 1>(tile, group, t0);
-    } else if constexpr (T > 0) {
-      if (tile.n_tokens - t0 == T) run<G, T>(tile, group, t0);
-      else tokens<G, T - 1>(tile, group, t0);
-    }
-  }
-
-  template <int G = kMaxGroups>
-  static void groups(const Tile& tile, int64_t group, int64_t n_groups) {
-    if constexpr (G == kMaxGroups) {
-      for (; group + G <= n_groups; group += G) tokens<G>(tile, group, 0);
-      if (group < n_groups) groups<G - 1>(tile, group, n_groups);
-    } else if constexpr (G > 0) {
-      if (n_groups - group == G) tokens<G>(tile, group, 0);
-      else groups<G - 1>(tile, group, n_groups);
-    }
-  }
-
-  static void tile(const Tile& tile) { groups(tile, 0, (tile.n_rows + kInterleave - 1) / kInterleave); }
 };
 
 const KernelSet kAvx512{
@@ -336,9 +310,9 @@ const KernelSet kAvx512{
     group_tile<InterleavedKernel<kQ8_0x16>>,
     group_tile<Q4_KInterleaved>,
     group_tile<Q6_KInterleaved>,
-    FloatGroups<LoadF32Column>::tile,
-    FloatGroups<LoadF16Column>::tile,
-    FloatGroups<LoadBF16Column>::tile,
+    GroupTokenTiles<FloatGroups<LoadF32Column>, 4, 6>::tile,
+    GroupTokenTiles<FloatGroups<LoadF16Column>, 4, 6>::tile,
+    GroupTokenTiles<FloatGroups<LoadBF16Column>, 4, 6>::tile,
 };
 
 }  // namespace
