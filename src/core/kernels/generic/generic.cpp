@@ -46,31 +46,21 @@ float dot_q6_k(const BlockQ6_K& w, const BlockQ8_K& x) {
   return x.d * half_to_float(w.d) * static_cast<float>(sum);
 }
 
+float as_is(float v) { return v; }
+
 // Float weight values, read from unaligned bytes.
-struct F32Value {
-  static constexpr size_t kBytes = sizeof(float);
+template <class Stored, float (*kToFloat)(Stored)>
+struct FloatValue {
+  static constexpr size_t kBytes = sizeof(Stored);
   static float at(const uint8_t* p) {
-    float v;
+    Stored v;
     std::memcpy(&v, p, sizeof v);
-    return v;
+    return kToFloat(v);
   }
 };
-struct F16Value {
-  static constexpr size_t kBytes = sizeof(Half);
-  static float at(const uint8_t* p) {
-    Half h;
-    std::memcpy(&h, p, sizeof h);
-    return half_to_float(h);
-  }
-};
-struct BF16Value {
-  static constexpr size_t kBytes = sizeof(BHalf);
-  static float at(const uint8_t* p) {
-    BHalf h;
-    std::memcpy(&h, p, sizeof h);
-    return bf16_to_float(h);
-  }
-};
+using F32Value = FloatValue<float, as_is>;
+using F16Value = FloatValue<Half, half_to_float>;
+using BF16Value = FloatValue<BHalf, bf16_to_float>;
 
 // Dot product of one row of W with one token's activations, per weight type and layout. The
 // float rows of both layouts add the same products in the same order (bit-identical results).
