@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cluster/local_machine.h"
+#include "core/memory_info.h"
 
 namespace orchard::cluster::detail {
 namespace {
@@ -54,7 +55,7 @@ void detect_platform(LocalMachine& m) {
   m.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   m.performance_cores = physical.empty() ? m.cores : std::min(m.cores, static_cast<int>(physical.size()));
   m.memory_total_bytes = meminfo_bytes("MemTotal");
-  m.memory_free_bytes = meminfo_bytes("MemAvailable");
+  m.memory_free_bytes = core::available_memory_bytes();
 }
 
 double interface_gbps(const std::string& name) {

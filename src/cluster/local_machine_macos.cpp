@@ -1,6 +1,5 @@
-// macOS: sysctl for the CPU and memory, Mach host statistics for free memory, the interface
-// speed from the link layer's baudrate.
-#include <mach/mach.h>
+// macOS: sysctl for the CPU and memory (free memory: core::available_memory_bytes), the
+// interface speed from the link layer's baudrate.
 #include <net/if.h>
 #include <ifaddrs.h>
 #include <sys/sysctl.h>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "cluster/local_machine.h"
+#include "core/memory_info.h"
 
 namespace orchard::cluster::detail {
 namespace {
@@ -40,14 +40,7 @@ void detect_platform(LocalMachine& m) {
   m.performance_cores = sysctl_number<int32_t>("hw.perflevel0.physicalcpu");
   if (m.performance_cores == 0) m.performance_cores = sysctl_number<int32_t>("hw.physicalcpu");
   m.memory_total_bytes = sysctl_number<uint64_t>("hw.memsize");
-
-  vm_statistics64_data_t stats{};
-  mach_msg_type_number_t count = HOST_VM_INFO64_COUNT;
-  if (host_statistics64(mach_host_self(), HOST_VM_INFO64, reinterpret_cast<host_info64_t>(&stats), &count) == KERN_SUCCESS) {
-    const uint64_t page = sysctl_number<uint64_t>("hw.pagesize");
-    // What vm_stat calls free, inactive and purgeable can all be handed to a new program.
-    m.memory_free_bytes = (static_cast<uint64_t>(stats.free_count) + stats.inactive_count + stats.purgeable_count) * page;
-  }
+  m.memory_free_bytes = core::available_memory_bytes();
 }
 
 double interface_gbps(const std::string& name) {

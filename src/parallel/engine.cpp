@@ -1,33 +1,21 @@
 #include "parallel/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "parallel/weight_distribution.h"
 
 namespace orchard::parallel {
 namespace {
-
-// Bytes of memory this machine can still give a model.
-double free_memory_bytes() {
-  const long page = sysconf(_SC_PAGESIZE);
-#ifdef _SC_AVPHYS_PAGES
-  const long pages = sysconf(_SC_AVPHYS_PAGES);
-#else
-  const long pages = sysconf(_SC_PHYS_PAGES);  // macOS has no "available" count here
-#endif
-  return page > 0 && pages > 0 ? static_cast<double>(page) * static_cast<double>(pages) : 0.0;
-}
 
 // Unless the user gave stage weights, pipeline stages get layers in proportion to the free
 // memory of their ranks (all ranks agree: the figures are gathered from everyone).
 Layout with_memory_weights(comm::Group& group, Layout layout) {
   if (!layout.stage_weights.empty() || layout.pp == 1) return layout;
   std::vector<double> free(static_cast<size_t>(group.size()));
-  const double mine = free_memory_bytes();
+  const double mine = static_cast<double>(core::available_memory_bytes());
   group.all_gather(&mine, free.data(), sizeof mine);
   std::vector<double> stages(static_cast<size_t>(layout.pp), 0.0);
   for (int r = 0; r < group.size(); ++r) stages[static_cast<size_t>(layout.stage_of(r))] += free[static_cast<size_t>(r)];
