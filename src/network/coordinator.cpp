@@ -41,8 +41,8 @@ int64_t context_estimate(const json& request) {
 void check_pod(const json& pod) {
   auto bad = [](const std::string& what) { return ApiError(400, "[network] a pod needs " + what); };
   if (!pod.is_object() || !pod.contains("id") || !pod["id"].is_string() || pod["id"].get<std::string>().empty() ||
-      pod["id"].get<std::string>().size() > 64)
-    throw bad("an \"id\" of 1 to 64 characters");
+      pod["id"].get<std::string>().size() > kMaxPodIdLength)
+    throw bad(fmt::format("an \"id\" of 1 to {} characters", kMaxPodIdLength));
   if (pod.contains("links")) {
     if (!pod["links"].is_array()) throw bad("\"links\" as a list");
     for (const auto& l : pod["links"])

@@ -8,6 +8,7 @@
 // Cost: units with the same (memory, bandwidth, size) share a bucket, kept sorted by their
 // dynamic weight, so a decision looks at the best unit of each bucket that fits (a few hundred
 // buckets for a population drawn from the hardware catalog), not at every node.
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -27,7 +28,8 @@ struct NodeSpec {
   double reliability = 1.0;     // (0, 1]
 };
 
-inline constexpr int kMaxPodSize = 64;  // machines
+inline constexpr int kMaxPodSize = 64;         // machines
+inline constexpr size_t kMaxPodIdLength = 64;  // characters
 
 struct PodSpec {
   std::string id;

@@ -292,8 +292,8 @@ void emit(const json& event) {
 }  // namespace
 
 PodConfig load_pod(const std::string& id, const std::string& hostfile, int rank, uint16_t port) {
-  if (id.empty() || id.size() > 64)
-    throw Error(error_message("node", "--pod needs an id of 1 to 64 characters, not '{}'", id));
+  if (id.empty() || id.size() > kMaxPodIdLength)
+    throw Error(error_message("node", "--pod needs an id of 1 to {} characters, not '{}'", kMaxPodIdLength, id));
   PodConfig pod;
   pod.id = id;
   pod.port = port;
