@@ -25,8 +25,10 @@ def free_port():
     return port
 
 
-def spawn(args, log):
-    p = subprocess.Popen([ORCHARD] + args, stdout=open(os.path.join(TMP, log), "ab"), stderr=subprocess.STDOUT)
+def spawn(args, log, prefix=(), env=None):
+    """`orchard ARGS` (after PREFIX, e.g. `ip netns exec NS`), its output appended to LOG in TMP."""
+    p = subprocess.Popen(list(prefix) + [ORCHARD] + args, stdout=open(os.path.join(TMP, log), "ab"),
+                         stderr=subprocess.STDOUT, env=env)
     PROCS.append(p)
     return p
 

@@ -130,9 +130,7 @@ class Pod:
         self.logs[i] = log
         prefix = ["ip", "netns", "exec", NS[i]] if self.netns else []
         env = dict(os.environ, ORCHARD_CACHE_DIR=os.path.join(TMP, "cache-%d" % i))
-        p = subprocess.Popen(prefix + [ORCHARD] + args, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
-        e2e.PROCS.append(p)
-        return p
+        return e2e.spawn(args, log, prefix, env)
 
     def world(self):
         return http("GET", self.net.url + "/v1/world")[1]
