@@ -111,9 +111,12 @@ void Coordinator::recover() {
       form_pod_locked(n.description["pod"]);
   for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back({std::move(j), std::nullopt});
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
-    // Its holder may still finish it; if not, the lease expires and the job returns.
-    live_[j.id].unit = j.node_id;
-    placement_.job_started(j.node_id);
+    // Its holder may still finish it; if not, the lease expires and the job returns. A job that
+    // its holder alone cannot hold runs on the pod the holder leads, which stays busy with it.
+    const int64_t need = models_.count(j.model) ? demand_for(j).need_bytes : 0;
+    const std::string unit = placement_.unit_led_by(j.node_id, need);
+    live_[j.id].unit = unit;
+    placement_.job_started(unit);
   }
 }
 

@@ -238,6 +238,15 @@ void Placement::job_finished(const std::string& unit) {
   }
 }
 
+std::string Placement::unit_led_by(const std::string& holder, int64_t need_bytes) const {
+  auto it = index_.find(holder);
+  if (it == index_.end()) return holder;
+  const Unit& node = units_[it->second];
+  if (node.pod_of < 0 || node.memory >= need_bytes) return holder;
+  const Unit& pod = units_[node.pod_of];
+  return pod.members.front() == it->second ? pod.id : holder;
+}
+
 std::optional<Choice> Placement::place(const Demand& d) const {
   const int model = find_model(d.model);
   int best = -1;

@@ -84,6 +84,10 @@ class Placement {
   // none while those members have one.
   void job_started(const std::string& unit);
   void job_finished(const std::string& unit);
+  // The unit a job leased to `holder` runs on, for rebuilding after a restart (the store keeps
+  // only the holder, the pod's leader for a pod's job): the pod `holder` leads when the holder
+  // alone has less memory than need_bytes, else the holder.
+  std::string unit_led_by(const std::string& holder, int64_t need_bytes) const;
 
   // The best unit for the demand now, or nullopt when nothing available fits.
   std::optional<Choice> place(const Demand& demand) const;

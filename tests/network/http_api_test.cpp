@@ -170,7 +170,9 @@ TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
   NodeKey lead = NodeKey::generate(), member = NodeKey::generate(), stranger = NodeKey::generate();
   auto describe = [](const json& pod) {
     return json{{"memory_bytes", 64'000'000'000},
-                {"models", {{{"name", "big"}, {"bytes", 100'000'000'000}, {"kv_bytes_per_token", 0}}}},
+                {"models",
+                 {{{"name", "big"}, {"bytes", 100'000'000'000}, {"kv_bytes_per_token", 0}},
+                  {{"name", "small"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}},
                 {"pod", pod}};
   };
   auto place = [](int rank, const std::string& digest) {
@@ -199,6 +201,12 @@ TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
   json job = coordinator_->poll(lead.public_hex(), std::chrono::steady_clock::now() + std::chrono::seconds(5));
   ASSERT_TRUE(job.is_object());
   EXPECT_EQ(job["nodes"], (json{lead.public_hex(), member.public_hex()}));
+  // A coordinator restarted over the same store still counts the pod busy with that job (the
+  // store names only the leader): its member, back online, takes no job of its own meanwhile.
+  Coordinator restarted(*store_, options());
+  restarted.register_node(member.public_hex(), describe(place(1, "file")));
+  restarted.submit(restarted.authenticate(secret_), json{{"model", "small"}, {"prompt", "hi"}, {"max_tokens", 1}});
+  EXPECT_FALSE(restarted.poll(member.public_hex(), std::chrono::steady_clock::now() + std::chrono::milliseconds(500)).is_object());
 }
 
 TEST_F(HttpApiTest, JobsTooLargeForEveryMachineWaitWithoutHoldingBackSmallerOnes) {
