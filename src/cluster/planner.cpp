@@ -253,7 +253,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   json assignment = json::array();
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const RankCost& rc = p.ranks[r];
-    json a = {{"host", plan.hosts[r]}, {"rank", r}};
+    json a = {{"host", plan.hosts[r]}, {"machine", plan.machine_indices[r]}, {"rank", r}};
     if (plan.strategy != Strategy::Tensor) a["layers"] = {rc.shard.layer_begin, rc.shard.layer_end};
     if (plan.strategy == Strategy::Tensor || plan.strategy == Strategy::Hybrid)
       a["heads"] = {rc.shard.head_begin, rc.shard.head_end};

@@ -43,7 +43,8 @@ Plan make_plan(const PlanRequest& request);
 
 inline constexpr double kFewerMachinesGain = 1.05;
 
-// {"strategy", "tp", "pp", "assignment": [{"host", "layers": [b, e], "heads": [b, e]}],
+// {"strategy", "tp", "pp", "assignment": [{"host", "machine" (index into the request's machines:
+//  host names may repeat), "layers": [b, e], "heads": [b, e]}],
 //  "predicted": {"prompt_tok_s", "gen_tok_s", ...}, "explanation"}.
 nlohmann::json plan_to_json(const Plan& plan);
 // Several lines for people: the table of ranks and the explanation.
