@@ -1,11 +1,10 @@
-// Linux: /proc/cpuinfo, /proc/meminfo, uname, and sysfs for interface speeds.
+// Linux: /proc/cpuinfo, sysconf for memory, uname, and sysfs for interface speeds.
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "cluster/local_machine.h"
 #include "core/memory_info.h"
@@ -17,20 +16,6 @@ std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
   const size_t e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// "MemTotal:  131072 kB" -> bytes.
-uint64_t meminfo_bytes(const std::string& key) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, key.size() + 1, key + ":") != 0) continue;
-    std::istringstream fields(line.substr(key.size() + 1));
-    uint64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -54,7 +39,8 @@ void detect_platform(LocalMachine& m) {
   }
   m.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   m.performance_cores = physical.empty() ? m.cores : std::min(m.cores, static_cast<int>(physical.size()));
-  m.memory_total_bytes = meminfo_bytes("MemTotal");
+  // MemTotal, as the C library counts it; what is available is core's (one /proc/meminfo reader).
+  m.memory_total_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   m.memory_free_bytes = core::available_memory_bytes();
 }
 

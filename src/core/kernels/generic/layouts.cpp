@@ -139,13 +139,10 @@ void transpose_groups(const Value* in, int64_t rows, int64_t cols, Value* out, i
 
 // Groups [g0, g1) of the interleaved copy.
 void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1) {
-  if (layout == kF32x16) {
-    transpose_groups(static_cast<const uint32_t*>(src), rows, n_blocks, static_cast<uint32_t*>(dst), g0, g1);
-    return;
-  }
-  if (float_bytes(layout)) {
-    transpose_groups(static_cast<const uint16_t*>(src), rows, n_blocks, static_cast<uint16_t*>(dst), g0, g1);
-    return;
+  switch (float_bytes(layout)) {  // floats move as opaque values of their width
+    case 4: transpose_groups(static_cast<const uint32_t*>(src), rows, n_blocks, static_cast<uint32_t*>(dst), g0, g1); return;
+    case 2: transpose_groups(static_cast<const uint16_t*>(src), rows, n_blocks, static_cast<uint16_t*>(dst), g0, g1); return;
+    default: break;
   }
   const size_t in_bytes = block_bytes(layout), out_bytes = column_bytes(layout);
   auto* in = static_cast<const uint8_t*>(src);

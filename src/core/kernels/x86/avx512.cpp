@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels: the row-layout kernels of ymm_kernels.inc with vpdpbusd/vpdpwssd, and
-// 512-bit kernels for the 16-row interleaved Q4_0/Q8_0 copies.
+// 512-bit kernels for the 16-row interleaved copies (Q4_0, Q8_0, Q4_K, Q6_K and the float types).
 // GCC 12's own _mm512_cvtph_ps/_mm512_cvtepi32_ps start from _mm512_undefined_ps(), which it
 // then reports as (maybe-)uninitialized wherever they inline (a false positive in its headers;
 // the broadcasts and shifts start from _mm512_undefined_epi32() the same way).
