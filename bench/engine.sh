@@ -1,36 +1,66 @@
 #!/usr/bin/env bash
 # Issue-2 benchmark: prompt (pp512) and generation (tg128) tok/s of a TinyLlama-shaped model at
-# Q4_0, Q8_0, Q4_K_M and F16 with 1 and 2 threads, beside the machine's read bandwidth
-# measured in the same run, so generation reads as a fraction of the bandwidth limit
-# (weight bytes per token × tok/s ÷ bandwidth).
+# Q4_0, Q8_0, Q4_K_M and F16 with 1 and 2 threads, beside the machine's read bandwidth, so
+# generation reads as a fraction of the bandwidth limit (weight bytes per token × tok/s ÷
+# bandwidth).
 #
-#   bench/engine.sh [BUILD_DIR]        (default: build; models go to $ORCHARD_BENCH_MODELS or /tmp/orchard-bench)
+# This machine's bandwidth moves with its neighbours (the same probe reads 33 to 60 GB/s within
+# an hour), so one probe at the start says little about a run minutes later. Each round measures
+# the bandwidth right before each run, and the table gives medians over the rounds of each
+# figure and of each per-round ratio. With LLAMA_BENCH naming a llama-bench binary, llama.cpp
+# runs right after ours on the same file in every round, and the ratios are side by side.
+#
+#   bench/engine.sh [BUILD_DIR]     (default: build)
+#   env: ORCHARD_BENCH_MODELS (default /tmp/orchard-bench), ORCHARD_BENCH_TYPES, ORCHARD_BENCH_THREADS,
+#        ORCHARD_BENCH_ROUNDS (default 3), LLAMA_BENCH
 set -euo pipefail
 build=${1:-build}
 models=${ORCHARD_BENCH_MODELS:-/tmp/orchard-bench}
 types=${ORCHARD_BENCH_TYPES:-"q4_0 q8_0 q4_k_m f16"}
 threads=${ORCHARD_BENCH_THREADS:-"1 2"}
+rounds=${ORCHARD_BENCH_ROUNDS:-3}
+llama=${LLAMA_BENCH:-}
 mkdir -p "$models"
 for type in $types; do
   f="$models/tinyllama-1.1b-$type.gguf"
   [ -f "$f" ] || "$build/orchard" make-model --arch llama --shape tinyllama-1.1b --type "$type" --seed 1 -o "$f"
 done
 
-echo "== read bandwidth (same run)"
-bandwidth=$("$build/bench/membw")
-echo "$bandwidth"
-echo
-printf '%-8s %7s %10s %10s %12s %14s\n' type threads pp512 tg128 "GB/s read" "of bandwidth"
-for type in $types; do
-  for t in $threads; do
-    bw=$(echo "$bandwidth" | awk -v t="$t" '$3 == t {print $(NF-1); exit}')
-    "$build/orchard" bench -m "$models/tinyllama-1.1b-$type.gguf" -p 512 -n 128 -r 2 -t "$t" --json |
-      python3 -c '
-import json, sys
-r = json.loads(sys.stdin.read())
-name, threads, bw = sys.argv[1], sys.argv[2], float(sys.argv[3] or "nan")
-pp, tg, gbs = r["prompt_tok_s"], r["gen_tok_s"], r["rank0_gen_gb_s"]
-print(f"{name:<8} {threads:>7} {pp:>10.1f} {tg:>10.1f} {gbs:>12.1f} {gbs / bw:>13.0%}")
-' "$type" "$t" "$bw"
+# One line per run: type threads probe_gb_s pp tg gb_s_read [llama_pp llama_tg]
+for round in $(seq "$rounds"); do
+  for type in $types; do
+    f="$models/tinyllama-1.1b-$type.gguf"
+    for t in $threads; do
+      bw=$("$build/bench/membw" "$t" | awk '{print $(NF-1)}')
+      ours=$("$build/orchard" bench -m "$f" -p 512 -n 128 -r 1 -t "$t" --json |
+        python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["prompt_tok_s"], r["gen_tok_s"], r["rank0_gen_gb_s"])')
+      theirs=""
+      if [ -n "$llama" ]; then
+        theirs=$("$llama" -m "$f" -t "$t" -p 512 -n 128 -r 1 -o json 2>/dev/null |
+          python3 -c 'import json, sys; r = json.load(sys.stdin); print(*[x["avg_ts"] for x in r])')
+      fi
+      echo "round $round: $type $t threads, probe $bw GB/s, ours $ours, llama.cpp ${theirs:-—}" >&2
+      echo "$type $t $bw $ours $theirs"
+    done
   done
-done
+done | python3 -c '
+import statistics, sys
+runs = {}
+for line in sys.stdin:
+    f = line.split()
+    runs.setdefault((f[0], int(f[1])), []).append([float(x) for x in f[2:]])
+side = any(len(r) > 5 for rs in runs.values() for r in rs)
+head = f"{\"type\":<8} {\"threads\":>7} {\"pp512\":>8} {\"tg128\":>8} {\"GB/s read\":>10} {\"probe GB/s\":>11} {\"of bandwidth\":>13}"
+if side:
+    head += f" {\"llama pp\":>9} {\"llama tg\":>9} {\"pp ratio\":>9} {\"tg ratio\":>9}"
+print(f"medians of {len(next(iter(runs.values())))} rounds")
+print(head)
+med = statistics.median
+for (name, threads), rs in runs.items():
+    line = (f"{name:<8} {threads:>7} {med(r[1] for r in rs):>8.1f} {med(r[2] for r in rs):>8.1f} "
+            f"{med(r[3] for r in rs):>10.1f} {med(r[0] for r in rs):>11.1f} {med(r[3] / r[0] for r in rs):>13.0%}")
+    if side:
+        line += (f" {med(r[4] for r in rs):>9.1f} {med(r[5] for r in rs):>9.1f}"
+                 f" {med(r[1] / r[4] for r in rs):>8.2f}x {med(r[2] / r[5] for r in rs):>8.2f}x")
+    print(line)
+'

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Cross-compiles orchard_core and the tests/core suite for arm64 with Debian's
+# Cross-compiles orchard_core and the tests/core suite (with the model's element-wise ops and
+# their test, whose loops are vectorized for NEON by the compiler) for arm64 with Debian's
 # aarch64-linux-gnu-g++ and runs them under qemu-aarch64, so the NEON kernels (plain and
 # dotprod: `-cpu max` emulates FEAT_DotProd) are tested on an x86 machine.
 # googletest is built from /usr/src/googletest and fmt is used header-only, so no arm64
@@ -22,6 +23,7 @@ flags=(-std=c++20 -O2 -Wall -Wextra -DFMT_HEADER_ONLY -I"$root/src" -I"$root/tes
 
 sources=("$root"/src/core/*.cpp "$root"/src/core/kernels/generic/activations.cpp "$root"/src/core/kernels/generic/generic.cpp
   "$root"/src/core/kernels/generic/layouts.cpp "$root"/src/core/kernels/arm/*.cpp "$root"/tests/core/*.cpp
+  "$root"/src/model/ops.cpp "$root"/tests/model/test_ops.cpp
   /usr/src/googletest/googletest/src/gtest-all.cc /usr/src/googletest/googletest/src/gtest_main.cc)
 
 object_of() { echo "$build/obj/$(echo "${1#/}" | tr / _).o"; }

@@ -1,6 +1,7 @@
 #include "core/kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 
@@ -68,7 +69,7 @@ Layout interleaved_layout(TensorType type) {
 
 // What matmul feeds the kernels for a weight type: f32 rows for the float types, Q8_0-style
 // blocks for Q4_0/Q8_0, Q8_K for the K-quants.
-enum class Activations { kF32, kQ8_0, kQ8_K };
+enum class Activations : size_t { kF32, kQ8_0, kQ8_K };
 
 Activations activations_for(TensorType type) {
   switch (type) {
@@ -97,6 +98,11 @@ constexpr int64_t kRowUnit = kernels::kInterleave;
 // Tasks per thread: enough for the dynamic scheduler to even out a thread that is descheduled
 // or slower, few enough that taking a task (one atomic) stays negligible.
 constexpr int64_t kTasksPerThread = 8;
+// Row units per grain of a few-token matmul's shares (ThreadPool::run_shares): one for a
+// decode step, whose kernels take a group at a time; four for a few tokens, the panel of
+// groups the multi-token kernels reuse their activations across.
+constexpr int64_t kDecodeGrain = 1;
+constexpr int64_t kBatchGrain = 4;
 
 }  // namespace
 
@@ -166,60 +172,128 @@ void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
 }
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch) {
+  const MatmulTarget target{&w, y};
+  matmul_many(std::span<const MatmulTarget>(&target, 1), x, n_tokens, pool, scratch);
+}
+
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
+                 MatmulScratch& scratch) {
   ORCHARD_CHECK(n_tokens >= 0, "[kernels] matmul with {} tokens", n_tokens);
-  if (n_tokens == 0 || w.rows_ == 0) return;
-  const KernelSet& set = active_kernels();
-  TileFn tile_fn = find_tile(set, w.type_, w.layout_);
-  if (!tile_fn) tile_fn = find_tile(kernels::generic_kernels(), w.type_, w.layout_);
-  ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
+  if (n_tokens == 0 || targets.empty()) return;
+  constexpr size_t kMaxTargets = 8;
+  ORCHARD_CHECK(targets.size() <= kMaxTargets, "[kernels] {} matrices in one call, at most {}", targets.size(),
+                kMaxTargets);
+  const int64_t cols = targets.front().w->cols_;
+  for (const MatmulTarget& target : targets)
+    ORCHARD_CHECK(target.w->cols_ == cols, "[kernels] matrices of {} and {} columns read one input", cols,
+                  target.w->cols_);
 
-  const int64_t rows = w.rows_, cols = w.cols_;
-  const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
-  const Activations kind = activations_for(w.type_);
-  const size_t x_stride = activation_row_bytes(kind, cols);
-
-  // x [n_tokens, cols] f32 -> activations [n_tokens, x_stride bytes], quantized once per call.
-  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
-  if (kind != Activations::kF32) {
-    size_t need = x_stride * static_cast<size_t>(n_tokens);
-    if (scratch.activations.size() < need) scratch.activations.resize(need);
-    uint8_t* out = scratch.activations.data();
+  // x [n_tokens, cols] f32 -> activations [n_tokens, stride bytes], quantized once per call for
+  // each kind the matrices take (usually one).
+  constexpr size_t kKinds = 3;
+  std::array<const uint8_t*, kKinds> act_of{};
+  std::array<size_t, kKinds> stride_of{};
+  std::array<size_t, kKinds> offset_of{};
+  size_t scratch_bytes = 0;
+  for (const MatmulTarget& target : targets) {
+    const auto k = static_cast<size_t>(activations_for(target.w->type_));
+    if (stride_of[k] != 0) continue;
+    stride_of[k] = activation_row_bytes(static_cast<Activations>(k), cols);
+    if (static_cast<Activations>(k) == Activations::kF32) continue;
+    offset_of[k] = scratch_bytes;
+    scratch_bytes += stride_of[k] * static_cast<size_t>(n_tokens);
+  }
+  if (scratch.activations.size() < scratch_bytes) scratch.activations.resize(scratch_bytes);
+  for (size_t k = 0; k < kKinds; ++k) {
+    if (stride_of[k] == 0) continue;
+    const auto kind = static_cast<Activations>(k);
+    if (kind == Activations::kF32) {
+      act_of[k] = reinterpret_cast<const uint8_t*>(x);
+      continue;
+    }
+    uint8_t* out = scratch.activations.data() + offset_of[k];
+    const size_t stride = stride_of[k];
     pool.parallel_for(n_tokens, [&](int64_t t, int) {
       const float* src = x + t * cols;
-      uint8_t* dst = out + static_cast<size_t>(t) * x_stride;
+      uint8_t* dst = out + static_cast<size_t>(t) * stride;
       if (kind == Activations::kQ8_0)
         kernels::quantize_act_q8_0(src, reinterpret_cast<kernels::ActQ8_0*>(dst), cols / 32);
       else
         kernels::quantize_act_q8_k(src, reinterpret_cast<BlockQ8_K*>(dst), cols / kQK_K);
     });
-    act = out;
+    act_of[k] = out;
   }
 
-  const bool interleaved = w.layout_ != kernels::kRows;
-  const size_t w_stride = interleaved ? kernels::interleaved_bytes(static_cast<Layout>(w.layout_), kRowUnit, n_blocks)
-                                      : row_bytes(w.type_, cols);
-  const int64_t token_chunks = (n_tokens + kTokenChunk - 1) / kTokenChunk;
-  const int64_t row_units = (rows + kRowUnit - 1) / kRowUnit;
-  const int64_t wanted = std::max<int64_t>(1, (kTasksPerThread * pool.size() + token_chunks - 1) / token_chunks);
-  const int64_t row_tasks = std::min(row_units, wanted);
-  const auto* base = static_cast<const uint8_t*>(w.data_);
+  // The matrices' row units laid end to end: a range of that sequence may cover parts of
+  // several matrices, each run by its own kernel.
+  struct Part {
+    TileFn tile_fn;
+    const uint8_t* base;
+    size_t w_stride;
+    bool interleaved;
+    const uint8_t* act;
+    size_t x_stride;
+    int64_t rows, n_blocks, first_unit, end_unit;
+    float* y;
+  };
+  std::array<Part, kMaxTargets> parts;
+  int64_t total_units = 0;
+  const KernelSet& set = active_kernels();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const WeightMatrix& w = *targets[i].w;
+    TileFn tile_fn = find_tile(set, w.type_, w.layout_);
+    if (!tile_fn) tile_fn = find_tile(kernels::generic_kernels(), w.type_, w.layout_);
+    ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
+    const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
+    const bool interleaved = w.layout_ != kernels::kRows;
+    const size_t w_stride = interleaved
+                                ? kernels::interleaved_bytes(static_cast<Layout>(w.layout_), kRowUnit, n_blocks)
+                                : row_bytes(w.type_, cols);
+    const int64_t units = (w.rows_ + kRowUnit - 1) / kRowUnit;
+    const auto k = static_cast<size_t>(activations_for(w.type_));
+    parts[i] = Part{tile_fn, static_cast<const uint8_t*>(w.data_), w_stride, interleaved, act_of[k], stride_of[k],
+                    w.rows_, n_blocks, total_units, total_units + units, targets[i].y};
+    total_units += units;
+  }
+  if (total_units == 0) return;
 
+  // Units [u0, u1) of the sequence for tokens [t0, t1).
+  auto run_units = [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const Part& part = parts[i];
+      const int64_t begin = std::max(u0, part.first_unit) - part.first_unit;
+      const int64_t end = std::min(u1, part.end_unit) - part.first_unit;
+      if (begin >= end) continue;
+      const int64_t r0 = begin * kRowUnit, r1 = std::min(part.rows, end * kRowUnit);
+      kernels::Tile tile;
+      tile.w = part.base + (part.interleaved ? static_cast<size_t>(begin) : static_cast<size_t>(r0)) * part.w_stride;
+      tile.w_stride = part.w_stride;
+      tile.n_rows = r1 - r0;
+      tile.n_blocks = part.n_blocks;
+      tile.x = part.act + static_cast<size_t>(t0) * part.x_stride;
+      tile.x_stride = part.x_stride;
+      tile.n_tokens = t1 - t0;
+      tile.y = part.y + t0 * part.rows + r0;
+      tile.y_stride = part.rows;
+      part.tile_fn(tile);
+    }
+  };
+
+  if (n_tokens <= kTokenChunk) {
+    // Few tokens (a decode step): the weights' reading is the cost, so each thread streams
+    // through its own share of the rows in order.
+    const int64_t grain = n_tokens == 1 ? kDecodeGrain : kBatchGrain;
+    pool.parallel_shares(total_units, grain, [&](int64_t u0, int64_t u1, int) { run_units(u0, u1, 0, n_tokens); });
+    return;
+  }
+  const int64_t token_chunks = (n_tokens + kTokenChunk - 1) / kTokenChunk;
+  const int64_t wanted = std::max<int64_t>(1, (kTasksPerThread * pool.size() + token_chunks - 1) / token_chunks);
+  const int64_t row_tasks = std::min(total_units, wanted);
   pool.parallel_for(row_tasks * token_chunks, [&](int64_t task, int) {
-    int64_t chunk = task / row_tasks, part = task % row_tasks;
-    int64_t r0 = row_units * part / row_tasks * kRowUnit;
-    int64_t r1 = std::min(rows, row_units * (part + 1) / row_tasks * kRowUnit);
-    int64_t t0 = chunk * kTokenChunk, t1 = std::min(n_tokens, t0 + kTokenChunk);
-    kernels::Tile tile;
-    tile.w = base + (interleaved ? static_cast<size_t>(r0 / kRowUnit) : static_cast<size_t>(r0)) * w_stride;
-    tile.w_stride = w_stride;
-    tile.n_rows = r1 - r0;
-    tile.n_blocks = n_blocks;
-    tile.x = act + static_cast<size_t>(t0) * x_stride;
-    tile.x_stride = x_stride;
-    tile.n_tokens = t1 - t0;
-    tile.y = y + t0 * rows + r0;
-    tile.y_stride = rows;
-    tile_fn(tile);
+    const int64_t chunk = task / row_tasks, part = task % row_tasks;
+    const int64_t t0 = chunk * kTokenChunk;
+    run_units(total_units * part / row_tasks, total_units * (part + 1) / row_tasks, t0,
+              std::min(n_tokens, t0 + kTokenChunk));
   });
 }
 

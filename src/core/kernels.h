@@ -4,6 +4,7 @@
 // against the reference dequantizer in quant.h and a float64 dot product.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,8 @@ class WeightMatrix {
   void dequantize_row(int64_t r, float* dst) const;
 
  private:
-  friend void matmul(const WeightMatrix&, const float*, int64_t, float*, ThreadPool&, struct MatmulScratch&);
+  friend void matmul_many(std::span<const struct MatmulTarget>, const float*, int64_t, ThreadPool&,
+                          struct MatmulScratch&);
   TensorType type_ = TensorType::F32;
   const void* data_ = nullptr;
   int64_t rows_ = 0;
@@ -65,5 +67,17 @@ struct MatmulScratch {
 // Q8_K for Q4_K/Q6_K; float types use x as is), so results differ from an exact product by
 // at most Σ|w|·(block absmax of x)/254 plus float32 rounding.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch);
+
+// Several products of one input in a single pass over the pool: targets[i].y = x · Wᵢᵀ, for at
+// most 8 matrices with the same column count. x is quantized once for each input type they
+// take (one for Q4_0 with Q8_0, Q4_K with Q6_K, or the float types) and the matrices' rows
+// share one split over the threads, so a decode step waits for its slowest thread once
+// instead of once per matrix (the query, key and value projections; a gated FFN's gate and up).
+struct MatmulTarget {
+  const WeightMatrix* w;
+  float* y;  // [n_tokens, w->rows()]
+};
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
+                 MatmulScratch& scratch);
 
 }  // namespace orchard::core

@@ -1,5 +1,8 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -26,6 +29,7 @@ constexpr int kSpinIterations = 4000;
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  shares_ = std::vector<Share>(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -40,17 +44,68 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
+void ThreadPool::record_error() {
+  std::lock_guard lock(error_mutex_);
+  if (!error_) error_ = std::current_exception();
+}
+
 void ThreadPool::work_on_current_job(int thread) {
+  if (range_fn_) {
+    work_on_shares(thread);
+    return;
+  }
   for (;;) {
     int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (task >= n_tasks_) break;
     try {
       fn_(context_, task, thread);
     } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
+      record_error();
       next_task_.store(n_tasks_, std::memory_order_relaxed);  // skip what is left
     }
+  }
+}
+
+bool ThreadPool::take_front(Share& share, int64_t& grain) {
+  uint64_t bounds = share.bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = bounds >> 32, back = bounds & 0xffffffffu;
+    if (front >= back) return false;
+    if (share.bounds.compare_exchange_weak(bounds, (front + 1) << 32 | back, std::memory_order_relaxed)) {
+      grain = static_cast<int64_t>(front);
+      return true;
+    }
+  }
+}
+
+bool ThreadPool::take_back(Share& share, int64_t& grain) {
+  uint64_t bounds = share.bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = bounds >> 32, back = bounds & 0xffffffffu;
+    if (front >= back) return false;
+    if (share.bounds.compare_exchange_weak(bounds, front << 32 | (back - 1), std::memory_order_relaxed)) {
+      grain = static_cast<int64_t>(back - 1);
+      return true;
+    }
+  }
+}
+
+void ThreadPool::run_grain(int64_t grain, int thread) {
+  const int64_t begin = grain * grain_;
+  try {
+    range_fn_(context_, begin, std::min(n_units_, begin + grain_), thread);
+  } catch (...) {
+    record_error();
+    for (Share& share : shares_) share.bounds.store(0, std::memory_order_relaxed);  // skip what is left
+  }
+}
+
+void ThreadPool::work_on_shares(int thread) {
+  int64_t grain = 0;
+  while (take_front(shares_[static_cast<size_t>(thread)], grain)) run_grain(grain, thread);
+  for (int k = 1; k < n_threads_; ++k) {
+    Share& other = shares_[static_cast<size_t>((thread + k) % n_threads_)];
+    while (take_back(other, grain)) run_grain(grain, thread);
   }
 }
 
@@ -77,13 +132,37 @@ void ThreadPool::worker_loop(int thread) {
 void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* context) {
   if (n_tasks <= 0) return;
   fn_ = fn;
+  range_fn_ = nullptr;
   context_ = context;
   n_tasks_ = n_tasks;
-  error_ = nullptr;
   next_task_.store(0, std::memory_order_relaxed);
+  start_and_join();
+}
+
+void ThreadPool::run_shares(int64_t n_units, int64_t grain, RangeFn fn, void* context) {
+  if (n_units <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t n_grains = (n_units + grain - 1) / grain;
+  if (n_grains > int64_t{0xffffffff}) throw std::length_error("ThreadPool::run_shares: more than 2^32 grains");
+  fn_ = nullptr;
+  range_fn_ = fn;
+  context_ = context;
+  n_units_ = n_units;
+  grain_ = grain;
+  for (int t = 0; t < n_threads_; ++t) {
+    const auto front = static_cast<uint64_t>(n_grains * t / n_threads_);
+    const auto back = static_cast<uint64_t>(n_grains * (t + 1) / n_threads_);
+    shares_[static_cast<size_t>(t)].bounds.store(front << 32 | back, std::memory_order_relaxed);
+  }
+  start_and_join();
+}
+
+void ThreadPool::start_and_join() {
+  error_ = nullptr;
   active_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
-    // Publishing under the mutex pairs with the sleeping workers' predicate check.
+    // Publishing under the mutex pairs with the sleeping workers' predicate check; the release
+    // makes the job's fields visible to the workers that see the new generation.
     std::lock_guard lock(mutex_);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }

@@ -142,15 +142,15 @@ void Forward::attention_block(int32_t layer, int32_t n) {
   const int32_t q_dim = s.n_heads() * hd, kv_dim = s.n_kv_heads() * hd;
   const int32_t local = layer - s.layer_begin;
 
-  for (int32_t t = 0; t < n; ++t)
+  for_rows(n, [&](int32_t t) {
     ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.attn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
                   c.rms_eps);
-  core::matmul(w.wq, normed_.data(), n, q_.data(), pool_, scratch_);
-  core::matmul(w.wk, normed_.data(), n, k_.data(), pool_, scratch_);
-  core::matmul(w.wv, normed_.data(), n, v_.data(), pool_, scratch_);
+  });
+  const core::MatmulTarget qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+  core::matmul_many(qkv, normed_.data(), n, pool_, scratch_);
 
   const int32_t half = c.rope_dims / 2;
-  for (int32_t t = 0; t < n; ++t) {
+  for_rows(n, [&](int32_t t) {
     float* q = &q_[static_cast<size_t>(t) * q_dim];
     float* k = &k_[static_cast<size_t>(t) * kv_dim];
     float* v = &v_[static_cast<size_t>(t) * kv_dim];
@@ -170,14 +170,14 @@ void Forward::attention_block(int32_t layer, int32_t n) {
       ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
     caches_[static_cast<size_t>(row_sequence_[t])].store(local, row_pos_[t], k, v);
-  }
+  });
 
   // Every row's keys and values are stored before any row attends, so a row sees the earlier
   // positions of its own step.
   attend(local, n);
   core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
-  ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
+  add_to_residual(n);
 }
 
 void Forward::attend(int32_t local, int32_t n) {
@@ -218,15 +218,28 @@ void Forward::ffn_block(int32_t layer, int32_t n) {
   const Shard& s = weights_.shard();
   const LayerWeights& w = weights_.layer(layer);
   const int32_t d = c.n_embd;
-  for (int32_t t = 0; t < n; ++t)
+  for_rows(n, [&](int32_t t) {
     ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.ffn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
                   c.rms_eps);
-  core::matmul(w.w_gate, normed_.data(), n, gate_.data(), pool_, scratch_);
-  core::matmul(w.w_up, normed_.data(), n, up_.data(), pool_, scratch_);
-  ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(n) * s.n_ff());
+  });
+  const core::MatmulTarget gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};
+  core::matmul_many(gate_up, normed_.data(), n, pool_, scratch_);
+  const int32_t ff = s.n_ff();
+  for_rows(n, [&](int32_t t) {
+    const size_t row = static_cast<size_t>(t) * ff;
+    ops::silu_mul(&gate_[row], &up_[row], ff);
+  });
   core::matmul(w.w_down, gate_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
-  ops::add(residual_.data(), proj_.data(), static_cast<int64_t>(n) * d);
+  add_to_residual(n);
+}
+
+void Forward::add_to_residual(int32_t n) {
+  const int32_t d = weights_.config().n_embd;
+  for_rows(n, [&](int32_t t) {
+    const size_t row = static_cast<size_t>(t) * d;
+    ops::add(&residual_[row], &proj_[row], d);
+  });
 }
 
 void Forward::output_head(int32_t n_logits) {

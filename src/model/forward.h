@@ -72,6 +72,16 @@ class Forward {
   void attention_block(int32_t layer, int32_t n);
   void ffn_block(int32_t layer, int32_t n);
   void attend(int32_t layer_local, int32_t n);
+  void add_to_residual(int32_t n);
+  // Runs f(row) for rows [0, n) over the pool, in runs of 16 rows per thread: the rows' keys
+  // land in the cache's position-contiguous columns, and 16 positions fill a cache line, so
+  // threads never write the same line. One row (a decode step) runs inline.
+  template <typename F>
+  void for_rows(int32_t n, F&& f) {
+    pool_.parallel_shares(n, 16, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) f(static_cast<int32_t>(t));
+    });
+  }
   void output_head(int32_t n_logits);
 
   const ModelWeights& weights_;

@@ -1,17 +1,56 @@
 #include "model/ops.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 namespace orchard::model::ops {
 namespace {
 
-// Attention is hot enough during prompt processing to want the widest vectors the CPU has;
-// everything else auto-vectorizes fine at the baseline ISA.
+// Attention and SiLU are hot enough during prompt processing to want the widest vectors the
+// CPU has; everything else auto-vectorizes fine at the baseline ISA.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ORCHARD_X86_DISPATCH 1
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 #endif
+
+// e^x within a few float ulps, written so that a loop of it vectorizes at any width (std::exp
+// is a libm call per element, which kept softmax and SiLU scalar: a tenth of a prompt's time).
+// Inputs are clamped to [-87.3, 88.3], where e^x and the 2^n below stay normal floats; the
+// clamp passes NaN through. x = n·ln2 + r with |r| ≤ ln2/2, and e^r is its Taylor series to
+// r^7 (the next term is below 6e-9 relative).
+[[gnu::always_inline]] inline float exp_approx(float x) {
+  x = std::clamp(x, -87.3f, 88.3f);
+  // Adding 1.5·2^23 rounds to an integer n and leaves it in the low bits of the mantissa.
+  constexpr float kRound = 12582912.0f;
+  const float t = x * 1.44269504088896341f + kRound;
+  const float n = t - kRound;
+  // ln 2 split in two so that n·ln2_hi is exact.
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860682e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // 2^n: n + 127 moved into the exponent field (the shift drops t's other bits).
+  const float scale = std::bit_cast<float>((std::bit_cast<uint32_t>(t) + 127u) << 23);
+  return p * scale;
+}
+
+// gate[i] = silu(gate[i]) * up[i], inlined into each ISA's clone like the attention loops.
+// Below -87, where e^-x is clamped, silu(x) = x·e^x is under 1e-35: it is taken as 0 there.
+[[gnu::always_inline]] inline void silu_mul_loop(float* __restrict gate, const float* __restrict up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float silu = x / (1.0f + exp_approx(-x));
+    gate[i] = (x < -87.0f ? 0.0f : silu) * up[i];
+  }
+}
 
 // Written as position-contiguous multiply-adds so that the compiler vectorizes each loop at
 // whatever width the clone below is compiled for (hence always inlined into each clone).
@@ -32,7 +71,7 @@ const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
     for (int32_t j = 1; j < n_keys; ++j) max = std::max(max, scores[j]);
     float sum = 0.0f;
     for (int32_t j = 0; j < n_keys; ++j) {
-      scores[j] = std::exp(scores[j] - max);
+      scores[j] = exp_approx(scores[j] - max);
       sum += scores[j];
     }
     float* o = out + static_cast<size_t>(g) * head_dim;
@@ -58,6 +97,12 @@ __attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int32
                                                            int64_t value_stride, int32_t n_keys, float* scores,
                                                            float* out) {
   attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+}
+__attribute__((target("avx512f"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+  silu_mul_loop(gate, up, n);
+}
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float* up, int64_t n) {
+  silu_mul_loop(gate, up, n);
 }
 #endif
 
@@ -108,7 +153,11 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+#ifdef ORCHARD_X86_DISPATCH
+  if (kHasAvx512) return silu_mul_avx512(gate, up, n);
+  if (kHasAvx2) return silu_mul_avx2(gate, up, n);
+#endif
+  silu_mul_loop(gate, up, n);
 }
 
 }  // namespace orchard::model::ops

@@ -45,7 +45,9 @@ struct Problem {
   std::vector<double> tolerance;
 };
 
-Problem make_problem(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens, uint32_t seed) {
+// Random weights of `type` and, unless `shared_x` gives them, random activations.
+Problem make_problem(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens, uint32_t seed,
+                     const std::vector<float>* shared_x = nullptr) {
   Problem p{type, rows, cols, n_tokens, {}, {}, {}, {}};
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -61,6 +63,7 @@ Problem make_problem(TensorType type, int64_t rows, int64_t cols, int64_t n_toke
   }
   p.x.resize(static_cast<size_t>(n_tokens * cols));
   for (auto& v : p.x) v = uniform(rng) * 3.0f;
+  if (shared_x) p.x = *shared_x;
   p.expected.resize(static_cast<size_t>(n_tokens * rows));
   p.tolerance.resize(p.expected.size());
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -238,6 +241,58 @@ TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
     }
   }
   kernels::use_kernel_set(nullptr);
+}
+
+TEST(MatmulContract, ManyMatricesOfOneInputMatchTheirOwnProducts) {
+  // Types that take each input kind, row counts that end in partial groups, token counts on
+  // both sides of the driver's few-token path and its 64-token chunks; every product must match
+  // the reference and be bit-for-bit what matmul gives the matrix alone (the kernels, not the
+  // split, decide each output).
+  const int64_t cols = 512;
+  const std::vector<std::pair<TensorType, int64_t>> shapes = {{TensorType::Q4_K, 50}, {TensorType::Q6_K, 16},
+                                                              {TensorType::Q8_0, 17}, {TensorType::F16, 33},
+                                                              {TensorType::Q4_0, 1}};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n_tokens : {1, 3, 70}) {
+      std::vector<float> x(static_cast<size_t>(n_tokens * cols));
+      for (auto& v : x) v = uniform(rng);
+      std::vector<Problem> problems;
+      std::vector<WeightMatrix> matrices;
+      std::vector<std::vector<float>> outputs;
+      for (auto [type, rows] : shapes) {
+        problems.push_back(make_problem(type, rows, cols, n_tokens, static_cast<uint32_t>(rows), &x));
+        matrices.push_back(WeightMatrix::prepare(type, problems.back().weights.data(), rows, cols));
+        outputs.emplace_back(static_cast<size_t>(n_tokens * rows), NAN);
+      }
+      std::vector<MatmulTarget> targets;
+      for (size_t i = 0; i < shapes.size(); ++i) targets.push_back({&matrices[i], outputs[i].data()});
+      MatmulScratch scratch;
+      matmul_many(targets, x.data(), n_tokens, pool, scratch);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const std::string what = std::string(type_name(shapes[i].first)) + " threads=" + std::to_string(threads) +
+                                 " tokens=" + std::to_string(n_tokens);
+        check(problems[i], outputs[i], what);
+        std::vector<float> alone(outputs[i].size(), NAN);
+        matmul(matrices[i], x.data(), n_tokens, alone.data(), pool, scratch);
+        ASSERT_EQ(0, std::memcmp(alone.data(), outputs[i].data(), alone.size() * sizeof(float))) << what;
+      }
+    }
+  }
+}
+
+TEST(MatmulContract, ManyMatricesMustShareTheColumnCount) {
+  Problem a = make_problem(TensorType::Q4_0, 16, 256, 1, 1);
+  Problem b = make_problem(TensorType::Q4_0, 16, 512, 1, 2);
+  WeightMatrix wa = WeightMatrix::prepare(TensorType::Q4_0, a.weights.data(), 16, 256);
+  WeightMatrix wb = WeightMatrix::prepare(TensorType::Q4_0, b.weights.data(), 16, 512);
+  std::vector<float> ya(16), yb(16);
+  const MatmulTarget targets[] = {{&wa, ya.data()}, {&wb, yb.data()}};
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  EXPECT_THROW(matmul_many(targets, a.x.data(), 1, pool, scratch), Error);
 }
 
 TEST(MatmulContract, FastQ8KActivationsMatchTheReferenceQuantizer) {
