@@ -50,17 +50,18 @@ for line in sys.stdin:
     f = line.split()
     runs.setdefault((f[0], int(f[1])), []).append([float(x) for x in f[2:]])
 side = any(len(r) > 5 for rs in runs.values() for r in rs)
-head = f"{\"type\":<8} {\"threads\":>7} {\"pp512\":>8} {\"tg128\":>8} {\"GB/s read\":>10} {\"probe GB/s\":>11} {\"of bandwidth\":>13}"
-if side:
-    head += f" {\"llama pp\":>9} {\"llama tg\":>9} {\"pp ratio\":>9} {\"tg ratio\":>9}"
-print(f"medians of {len(next(iter(runs.values())))} rounds")
-print(head)
 med = statistics.median
+head = "%-8s %7s %8s %8s %10s %11s %13s" % ("type", "threads", "pp512", "tg128", "GB/s read", "probe GB/s", "of bandwidth")
+if side:
+    head += " %9s %9s %9s %9s" % ("llama pp", "llama tg", "pp ratio", "tg ratio")
+print("medians of %d rounds" % len(next(iter(runs.values()))))
+print(head)
 for (name, threads), rs in runs.items():
-    line = (f"{name:<8} {threads:>7} {med(r[1] for r in rs):>8.1f} {med(r[2] for r in rs):>8.1f} "
-            f"{med(r[3] for r in rs):>10.1f} {med(r[0] for r in rs):>11.1f} {med(r[3] / r[0] for r in rs):>13.0%}")
+    line = "%-8s %7d %8.1f %8.1f %10.1f %11.1f %12.0f%%" % (
+        name, threads, med(r[1] for r in rs), med(r[2] for r in rs), med(r[3] for r in rs), med(r[0] for r in rs),
+        100 * med(r[3] / r[0] for r in rs))
     if side:
-        line += (f" {med(r[4] for r in rs):>9.1f} {med(r[5] for r in rs):>9.1f}"
-                 f" {med(r[1] / r[4] for r in rs):>8.2f}x {med(r[2] / r[5] for r in rs):>8.2f}x")
+        line += " %9.1f %9.1f %8.2fx %8.2fx" % (med(r[4] for r in rs), med(r[5] for r in rs),
+                                                med(r[1] / r[4] for r in rs), med(r[2] / r[5] for r in rs))
     print(line)
 '

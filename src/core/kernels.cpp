@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include <sys/mman.h>
+
 #include "core/error.h"
 #include "core/kernels/kernel_set.h"
 #include "core/quant.h"
@@ -104,9 +106,48 @@ constexpr int64_t kTasksPerThread = 8;
 constexpr int64_t kDecodeGrain = 1;
 constexpr int64_t kBatchGrain = 4;
 
+// A decode step streams every repacked copy once, and on 4 KiB pages that costs a TLB miss
+// every 4 KiB (and the hardware prefetcher stops at each page boundary). So copies of a huge
+// page or more start on a 2 MiB boundary and, where the system gives transparent huge pages on
+// request (Linux's madvise mode; elsewhere this is a no-op), ask for them over their whole huge
+// pages before the repack first touches them. A partial huge page at the end stays on small
+// pages: padding that is never written is never resident. Measured, TinyLlama decode
+// alternated with and without (2 threads): Q4_K_M 61 → 75 tok/s with a model's copies in one
+// arena, 70–73 with each copy on its own (its tail on small pages); load faster (fewer faults).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+std::shared_ptr<void> allocate_huge_page_aligned(size_t bytes) {
+  const size_t alignment = bytes >= kHugePage ? kHugePage : 64;
+  const size_t padded = (bytes + alignment - 1) / alignment * alignment;  // aligned_alloc wants a multiple
+  void* memory = std::aligned_alloc(alignment, padded);
+  if (!memory) return nullptr;
+#ifdef MADV_HUGEPAGE
+  if (alignment == kHugePage) madvise(memory, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint only
+#endif
+  return std::shared_ptr<void>(memory, std::free);
+}
+
 }  // namespace
 
 std::string kernel_isa_name() { return active_kernels().name; }
+
+std::shared_ptr<void> CopyArena::allocate(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  if (capacity_ - used_ < bytes) {
+    const size_t size = std::max(block_bytes_, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+    block_ = allocate_huge_page_aligned(size);
+    if (!block_) {
+      used_ = capacity_ = 0;
+      return nullptr;
+    }
+    used_ = 0;
+    capacity_ = size;
+  }
+  // Shares ownership of the block, points into it.
+  std::shared_ptr<void> place(block_, static_cast<uint8_t*>(block_.get()) + used_);
+  used_ += bytes;
+  return place;
+}
 
 void force_generic_kernels(bool on) { kernels::use_kernel_set(on ? &kernels::generic_kernels() : nullptr); }
 
@@ -128,7 +169,8 @@ WeightMatrix WeightMatrix::view(TensorType type, const void* data, int64_t rows,
   return w;
 }
 
-WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack) {
+WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack,
+                                   CopyArena* arena) {
   WeightMatrix w = view(type, data, rows, cols);
   const KernelSet& set = active_kernels();
   Layout layout = interleaved_layout(type);
@@ -139,10 +181,10 @@ WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t ro
     return w;
   int64_t n_blocks = cols / type_traits(type).block_elements;
   size_t bytes = kernels::interleaved_bytes(layout, rows, n_blocks);
-  size_t padded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-  void* copy = std::aligned_alloc(64, padded);
-  if (!copy) throw Error(error_message("kernels", "cannot allocate {} bytes to repack a {} x {} matrix", padded, rows, cols));
-  w.owned_ = std::shared_ptr<void>(copy, std::free);
+  w.owned_ = arena ? arena->allocate(bytes) : allocate_huge_page_aligned(bytes);
+  if (!w.owned_)
+    throw Error(error_message("kernels", "cannot allocate {} bytes to repack a {} x {} matrix", bytes, rows, cols));
+  void* copy = w.owned_.get();
   kernels::repack(layout, data, rows, n_blocks, copy);
   w.data_ = copy;
   w.layout_ = layout;

@@ -21,6 +21,22 @@ std::string kernel_isa_name();
 // call before any matmul.
 void force_generic_kernels(bool on);
 
+// Memory for the repacked copies of one model: consecutive places in large blocks on huge pages
+// where the system gives them (see kernels.cpp), so no copy ends in a partial huge page of its
+// own. Each copy keeps its block alive; the arena itself can go once loading is done.
+// Not thread-safe.
+class CopyArena {
+ public:
+  explicit CopyArena(size_t block_bytes = size_t{64} << 20) : block_bytes_(block_bytes) {}
+  // `bytes` at a 64-byte boundary; null when the memory cannot be had.
+  std::shared_ptr<void> allocate(size_t bytes);
+
+ private:
+  size_t block_bytes_;
+  std::shared_ptr<void> block_;
+  size_t used_ = 0, capacity_ = 0;
+};
+
 // A weight matrix W [rows, cols] (cols contiguous per row, as GGUF stores a tensor with
 // ne = {cols, rows}). Either a view of bytes owned elsewhere (the mapped model file) or an
 // owned repacked copy laid out for the kernels of this CPU.
@@ -33,8 +49,10 @@ class WeightMatrix {
   // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
   // Today: every type (Q4_0, Q8_0, Q4_K, Q6_K, F32, F16, BF16) with ≥ 16 rows on AVX-512
   // VNNI, as 16-row groups (rows padded to 16).
-  // Throws FormatError when cols is not a positive whole number of blocks.
-  static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true);
+  // The copy comes from `arena` when given (a model's matrices share one), else is allocated
+  // on its own. Throws FormatError when cols is not a positive whole number of blocks.
+  static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true,
+                              CopyArena* arena = nullptr);
 
   TensorType type() const { return type_; }
   int64_t rows() const { return rows_; }

@@ -33,7 +33,11 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   proj_.resize(batch * c.n_embd);
   gate_.resize(batch * s.n_ff());
   up_.resize(batch * s.n_ff());
-  scores_.resize(static_cast<size_t>(pool.size()) * n_ctx);
+  block_start_.resize(batch + 1);
+  key_counts_.resize(batch);
+  scores_per_thread_ = static_cast<size_t>(
+      ops::attention_scratch_floats(kAttentionBlockRows, c.n_heads / c.n_kv_heads, n_ctx));
+  scores_.resize(static_cast<size_t>(pool.size()) * scores_per_thread_);
   rope_cos_.resize(batch * (c.rope_dims / 2));
   rope_sin_.resize(batch * (c.rope_dims / 2));
   // A batch has one logits row per step, and steps name distinct sequences.
@@ -186,17 +190,25 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t hd = c.head_dim;
   const int32_t q_dim = s.n_heads() * hd;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-  const int32_t n_ctx = this->n_ctx();
-  // One task per (KV head, position): its query heads read the same keys and values, so they
-  // are computed together while those stay in cache. When that leaves threads idle (a decode
-  // step has only as many tasks as KV heads), each KV head's query heads are spread over
-  // `parts` tasks; every query head is computed on its own either way, so results are the same.
-  const int64_t pairs = static_cast<int64_t>(s.n_kv_heads()) * n;
+  // Blocks of up to kAttentionBlockRows consecutive rows of one sequence: their query vectors
+  // read the same keys and values, which attend_block loads once per tile of them.
+  int32_t n_blocks = 0;
+  for (int32_t t = 0; t < n; ++t) {
+    if (t == 0 || row_sequence_[t] != row_sequence_[t - 1] ||
+        t - block_start_[n_blocks - 1] == kAttentionBlockRows)
+      block_start_[n_blocks++] = t;
+    key_counts_[t] = row_pos_[t] + 1;
+  }
+  block_start_[n_blocks] = n;
+  // One task per (KV head, block). When that leaves threads idle (a decode step has only as
+  // many tasks as KV heads), each KV head's query heads are spread over `parts` tasks; every
+  // query head is computed on its own either way, so results are the same.
+  const int64_t pairs = static_cast<int64_t>(s.n_kv_heads()) * n_blocks;
   const int64_t parts = std::clamp<int64_t>((pool_.size() + pairs - 1) / pairs, 1, group);
   pool_.parallel_for(pairs * parts, [&](int64_t task, int thread) {
     const int64_t part = task % parts, pair = task / parts;
     const int32_t kv = static_cast<int32_t>(pair % s.n_kv_heads());
-    const int32_t t = static_cast<int32_t>(pair / s.n_kv_heads());
+    const int32_t block = static_cast<int32_t>(pair / s.n_kv_heads());
     // This rank's query heads that read KV head kv (a split may hold only some of them), then
     // this task's share of them.
     const int32_t kv_global = s.kv_head_begin + kv;
@@ -205,11 +217,23 @@ void Forward::attend(int32_t local, int32_t n) {
     const auto h0 = static_cast<int32_t>(first + (last - first) * part / parts);
     const auto h1 = static_cast<int32_t>(first + (last - first) * (part + 1) / parts);
     if (h1 <= h0) return;
-    const size_t offset = static_cast<size_t>(t) * q_dim + static_cast<size_t>(h0) * hd;
-    const KvCache& cache = caches_[static_cast<size_t>(row_sequence_[t])];
-    ops::attend_group(&q_[offset], h1 - h0, hd, cache.keys(local, kv), n_ctx, cache.values(local, kv),
-                      cache.value_stride(), row_pos_[t] + 1, &scores_[static_cast<size_t>(thread) * n_ctx],
-                      &attn_out_[offset]);
+    const int32_t t0 = block_start_[block];
+    const size_t offset = static_cast<size_t>(t0) * q_dim + static_cast<size_t>(h0) * hd;
+    const KvCache& cache = caches_[static_cast<size_t>(row_sequence_[t0])];
+    ops::AttentionBlock b;
+    b.q = &q_[offset];
+    b.out = &attn_out_[offset];
+    b.row_stride = q_dim;
+    b.n_rows = block_start_[block + 1] - t0;
+    b.group = h1 - h0;
+    b.head_dim = hd;
+    b.n_keys = &key_counts_[static_cast<size_t>(t0)];
+    b.keys = cache.keys(local, kv);
+    b.key_stride = n_ctx();
+    b.values = cache.values(local, kv);
+    b.value_stride = cache.value_stride();
+    b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
+    ops::attend_block(b);
   });
 }
 

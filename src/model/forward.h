@@ -104,7 +104,13 @@ class Forward {
   std::vector<float> proj_;       // F32 [n, n_embd]
   std::vector<float> gate_;       // F32 [n, shard n_ff]
   std::vector<float> up_;         // F32 [n, shard n_ff]
-  std::vector<float> scores_;     // F32 [threads, n_ctx]
+  // Attention: where each block of rows starts (and n after the last), each row's key count,
+  // and each thread's scores scratch.
+  static constexpr int32_t kAttentionBlockRows = 8;
+  std::vector<int32_t> block_start_;
+  std::vector<int32_t> key_counts_;
+  size_t scores_per_thread_ = 0;
+  std::vector<float> scores_;
   std::vector<float> rope_cos_;   // F32 [n, rope_dims / 2]
   std::vector<float> rope_sin_;   // F32 [n, rope_dims / 2]
   std::vector<float> logits_;     // F32 [logits_rows_, shard n_vocab]

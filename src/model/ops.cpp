@@ -52,52 +52,142 @@ const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
   }
 }
 
-// Written as position-contiguous multiply-adds so that the compiler vectorizes each loop at
-// whatever width the clone below is compiled for (hence always inlined into each clone).
-[[gnu::always_inline]] inline void attend_group_loops(const float* __restrict q, int32_t group, int32_t head_dim,
-                               const float* __restrict keys, int64_t key_stride, const float* __restrict values,
-                               int64_t value_stride, int32_t n_keys, float* __restrict scores,
-                               float* __restrict out) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (int32_t g = 0; g < group; ++g) {
-    const float* qg = q + static_cast<size_t>(g) * head_dim;
-    for (int32_t j = 0; j < n_keys; ++j) scores[j] = 0.0f;
-    for (int32_t d = 0; d < head_dim; ++d) {
-      const float qd = qg[d] * scale;
-      const float* k = keys + d * key_stride;
-      for (int32_t j = 0; j < n_keys; ++j) scores[j] += qd * k[j];
+// 16 floats as one value: GCC/Clang vector extensions, so the tiles below compile to one zmm,
+// two ymm or four NEON registers, whichever the clone is built for.
+// at16 views 16 floats at any address as one (references: a vector passed by value would
+// change the ABI between the clones).
+using Vec16 = float __attribute__((vector_size(64)));
+using UnalignedVec16 = float __attribute__((vector_size(64), aligned(4), may_alias));
+[[gnu::always_inline]] inline const UnalignedVec16& at16(const float* p) {
+  return *reinterpret_cast<const UnalignedVec16*>(p);
+}
+[[gnu::always_inline]] inline UnalignedVec16& at16(float* p) { return *reinterpret_cast<UnalignedVec16*>(p); }
+
+// Tile sizes: 4 query vectors × 32 keys of scores (8 accumulators; per head dimension, 2 key
+// loads and 4 broadcasts for 8 FMAs), 4 query vectors × 64 dimensions of output (16
+// accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs).
+constexpr int32_t kTileQueries = 4, kTileKeys = 32, kTileDims = 64;
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
+// ones repeated where the block runs out, so every tile has kTileQueries of them.
+struct QueryTile {
+  const float* q[kTileQueries];
+  float* out[kTileQueries];
+  int32_t n_keys[kTileQueries];
+  float* scores[kTileQueries];
+  int32_t count, max_keys;
+};
+
+[[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, int64_t score_stride) {
+  QueryTile tile{};
+  const int32_t total = b.n_rows * b.group;
+  tile.count = std::min(kTileQueries, total - first);
+  for (int32_t i = 0; i < kTileQueries; ++i) {
+    const int32_t v = first + std::min(i, tile.count - 1);
+    const int32_t row = v / b.group, head = v % b.group;
+    const int64_t offset = row * b.row_stride + static_cast<int64_t>(head) * b.head_dim;
+    tile.q[i] = b.q + offset;
+    tile.out[i] = b.out + offset;
+    tile.n_keys[i] = b.n_keys[row];
+    tile.scores[i] = b.scores + static_cast<int64_t>(first + std::min(i, tile.count - 1)) * score_stride;
+    tile.max_keys = std::max(tile.max_keys, tile.n_keys[i]);
+  }
+  return tile;
+}
+
+// scores[i][j] = q_i · k_j / √d for j < the tile's max_keys, then each row's softmax over its
+// own keys, zero past them.
+[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const QueryTile& t) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  int32_t j0 = 0;
+  for (; j0 + kTileKeys <= t.max_keys && j0 + kTileKeys <= b.key_stride; j0 += kTileKeys) {
+    Vec16 acc[kTileQueries][2] = {};
+    for (int32_t d = 0; d < b.head_dim; ++d) {
+      const float* k = b.keys + d * b.key_stride + j0;
+      const Vec16 k0 = at16(k), k1 = at16(k + 16);
+      for (int32_t i = 0; i < kTileQueries; ++i) {
+        const float qd = t.q[i][d];
+        acc[i][0] += qd * k0;
+        acc[i][1] += qd * k1;
+      }
     }
-    float max = scores[0];
-    for (int32_t j = 1; j < n_keys; ++j) max = std::max(max, scores[j]);
+    for (int32_t i = 0; i < kTileQueries; ++i) {
+      at16(t.scores[i] + j0) = acc[i][0] * scale;
+      at16(t.scores[i] + j0 + 16) = acc[i][1] * scale;
+    }
+  }
+  for (int32_t i = 0; i < t.count; ++i) {
+    float* s = t.scores[i];
+    for (int32_t j = j0; j < t.max_keys; ++j) s[j] = 0.0f;
+    for (int32_t d = 0; d < b.head_dim; ++d) {
+      const float qd = t.q[i][d];
+      const float* k = b.keys + d * b.key_stride;
+      for (int32_t j = j0; j < t.max_keys; ++j) s[j] += qd * k[j];
+    }
+    for (int32_t j = j0; j < t.max_keys; ++j) s[j] *= scale;
+  }
+  for (int32_t i = 0; i < t.count; ++i) {
+    float* s = t.scores[i];
+    const int32_t n = t.n_keys[i];
+    float max = s[0];
+    for (int32_t j = 1; j < n; ++j) max = std::max(max, s[j]);
     float sum = 0.0f;
-    for (int32_t j = 0; j < n_keys; ++j) {
-      scores[j] = exp_approx(scores[j] - max);
-      sum += scores[j];
+    for (int32_t j = 0; j < n; ++j) {
+      s[j] = exp_approx(s[j] - max);
+      sum += s[j];
     }
-    float* o = out + static_cast<size_t>(g) * head_dim;
-    for (int32_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
     const float inv = 1.0f / sum;
-    for (int32_t j = 0; j < n_keys; ++j) {
-      const float p = scores[j] * inv;
-      const float* v = values + j * value_stride;
-      for (int32_t d = 0; d < head_dim; ++d) o[d] += p * v[d];
+    for (int32_t j = 0; j < n; ++j) s[j] *= inv;
+    for (int32_t j = n; j < t.max_keys; ++j) s[j] = 0.0f;
+  }
+}
+
+// out_i = Σ_j p_ij · v_j over the tile's keys.
+[[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const QueryTile& t) {
+  int32_t d0 = 0;
+  for (; d0 + kTileDims <= b.head_dim; d0 += kTileDims) {
+    Vec16 acc[kTileQueries][4] = {};
+    for (int32_t j = 0; j < t.max_keys; ++j) {
+      const float* v = b.values + j * b.value_stride + d0;
+      const Vec16 v0 = at16(v), v1 = at16(v + 16), v2 = at16(v + 32), v3 = at16(v + 48);
+      for (int32_t i = 0; i < kTileQueries; ++i) {
+        const float p = t.scores[i][j];
+        acc[i][0] += p * v0;
+        acc[i][1] += p * v1;
+        acc[i][2] += p * v2;
+        acc[i][3] += p * v3;
+      }
+    }
+    for (int32_t i = 0; i < t.count; ++i)
+      for (int32_t k = 0; k < 4; ++k) at16(t.out[i] + d0 + 16 * k) = acc[i][k];
+  }
+  for (int32_t i = 0; i < t.count; ++i) {
+    float* o = t.out[i];
+    for (int32_t d = d0; d < b.head_dim; ++d) o[d] = 0.0f;
+    for (int32_t j = 0; j < t.max_keys; ++j) {
+      const float p = t.scores[i][j];
+      const float* v = b.values + j * b.value_stride;
+      for (int32_t d = d0; d < b.head_dim; ++d) o[d] += p * v[d];
     }
   }
 }
 
+[[gnu::always_inline]] inline void attend_block_loops(const AttentionBlock& b) {
+  int32_t max_keys = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) max_keys = std::max(max_keys, b.n_keys[r]);
+  const int64_t score_stride = round_up(max_keys, kTileKeys);
+  for (int32_t first = 0; first < b.n_rows * b.group; first += kTileQueries) {
+    const QueryTile tile = query_tile(b, first, score_stride);
+    tile_scores(b, tile);
+    tile_output(b, tile);
+  }
+}
+
 #ifdef ORCHARD_X86_DISPATCH
-__attribute__((target("avx512f"))) void attend_group_avx512(const float* q, int32_t group, int32_t head_dim,
-                                                            const float* keys, int64_t key_stride, const float* values,
-                                                            int64_t value_stride, int32_t n_keys, float* scores,
-                                                            float* out) {
-  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
-}
-__attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int32_t group, int32_t head_dim,
-                                                           const float* keys, int64_t key_stride, const float* values,
-                                                           int64_t value_stride, int32_t n_keys, float* scores,
-                                                           float* out) {
-  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
-}
+__attribute__((target("avx512f"))) void attend_block_avx512(const AttentionBlock& block) { attend_block_loops(block); }
+__attribute__((target("avx2,fma"))) void attend_block_avx2(const AttentionBlock& block) { attend_block_loops(block); }
 __attribute__((target("avx512f"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
   silu_mul_loop(gate, up, n);
 }
@@ -108,14 +198,17 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
 
 }  // namespace
 
-void attend_group(const float* q, int32_t group, int32_t head_dim, const float* keys, int64_t key_stride,
-                  const float* values, int64_t value_stride, int32_t n_keys, float* scores, float* out) {
+void attend_block(const AttentionBlock& block) {
 #ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx512)
-    return attend_group_avx512(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
-  if (kHasAvx2) return attend_group_avx2(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+  if (kHasAvx512) return attend_block_avx512(block);
+  if (kHasAvx2) return attend_block_avx2(block);
 #endif
-  attend_group_loops(q, group, head_dim, keys, key_stride, values, value_stride, n_keys, scores, out);
+  attend_block_loops(block);
+}
+
+int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {
+  // One row of whole key tiles per query vector (a tile's padding vectors reuse the last row).
+  return static_cast<int64_t>(n_rows) * group * round_up(max_keys, kTileKeys);
 }
 
 void add(float* y, const float* x, int64_t n) {

@@ -14,13 +14,25 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_factors, float* cos, float* sin);
 // Rotates one head vector [head_dim] by angles from rope_angles.
 void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, RopeOrdering ordering);
-// Attention of `group` query heads that share one KV head, at one position that sees n_keys
-// keys: out[g] = softmax(q[g] · K / √d) · V.
-//   q: F32 [group][head_dim]; keys: F32 [head_dim][key_stride] (transposed, as KvCache keeps
-//   them); values: F32 [n_keys] rows of head_dim, value_stride apart; scores: scratch
-//   [n_keys]; out: F32 [group][head_dim].
-void attend_group(const float* q, int32_t group, int32_t head_dim, const float* keys, int64_t key_stride,
-                  const float* values, int64_t value_stride, int32_t n_keys, float* scores, float* out);
+// Attention of a block of rows (positions of one sequence) over one KV head: row r has `group`
+// query heads and sees keys [0, n_keys[r]); out[r][g] = softmax(q[r][g] · K / √d) · V.
+// Computed as two small matrix products over the block (scores = Q·K, then out = P·V) in
+// register tiles, so each key and value is loaded once per 4 query vectors, not once each.
+struct AttentionBlock {
+  const float* q;          // F32: row r's head g at q + r * row_stride + g * head_dim
+  float* out;              // F32, laid out like q
+  int64_t row_stride;
+  int32_t n_rows, group, head_dim;
+  const int32_t* n_keys;   // [n_rows], each ≥ 1
+  const float* keys;       // F32 [head_dim][key_stride]: transposed, as KvCache keeps them
+  int64_t key_stride;
+  const float* values;     // F32: position j's values at values + j * value_stride
+  int64_t value_stride;
+  float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
+};
+void attend_block(const AttentionBlock& block);
+// Floats of scratch that attend_block needs for a block of this size.
+int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 // y[i] += x[i]

@@ -46,7 +46,7 @@ class WeightBinder {
     const TensorInfo& t = require(file_, name, {cols, rows});
     size_t stride = core::row_bytes(t.type, cols);
     return core::WeightMatrix::prepare(t.type, t.data + stride * static_cast<size_t>(row_begin), row_end - row_begin,
-                                       cols, options_.allow_repack);
+                                       cols, options_.allow_repack, &arena_);
   }
 
   // Columns [col_begin, col_end) of every row, gathered into a compact copy. A split that falls
@@ -66,7 +66,7 @@ class WeightBinder {
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(buffer.data() + bytes * static_cast<size_t>(r), t.data + stride * static_cast<size_t>(r) + offset,
                     bytes);
-      return core::WeightMatrix::prepare(t.type, buffer.data(), rows, width, options_.allow_repack);
+      return core::WeightMatrix::prepare(t.type, buffer.data(), rows, width, options_.allow_repack, &arena_);
     }
     buffer.resize(sizeof(float) * static_cast<size_t>(width * rows));
     std::vector<float> row(static_cast<size_t>(cols));
@@ -75,7 +75,8 @@ class WeightBinder {
       std::memcpy(buffer.data() + sizeof(float) * static_cast<size_t>(width * r), row.data() + col_begin,
                   sizeof(float) * static_cast<size_t>(width));
     }
-    return core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width, options_.allow_repack);
+    return core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width, options_.allow_repack,
+                                       &arena_);
   }
 
   std::vector<float> vector(const std::string& name, int64_t n) { return to_floats(file_, require(file_, name, {n})); }
@@ -84,6 +85,7 @@ class WeightBinder {
   const gguf::Reader& file_;
   const LoadOptions& options_;
   std::vector<std::vector<uint8_t>>& owned_;
+  core::CopyArena arena_;  // the model's repacked copies side by side (each keeps its block alive)
 };
 
 ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, const Shard& shard,

@@ -283,6 +283,48 @@ TEST(MatmulContract, ManyMatricesOfOneInputMatchTheirOwnProducts) {
   }
 }
 
+TEST(MatmulContract, CopiesFromAnArenaMatchCopiesOfTheirOwn) {
+  // Small blocks, so the copies fill one, open others, and one is larger than a block; every
+  // copy outlives the arena.
+  std::vector<Problem> problems;
+  std::vector<WeightMatrix> alone, pooled;
+  {
+    CopyArena arena(4096);
+    for (int64_t rows : {16, 40, 200, 17}) {
+      problems.push_back(make_problem(TensorType::Q4_K, rows, 512, 3, static_cast<uint32_t>(rows)));
+      alone.push_back(WeightMatrix::prepare(TensorType::Q4_K, problems.back().weights.data(), rows, 512));
+      pooled.push_back(WeightMatrix::prepare(TensorType::Q4_K, problems.back().weights.data(), rows, 512, true, &arena));
+    }
+  }
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    std::vector<float> a(static_cast<size_t>(p.n_tokens * p.rows)), b(a.size());
+    matmul(alone[i], p.x.data(), p.n_tokens, a.data(), pool, scratch);
+    matmul(pooled[i], p.x.data(), p.n_tokens, b.data(), pool, scratch);
+    EXPECT_EQ(a, b) << "rows " << p.rows;
+    check(p, b, "arena rows " + std::to_string(p.rows));
+  }
+}
+
+TEST(MatmulContract, ArenaPlacesAreAlignedAndApart) {
+  CopyArena arena(1000);
+  std::vector<std::pair<std::shared_ptr<void>, size_t>> places;  // held, so no block is reused
+  for (size_t bytes : {1, 64, 100, 3000, 5, 900}) {
+    std::shared_ptr<void> place = arena.allocate(bytes);
+    ASSERT_TRUE(place);
+    auto* p = static_cast<uint8_t*>(place.get());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    std::memset(p, 0xAB, bytes);  // writable to its end (ASan checks the bounds)
+    for (const auto& [other, n] : places) {
+      auto* q = static_cast<uint8_t*>(other.get());
+      EXPECT_TRUE(p + bytes <= q || q + n <= p) << "overlap";
+    }
+    places.emplace_back(std::move(place), bytes);
+  }
+}
+
 TEST(MatmulContract, ManyMatricesMustShareTheColumnCount) {
   Problem a = make_problem(TensorType::Q4_0, 16, 256, 1, 1);
   Problem b = make_problem(TensorType::Q4_0, 16, 512, 1, 2);

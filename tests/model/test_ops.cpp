@@ -3,6 +3,7 @@
 // and past it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -36,39 +37,66 @@ TEST(Ops, SiluMulPassesNanThrough) {
   EXPECT_NEAR(gate[1], 1.0 / (1.0 + std::exp(-1.0)), 1e-7);
 }
 
-TEST(Ops, AttentionMatchesFloat64Softmax) {
-  // Two query heads on one KV head; scores spread wider than e^x's clamp, so some weights
-  // underflow to zero in both.
-  constexpr int32_t kGroup = 2, kHeadDim = 64, kKeys = 37, kStride = 40;
+struct AttentionCase {
+  int32_t n_rows, group, head_dim, key_stride;
+  std::vector<int32_t> n_keys;
+};
+
+// Rows with different key counts (within and past one 32-key tile, up to the cache's stride),
+// query-vector counts that leave a partial tile of 4, head sizes with and without a tail past
+// whole 64-dimension tiles; scores spread wider than e^x's clamp, so some weights underflow.
+TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
+  const std::vector<AttentionCase> cases = {
+      {1, 8, 64, 40, {1}},        {1, 8, 64, 40, {40}},          {1, 3, 64, 70, {33}},
+      {8, 8, 64, 80, {65, 66, 67, 68, 69, 70, 71, 72}},          {3, 2, 24, 45, {45, 7, 32}},
+      {5, 1, 128, 100, {1, 31, 32, 64, 100}},                    {2, 4, 80, 64, {64, 63}},
+  };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(kGroup * kHeadDim), keys(kHeadDim * kStride), values(kKeys * kHeadDim);
-  for (auto& v : q) v = normal(rng) * 4.0f;
-  for (auto& v : keys) v = normal(rng) * 4.0f;
-  for (auto& v : values) v = normal(rng);
-  std::vector<float> scores(kKeys), out(kGroup * kHeadDim);
-  ops::attend_group(q.data(), kGroup, kHeadDim, keys.data(), kStride, values.data(), kHeadDim, kKeys, scores.data(),
-                    out.data());
-  for (int32_t g = 0; g < kGroup; ++g) {
-    std::vector<double> s(kKeys);
-    double max = -INFINITY;
-    for (int32_t j = 0; j < kKeys; ++j) {
-      double dot = 0;
-      for (int32_t d = 0; d < kHeadDim; ++d) dot += static_cast<double>(q[g * kHeadDim + d]) * keys[d * kStride + j];
-      s[j] = dot / std::sqrt(static_cast<double>(kHeadDim));
-      max = std::max(max, s[j]);
-    }
-    double sum = 0;
-    for (double& v : s) sum += v = std::exp(v - max);
-    for (int32_t d = 0; d < kHeadDim; ++d) {
-      double expected = 0, magnitude = 0;
-      for (int32_t j = 0; j < kKeys; ++j) {
-        expected += s[j] / sum * values[j * kHeadDim + d];
-        magnitude += s[j] / sum * std::fabs(values[j * kHeadDim + d]);
+  for (const AttentionCase& c : cases) {
+    const int32_t hd = c.head_dim, vectors = c.n_rows * c.group;
+    const int64_t row_stride = static_cast<int64_t>(c.group) * hd + 5;  // rows apart, as in a wider buffer
+    std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride)), keys(static_cast<size_t>(hd) * c.key_stride);
+    std::vector<float> values(static_cast<size_t>(c.key_stride) * hd);
+    for (auto& v : q) v = normal(rng) * 4.0f;
+    for (auto& v : keys) v = normal(rng) * 4.0f;
+    for (auto& v : values) v = normal(rng);
+    int32_t max_keys = 0;
+    for (int32_t n : c.n_keys) max_keys = std::max(max_keys, n);
+    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)), NAN);
+    std::vector<float> out(q.size(), NAN);
+    ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, hd, c.n_keys.data(),
+                          keys.data(), c.key_stride, values.data(), hd, scratch.data()};
+    ops::attend_block(b);
+    for (int32_t v = 0; v < vectors; ++v) {
+      const int32_t row = v / c.group, head = v % c.group, n = c.n_keys[static_cast<size_t>(row)];
+      const float* qv = &q[static_cast<size_t>(row * row_stride + head * hd)];
+      const float* ov = &out[static_cast<size_t>(row * row_stride + head * hd)];
+      std::vector<double> p(static_cast<size_t>(n));
+      double max = -INFINITY, sum = 0;
+      for (int32_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.key_stride + j];
+        p[j] = dot / std::sqrt(static_cast<double>(hd));
+        max = std::max(max, p[j]);
       }
-      // float32 scores of |q·k| up to a few hundred: their rounding moves each weight by ~1e-5.
-      ASSERT_NEAR(out[g * kHeadDim + d], expected, 1e-4 * magnitude + 1e-6) << "head " << g << " dim " << d;
+      for (double& x : p) sum += x = std::exp(x - max);
+      for (int32_t d = 0; d < hd; ++d) {
+        double expected = 0, magnitude = 0;
+        for (int32_t j = 0; j < n; ++j) {
+          expected += p[j] / sum * values[static_cast<size_t>(j) * hd + d];
+          magnitude += p[j] / sum * std::fabs(values[static_cast<size_t>(j) * hd + d]);
+        }
+        // float32 scores of |q·k| up to a few hundred: their rounding moves each weight by ~1e-5.
+        ASSERT_NEAR(ov[d], expected, 1e-4 * magnitude + 1e-6)
+            << "rows " << c.n_rows << " group " << c.group << " head_dim " << hd << ": row " << row << " head " << head
+            << " dim " << d;
+      }
     }
+    // Nothing between the rows' heads is written.
+    for (int32_t row = 0; row < c.n_rows; ++row)
+      for (int64_t i = static_cast<int64_t>(c.group) * hd; i < row_stride; ++i)
+        ASSERT_TRUE(std::isnan(out[static_cast<size_t>(row * row_stride + i)]));
   }
 }
 

@@ -304,9 +304,10 @@ struct InterleavedKernel {
 // no horizontal reductions. A micro-tile of G groups × T tokens keeps G·T accumulators in
 // registers (at most 4 × 6 = 24 of 32); per column it makes G loads, T broadcasts and G·T FMAs,
 // so the FMA rate bounds it, not loads (standalone, one Zen 4 core: 56 GMAC/s of a 58.6 peak,
-// where the row-layout GEMM above reaches 35–44). One token (decode) streams G groups at once in
-// G independent FMA chains; the hardware prefetcher follows these sequential streams, and a
-// software prefetch ahead of them measured slower (F16 decode, one core: 10.6 against 11.6 tok/s).
+// where the row-layout GEMM above reaches 35–44). One token (decode) is handed one group at a
+// time (the matmul driver's decode grain) and splits its columns over four FMA chains; the
+// hardware prefetcher follows that sequential stream, and a software prefetch ahead of it
+// measured slower (F16 decode, one core: 10.6 against 11.6 tok/s).
 struct LoadF32Column {
   static constexpr size_t kBytes = sizeof(float);
   static __m512 at(const uint8_t* p) { return _mm512_loadu_ps(p); }
@@ -332,19 +333,30 @@ struct FloatGroups {
     for (int g = 0; g < G; ++g) w[g] = tile.w + static_cast<size_t>(group + g) * tile.w_stride;
     const float* x[T];
     token_pointers(tile, t0, x);
-    __m512 acc[G][T];
-    for (int g = 0; g < G; ++g)
-      for (int t = 0; t < T; ++t) acc[g][t] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < tile.n_blocks; ++c) {
+    // Below four independent FMA chains their latency (4 cycles each) limits a decode step, not
+    // memory: one token over fewer than four groups splits the columns over kChains sums.
+    constexpr int kChains = T == 1 ? 4 / G : 1;
+    __m512 acc[kChains][G][T];
+    for (int k = 0; k < kChains; ++k)
+      for (int g = 0; g < G; ++g)
+        for (int t = 0; t < T; ++t) acc[k][g][t] = _mm512_setzero_ps();
+    auto column = [&](int k, int64_t c) {
       const size_t at = static_cast<size_t>(c) * kColumn;
       __m512 wv[G];
       for (int g = 0; g < G; ++g) wv[g] = Load::at(w[g] + at);
       for (int t = 0; t < T; ++t) {
         const __m512 xv = _mm512_set1_ps(x[t][c]);
-        for (int g = 0; g < G; ++g) acc[g][t] = _mm512_fmadd_ps(wv[g], xv, acc[g][t]);
+        for (int g = 0; g < G; ++g) acc[k][g][t] = _mm512_fmadd_ps(wv[g], xv, acc[k][g][t]);
       }
-    }
-    for (int g = 0; g < G; ++g) store_group(tile, group + g, t0, acc[g]);
+    };
+    int64_t c = 0;
+    for (; c + kChains <= tile.n_blocks; c += kChains)
+      for (int k = 0; k < kChains; ++k) column(k, c + k);
+    for (; c < tile.n_blocks; ++c) column(0, c);
+    for (int k = 1; k < kChains; ++k)
+      for (int g = 0; g < G; ++g)
+        for (int t = 0; t < T; ++t) acc[0][g][t] = _mm512_add_ps(acc[0][g][t], acc[k][g][t]);
+    for (int g = 0; g < G; ++g) store_group(tile, group + g, t0, acc[0][g]);
   }
 };
 
