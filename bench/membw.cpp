@@ -5,23 +5,33 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
+
+#include "core/kernels.h"
 
 namespace orchard::bench {
 
 double measure_read_bandwidth(core::ThreadPool& pool, size_t bytes, int repeats) {
   const size_t n = bytes / sizeof(uint64_t);
-  std::unique_ptr<uint64_t[]> data(new uint64_t[n]);
+  // Allocated as the model's repacked weights are (2 MiB-aligned, huge pages where the system
+  // gives them on request), so the probe reads memory the way a decode step does.
+  core::CopyArena arena(bytes);
+  std::shared_ptr<void> block = arena.allocate(n * sizeof(uint64_t));
+  if (!block) throw std::bad_alloc();
+  auto* data = static_cast<uint64_t*>(block.get());
   for (size_t i = 0; i < n; ++i) data[i] = i;  // touch every page before timing
-  // Many tasks per thread: the threads share the buffer evenly even if one is descheduled.
-  const int64_t tasks = 64 * pool.size();
-  std::vector<uint64_t> sums(static_cast<size_t>(tasks));
+  // Each thread streams its own half (or share) in order, in 1 MiB grains, taking grains from
+  // the back of another's share once done: the way decode matmuls split their rows.
+  constexpr size_t kGrain = (size_t{1} << 20) / sizeof(uint64_t);
+  const auto grains = static_cast<int64_t>((n + kGrain - 1) / kGrain);
+  std::vector<uint64_t> sums(static_cast<size_t>(grains));
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(tasks, [&](int64_t task, int) {
-      const uint64_t* p = data.get() + n * static_cast<size_t>(task) / static_cast<size_t>(tasks);
-      const uint64_t* end = data.get() + n * static_cast<size_t>(task + 1) / static_cast<size_t>(tasks);
+    pool.parallel_shares(grains, 1, [&](int64_t grain, int64_t, int) {
+      const uint64_t* p = data + static_cast<size_t>(grain) * kGrain;
+      const uint64_t* end = data + std::min(n, static_cast<size_t>(grain + 1) * kGrain);
       // Four independent integer sums: the compiler vectorizes them and the adds never limit
       // the loads.
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -32,7 +42,7 @@ double measure_read_bandwidth(core::ThreadPool& pool, size_t bytes, int repeats)
         s3 += p[3];
       }
       for (; p < end; ++p) s0 += *p;
-      sums[static_cast<size_t>(task)] = s0 + s1 + s2 + s3;
+      sums[static_cast<size_t>(grain)] = s0 + s1 + s2 + s3;
     });
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / seconds);
