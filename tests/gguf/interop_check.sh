@@ -18,7 +18,23 @@ import numpy as np
 import gguf
 
 r = gguf.GGUFReader(sys.argv[1])
-f = lambda k: r.fields[k].contents()
+
+
+def f(key):
+    field = r.fields[key]
+    if hasattr(field, "contents"):
+        return field.contents()
+    # gguf-py before ReaderField.contents() (early 2025): decode from the field's parts.
+    types = field.types
+    if types[0] == gguf.GGUFValueType.ARRAY:
+        items = [field.parts[i] for i in field.data]
+        if types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(p).decode() for p in items]
+        return [p.tolist()[0] for p in items]
+    part = field.parts[field.data[0]]
+    return bytes(part).decode() if types[0] == gguf.GGUFValueType.STRING else part.tolist()[0]
+
+
 checks = {
     "general.architecture": "llama", "general.name": "orchard-interop", "general.alignment": 64,
     "llama.block_count": 2, "llama.rope.freq_base": 10000.0, "test.i8": -7, "test.u64": 1 << 40,
