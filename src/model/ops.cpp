@@ -52,10 +52,9 @@ const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
   }
 }
 
-// 16 floats as one value: GCC/Clang vector extensions, so the tiles below compile to one zmm,
-// two ymm or four NEON registers, whichever the clone is built for.
-// at16 views 16 floats at any address as one (references: a vector passed by value would
-// change the ABI between the clones).
+// 16 floats as one value (GCC/Clang vector extensions), so the tiles below compile to one zmm,
+// two ymm or four NEON registers, whichever the clone is built for. at16 views 16 floats at any
+// address as one, by reference: a vector passed by value would change the ABI between clones.
 using Vec16 = float __attribute__((vector_size(64)));
 using UnalignedVec16 = float __attribute__((vector_size(64), aligned(4), may_alias));
 [[gnu::always_inline]] inline const UnalignedVec16& at16(const float* p) {
