@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue-2 benchmark: prompt (pp512) and generation (tg128) tok/s of a TinyLlama-shaped model at
+# Engine benchmark: prompt (pp512) and generation (tg128) tok/s of a TinyLlama-shaped model at
 # Q4_0, Q8_0, Q4_K_M and F16 with 1 and 2 threads, beside the machine's read bandwidth, so
 # generation reads as a fraction of the bandwidth limit (weight bytes per token × tok/s ÷
 # bandwidth).
@@ -10,11 +10,19 @@
 # figure and of each per-round ratio. With LLAMA_BENCH naming a llama-bench binary, llama.cpp
 # runs right after ours on the same file in every round, and the ratios are side by side.
 #
+# The same runs measure a mixture of experts: ORCHARD_BENCH_ARCH=qwen3moe ORCHARD_BENCH_SHAPE=moe-3b
+# (Qwen3-30B-A3B's layer, 16 layers, 4 of 32 experts active). "GB/s read" then counts the bytes a
+# token reads — attention, router and 4/32 of the experts — so "of bandwidth" is against the
+# limit set by active, not total, parameters.
+#
 #   bench/engine.sh [BUILD_DIR]     (default: build)
 #   env: ORCHARD_BENCH_MODELS (default /tmp/orchard-bench), ORCHARD_BENCH_TYPES, ORCHARD_BENCH_THREADS,
-#        ORCHARD_BENCH_ROUNDS (default 3), LLAMA_BENCH
+#        ORCHARD_BENCH_ROUNDS (default 3), ORCHARD_BENCH_ARCH (default llama),
+#        ORCHARD_BENCH_SHAPE (default tinyllama-1.1b), LLAMA_BENCH
 set -euo pipefail
 build=${1:-build}
+arch=${ORCHARD_BENCH_ARCH:-llama}
+shape=${ORCHARD_BENCH_SHAPE:-tinyllama-1.1b}
 models=${ORCHARD_BENCH_MODELS:-/tmp/orchard-bench}
 types=${ORCHARD_BENCH_TYPES:-"q4_0 q8_0 q4_k_m f16"}
 threads=${ORCHARD_BENCH_THREADS:-"1 2"}
@@ -22,14 +30,14 @@ rounds=${ORCHARD_BENCH_ROUNDS:-3}
 llama=${LLAMA_BENCH:-}
 mkdir -p "$models"
 for type in $types; do
-  f="$models/tinyllama-1.1b-$type.gguf"
-  [ -f "$f" ] || "$build/orchard" make-model --arch llama --shape tinyllama-1.1b --type "$type" --seed 1 -o "$f"
+  f="$models/$arch-$shape-$type.gguf"
+  [ -f "$f" ] || "$build/orchard" make-model --arch "$arch" --shape "$shape" --type "$type" --seed 1 -o "$f"
 done
 
 # One line per run: type threads probe_gb_s pp tg gb_s_read [llama_pp llama_tg]
 for round in $(seq "$rounds"); do
   for type in $types; do
-    f="$models/tinyllama-1.1b-$type.gguf"
+    f="$models/$arch-$shape-$type.gguf"
     for t in $threads; do
       bw=$("$build/bench/membw" "$t" | awk '{print $(NF-1)}')
       ours=$("$build/orchard" bench -m "$f" -p 512 -n 128 -r 1 -t "$t" --json |

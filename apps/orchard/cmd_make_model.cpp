@@ -11,7 +11,7 @@ void add_make_model_command(CLI::App& app) {
   auto output = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "make-model", "Write a GGUF model with deterministic random weights and a real tokenizer (no download)");
-  cmd->add_option("--arch", spec->arch, "llama | qwen2 | qwen3")->capture_default_str();
+  cmd->add_option("--arch", spec->arch, model::synthetic_architectures())->capture_default_str();
   cmd->add_option("--shape", spec->shape, model::synthetic_shapes())->capture_default_str();
   cmd->add_option("--type", spec->type, model::synthetic_types())->capture_default_str();
   cmd->add_option("--seed", spec->seed, "Seed of the weights")->capture_default_str();

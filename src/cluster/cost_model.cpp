@@ -92,11 +92,13 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   // q and o scale with the query heads held, k and v with the KV heads.
   const double q = c.q_dim(), kv = c.kv_dim();
   const double attn_share = (2 * q * s.n_heads() / c.n_heads + 2 * kv * s.n_kv_heads() / c.n_kv_heads) / (2 * q + 2 * kv);
-  const double ffn_share = static_cast<double>(s.n_ff()) / c.n_ff;
+  const double ffn_share = c.n_expert > 0 ? static_cast<double>(s.n_expert_ff()) / c.n_ff_exp
+                                          : static_cast<double>(s.n_ff()) / c.n_ff;
   const double vocab_share = static_cast<double>(s.n_vocab()) / c.vocab_size;
   const double layers = s.n_layers();
   const double layer_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share;
-  const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share;
+  const double layer_read_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share * m.ffn_active_fraction;
+  const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share * m.ffn_active_fraction;
   const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
   const double kv_row = 2.0 * s.n_kv_heads() * c.head_dim * kFloatBytes;  // K and V of one position, one layer
@@ -112,7 +114,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
 
   const double bw = machine.memory_bw_gbs * 1e9;
   ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0, "machine '{}' without bandwidth or compute rate", machine.host);
-  const double read_per_token = layers * (layer_bytes + kv_row * work.position) + out_bytes;
+  const double read_per_token = layers * (layer_read_bytes + kv_row * work.position) + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
   const double chunk = prompt_chunk(work, layout.pp);
@@ -131,11 +133,12 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
   ModelFacts f;
   f.config = model::ModelConfig::from_gguf(file);
   f.name = f.config.name.empty() ? file.path() : f.config.name;
-  double embd_params = 0;
+  double embd_params = 0, expert_bytes = 0;
   for (const model::gguf::TensorInfo& t : file.tensors()) {
     const double bytes = static_cast<double>(t.size_bytes), params = static_cast<double>(t.elements());
     if (starts_with(t.name, "blk.")) {
       const bool ffn = t.name.find(".ffn_") != std::string::npos;
+      if (t.name.find("_exps.") != std::string::npos) expert_bytes += bytes;
       (ffn ? f.ffn_bytes : f.attn_bytes) += bytes;
       (ffn ? f.ffn_params : f.attn_params) += params;
     } else if (t.name == "output.weight") {
@@ -148,6 +151,10 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
     }
   }
   const double layers = f.config.n_layers;
+  if (expert_bytes > 0) {
+    const double active = expert_bytes * f.config.n_expert_used / f.config.n_expert;
+    f.ffn_active_fraction = (f.ffn_bytes - expert_bytes + active) / f.ffn_bytes;
+  }
   f.attn_bytes /= layers;
   f.attn_params /= layers;
   f.ffn_bytes /= layers;

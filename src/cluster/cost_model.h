@@ -26,6 +26,10 @@ struct ModelFacts {
   // norms and biases) and of the FFN (gate, up, down).
   double attn_params = 0, attn_bytes = 0;
   double ffn_params = 0, ffn_bytes = 0;
+  // The share of the FFN's bytes (and multiply-adds) one token reads: 1 for a dense FFN; for a
+  // mixture of experts the router and n_expert_used of n_expert experts. Memory is set by all
+  // the bytes, a decode step's time by this share of them.
+  double ffn_active_fraction = 1;
   double embedding_bytes = 0;            // token_embd: mapped whole, one row read per token
   double output_params = 0, output_bytes = 0;  // output head (the embedding when tied)
 

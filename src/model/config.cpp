@@ -3,21 +3,10 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "model/architecture.h"
 
 namespace orchard::model {
 namespace {
-
-struct ArchitectureInfo {
-  std::string_view name;
-  Architecture arch;
-  RopeOrdering rope;
-};
-
-constexpr ArchitectureInfo kArchitectures[] = {
-    {"llama", Architecture::Llama, RopeOrdering::Normal},
-    {"qwen2", Architecture::Qwen2, RopeOrdering::NeoX},
-    {"qwen3", Architecture::Qwen3, RopeOrdering::NeoX},
-};
 
 int32_t positive_int(const gguf::Reader& file, const std::string& key) {
   int64_t v = file.get(key).as_int(key);
@@ -35,31 +24,60 @@ float optional_float(const gguf::Reader& file, const std::string& key, float fal
   return v ? static_cast<float>(v->as_float(key)) : fallback;
 }
 
-}  // namespace
-
-std::string supported_architectures() {
-  std::string out;
-  for (const auto& a : kArchitectures) out += (out.empty() ? "" : ", ") + std::string(a.name);
-  return out;
+// The mixture-of-experts keys, when the architecture requires experts or the file has them
+// (llama with experts is Mixtral).
+void read_experts(const gguf::Reader& file, const std::string& p, ModelConfig& c) {
+  if (!c.arch->mixture_of_experts && !file.find(p + "expert_count")) return;
+  c.n_expert = positive_int(file, p + "expert_count");
+  c.n_expert_used = positive_int(file, p + "expert_used_count");
+  if (c.n_expert_used > c.n_expert)
+    throw FormatError(error_message("model", "{}: {}expert_used_count {} is more than expert_count {}", file.path(), p,
+                                    c.n_expert_used, c.n_expert));
+  // Mixtral files give the experts' width as feed_forward_length.
+  c.n_ff_exp = file.find(p + "expert_feed_forward_length") || c.n_ff == 0
+                   ? positive_int(file, p + "expert_feed_forward_length")
+                   : c.n_ff;
+  if (const auto* v = file.find(p + "leading_dense_block_count")) {
+    const int64_t leading = v->as_int(p + "leading_dense_block_count");
+    if (leading < 0 || leading > (int64_t{1} << 30))
+      throw FormatError(error_message("model", "{}: {}leading_dense_block_count = {} is out of range", file.path(), p,
+                                      leading));
+    c.n_dense_leading = static_cast<int32_t>(leading);
+  }
+  if (const auto* v = file.find(p + "expert_weights_norm")) c.expert_weights_norm = v->as_bool(p + "expert_weights_norm");
+  // llama.cpp's numbering: 1 softmax, 2 sigmoid (DeepSeek V3), 3 softmax over the chosen (gpt-oss).
+  if (const auto* v = file.find(p + "expert_gating_func")) {
+    const int64_t code = v->as_int(p + "expert_gating_func");
+    if (code != 1)
+      throw FormatError(error_message("model", "{}: {}expert_gating_func = {} is not supported; supported: 1 (softmax)",
+                                      file.path(), p, code));
+  }
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length"})
+    if (const auto* v = file.find(p + key); v && v->as_int(p + key) != 0)
+      throw FormatError(error_message("model", "{}: {}{} is set: shared experts are not supported yet", file.path(), p,
+                                      key));
 }
+
+}  // namespace
 
 ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
   ModelConfig c;
   c.arch_name = file.get("general.architecture").as_string("general.architecture");
-  const ArchitectureInfo* info = nullptr;
-  for (const auto& a : kArchitectures)
-    if (a.name == c.arch_name) info = &a;
-  if (!info)
+  c.arch = find_architecture(c.arch_name);
+  if (!c.arch)
     throw FormatError(error_message("model", "{}: architecture '{}' is not supported; supported: {}", file.path(),
                                     c.arch_name, supported_architectures()));
-  c.arch = info->arch;
-  c.rope_ordering = info->rope;
+  c.rope_ordering = c.arch->rope;
   if (const auto* v = file.find("general.name")) c.name = v->as_string("general.name");
 
   const std::string p = c.arch_name + ".";
   c.n_embd = positive_int(file, p + "embedding_length");
   c.n_layers = positive_int(file, p + "block_count");
-  c.n_ff = positive_int(file, p + "feed_forward_length");
+  c.n_ff = optional_int(file, p + "feed_forward_length", 0);
+  read_experts(file, p, c);
+  // A model whose every layer is a mixture of experts may leave the dense width out.
+  if (c.n_expert == 0 || c.n_dense_leading > 0) c.n_ff = positive_int(file, p + "feed_forward_length");
+  if (c.n_ff == 0) c.n_ff = c.n_ff_exp;
   c.n_heads = positive_int(file, p + "attention.head_count");
   c.n_kv_heads = optional_int(file, p + "attention.head_count_kv", c.n_heads);
   c.context_length = optional_int(file, p + "context_length", 2048);
@@ -95,8 +113,6 @@ ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
                                     fmt::join(embd.shape, ", "), c.n_embd));
   c.vocab_size = static_cast<int32_t>(embd.shape[1]);
   c.tied_output = file.find_tensor("output.weight") == nullptr;
-  c.has_qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.has_qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   c.has_rope_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
   return c;
 }

@@ -8,22 +8,33 @@
 
 namespace orchard::model {
 
-enum class Architecture { Llama, Qwen2, Qwen3 };
+struct ArchitectureDef;
 
 // How RoPE pairs the dimensions of a head: Normal rotates (2i, 2i+1) (llama, as GGUF stores
 // its permuted q/k), NeoX rotates (i, i + d/2) (qwen2, qwen3).
 enum class RopeOrdering { Normal, NeoX };
 
+// How a mixture-of-experts layer turns router logits into expert weights.
+enum class ExpertGating { Softmax };
+
 struct ModelConfig {
-  Architecture arch = Architecture::Llama;
-  std::string arch_name;          // "llama", "qwen2", "qwen3"
+  const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
+  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe"
   std::string name;               // general.name, may be empty
   int32_t n_embd = 0;             // width of the residual stream
   int32_t n_layers = 0;
   int32_t n_heads = 0;            // query heads
   int32_t n_kv_heads = 0;         // key/value heads (grouped-query attention when < n_heads)
   int32_t head_dim = 0;           // per head; qwen3 sets it apart from n_embd / n_heads
-  int32_t n_ff = 0;               // FFN inner width
+  int32_t n_ff = 0;               // dense FFN inner width
+  // Mixture of experts (all 0 in a dense model): each MoE layer holds n_expert FFNs of width
+  // n_ff_exp, of which every token visits n_expert_used, chosen by a router.
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  int32_t n_ff_exp = 0;
+  int32_t n_dense_leading = 0;    // the first layers keep a dense FFN
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  bool expert_weights_norm = true;  // the chosen experts' weights are rescaled to sum to one
   int32_t vocab_size = 0;
   int32_t context_length = 0;     // trained context
   float rms_eps = 1e-5f;
@@ -31,21 +42,17 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;   // linear scaling: positions are multiplied by this
   int32_t rope_dims = 0;          // dimensions of a head that rotate (usually head_dim)
   RopeOrdering rope_ordering = RopeOrdering::Normal;
-  bool has_qkv_bias = false;      // qwen2
-  bool has_qk_norm = false;       // qwen3: RMSNorm of each q and k head before RoPE
   bool tied_output = false;       // no output.weight: the embedding is reused
   bool has_rope_freq_factors = false;  // llama 3.1 "rope_freqs.weight"
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool moe_layer(int32_t layer) const { return n_expert > 0 && layer >= n_dense_leading; }
 
   // Reads and checks the metadata. Unknown architecture: FormatError listing the supported
-  // ones; missing keys name the key; inconsistent numbers (heads not dividing, tensors of the
+  // ones; missing keys name the key; an unknown expert gating function names it; inconsistent numbers (heads not dividing, tensors of the
   // wrong shape) name both sides.
   static ModelConfig from_gguf(const gguf::Reader& file);
 };
-
-// "llama, qwen2, qwen3"
-std::string supported_architectures();
 
 }  // namespace orchard::model

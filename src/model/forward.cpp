@@ -31,8 +31,21 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   v_.resize(batch * s.n_kv_heads() * hd);
   attn_out_.resize(batch * s.n_heads() * hd);
   proj_.resize(batch * c.n_embd);
-  gate_.resize(batch * s.n_ff());
-  up_.resize(batch * s.n_ff());
+  const size_t ff_width = std::max(s.n_ff(), s.n_expert_ff() * std::max(c.n_expert_used, 1));
+  gate_.resize(batch * ff_width);
+  up_.resize(batch * ff_width);
+  if (c.n_expert > 0) {
+    const auto used = static_cast<size_t>(c.n_expert_used);
+    router_logits_.resize(batch * c.n_expert);
+    route_expert_.resize(batch * used);
+    route_weight_.resize(batch * used);
+    expert_start_.resize(static_cast<size_t>(c.n_expert) + 1);
+    expert_cursor_.resize(static_cast<size_t>(c.n_expert));
+    expert_rows_.resize(batch * used);
+    gathered_.resize(batch * c.n_embd);
+    expert_out_.resize(batch * c.n_embd);
+    slot_out_.resize(batch * used * c.n_embd);
+  }
   block_start_.resize(batch + 1);
   key_counts_.resize(batch);
   scores_per_thread_ = static_cast<size_t>(
@@ -158,7 +171,7 @@ void Forward::attention_block(int32_t layer, int32_t n) {
     float* q = &q_[static_cast<size_t>(t) * q_dim];
     float* k = &k_[static_cast<size_t>(t) * kv_dim];
     float* v = &v_[static_cast<size_t>(t) * kv_dim];
-    if (c.has_qkv_bias) {
+    if (!w.bq.empty()) {
       ops::add(q, w.bq.data(), q_dim);
       ops::add(k, w.bk.data(), kv_dim);
       ops::add(v, w.bv.data(), kv_dim);
@@ -166,11 +179,11 @@ void Forward::attention_block(int32_t layer, int32_t n) {
     const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
     const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
     for (int32_t h = 0; h < s.n_heads(); ++h) {
-      if (c.has_qk_norm) ops::rms_norm(q + h * hd, w.q_norm.data(), q + h * hd, hd, c.rms_eps);
+      if (!w.q_norm.empty()) ops::rms_norm(q + h * hd, w.q_norm.data(), q + h * hd, hd, c.rms_eps);
       ops::rope(q + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
     for (int32_t h = 0; h < s.n_kv_heads(); ++h) {
-      if (c.has_qk_norm) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
+      if (!w.k_norm.empty()) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
       ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
     caches_[static_cast<size_t>(row_sequence_[t])].store(local, row_pos_[t], k, v);
@@ -246,6 +259,7 @@ void Forward::ffn_block(int32_t layer, int32_t n) {
     ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.ffn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
                   c.rms_eps);
   });
+  if (w.has_experts()) return moe_block(layer, n);
   const core::MatmulTarget gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};
   core::matmul_many(gate_up, normed_.data(), n, pool_, scratch_);
   const int32_t ff = s.n_ff();
@@ -254,6 +268,99 @@ void Forward::ffn_block(int32_t layer, int32_t n) {
     ops::silu_mul(&gate_[row], &up_[row], ff);
   });
   core::matmul(w.w_down, gate_.data(), n, proj_.data(), pool_, scratch_);
+  if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  add_to_residual(n);
+}
+
+void Forward::route(int32_t layer, const LayerWeights& w, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const int32_t n_expert = c.n_expert, used = c.n_expert_used;
+  const int32_t d = c.n_embd;
+  // The router's products are row by row in one fixed order (not a matmul, whose tiles order
+  // sums by how many rows share them), so a row routes the same alone or in any batch.
+  for_rows(n, [&](int32_t t) {
+    float* p = &router_logits_[static_cast<size_t>(t) * n_expert];
+    const float* x = &normed_[static_cast<size_t>(t) * d];
+    for (int32_t e = 0; e < n_expert; ++e) p[e] = ops::dot(&w.router[static_cast<size_t>(e) * d], x, d);
+    ops::softmax(p, n_expert);
+    int32_t* chosen = &route_expert_[static_cast<size_t>(t) * used];
+    float* weight = &route_weight_[static_cast<size_t>(t) * used];
+    ops::top_k(p, n_expert, used, chosen);
+    float sum = 0;
+    for (int32_t i = 0; i < used; ++i) sum += weight[i] = p[chosen[i]];
+    if (c.expert_weights_norm)
+      for (int32_t i = 0; i < used; ++i) weight[i] /= sum;
+  });
+  if (routing_observer_)
+    for (int32_t t = 0; t < n; ++t)
+      routing_observer_(layer, row_sequence_[t], row_pos_[t],
+                        std::span(&route_expert_[static_cast<size_t>(t) * used], static_cast<size_t>(used)));
+  // Group the choices by expert (a counting sort, so each expert's rows stay in order).
+  std::fill(expert_start_.begin(), expert_start_.end(), 0);
+  const int32_t slots = n * used;
+  for (int32_t i = 0; i < slots; ++i) ++expert_start_[static_cast<size_t>(route_expert_[i]) + 1];
+  for (int32_t e = 0; e < n_expert; ++e) expert_start_[e + 1] += expert_start_[e];
+  expert_cursor_.assign(expert_start_.begin(), expert_start_.end() - 1);
+  for (int32_t i = 0; i < slots; ++i) expert_rows_[static_cast<size_t>(expert_cursor_[route_expert_[i]]++)] = i;
+}
+
+void Forward::moe_block(int32_t layer, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const LayerWeights& w = weights_.layer(layer);
+  const int32_t d = c.n_embd, ff = weights_.shard().n_expert_ff(), used = c.n_expert_used;
+  route(layer, w, n);
+  std::fill_n(proj_.begin(), static_cast<size_t>(n) * d, 0.0f);
+  if (n == 1) {
+    // A decode step: every chosen expert reads the same row, so their gate and up products run
+    // as one pass over the pool (matmul_many takes 8 matrices: 4 experts at a time).
+    constexpr int32_t kExpertsPerPass = 4;
+    for (int32_t first = 0; first < used; first += kExpertsPerPass) {
+      core::MatmulTarget targets[2 * kExpertsPerPass];
+      const int32_t count = std::min(kExpertsPerPass, used - first);
+      for (int32_t i = 0; i < count; ++i) {
+        const auto e = static_cast<size_t>(route_expert_[first + i]);
+        const size_t at = static_cast<size_t>(first + i) * ff;
+        targets[2 * i] = {&w.expert_gate[e], &gate_[at]};
+        targets[2 * i + 1] = {&w.expert_up[e], &up_[at]};
+      }
+      core::matmul_many(std::span(targets, static_cast<size_t>(2 * count)), normed_.data(), 1, pool_, scratch_);
+    }
+    ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(used) * ff);
+    for (int32_t i = 0; i < used; ++i) {
+      const auto e = static_cast<size_t>(route_expert_[i]);
+      core::matmul(w.expert_down[e], &gate_[static_cast<size_t>(i) * ff], 1, expert_out_.data(), pool_, scratch_);
+      ops::add_scaled(proj_.data(), expert_out_.data(), route_weight_[i], d);
+    }
+  } else {
+    // A prompt (or a batch): one product per expert over the rows routed to it.
+    for (int32_t e = 0; e < c.n_expert; ++e) {
+      const int32_t begin = expert_start_[e], rows = expert_start_[e + 1] - begin;
+      if (rows == 0) continue;
+      const int32_t* slots = &expert_rows_[static_cast<size_t>(begin)];
+      for (int32_t j = 0; j < rows; ++j)
+        std::memcpy(&gathered_[static_cast<size_t>(j) * d], &normed_[static_cast<size_t>(slots[j] / used) * d],
+                    sizeof(float) * static_cast<size_t>(d));
+      const core::MatmulTarget gate_up[] = {{&w.expert_gate[static_cast<size_t>(e)], gate_.data()},
+                                            {&w.expert_up[static_cast<size_t>(e)], up_.data()}};
+      core::matmul_many(gate_up, gathered_.data(), rows, pool_, scratch_);
+      for_rows(rows, [&](int32_t t) {
+        const size_t row = static_cast<size_t>(t) * ff;
+        ops::silu_mul(&gate_[row], &up_[row], ff);
+      });
+      core::matmul(w.expert_down[static_cast<size_t>(e)], gate_.data(), rows, expert_out_.data(), pool_, scratch_);
+      for (int32_t j = 0; j < rows; ++j)
+        std::memcpy(&slot_out_[static_cast<size_t>(slots[j]) * d], &expert_out_[static_cast<size_t>(j) * d],
+                    sizeof(float) * static_cast<size_t>(d));
+    }
+    // Each row sums its experts in the order it chose them, as a decode step does, so a row's
+    // result does not depend on the other rows of its batch.
+    for_rows(n, [&](int32_t t) {
+      for (int32_t i = 0; i < used; ++i) {
+        const size_t slot = static_cast<size_t>(t) * used + static_cast<size_t>(i);
+        ops::add_scaled(&proj_[static_cast<size_t>(t) * d], &slot_out_[slot * d], route_weight_[slot], d);
+      }
+    });
+  }
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
   add_to_residual(n);
 }

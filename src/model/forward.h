@@ -1,11 +1,12 @@
 #pragma once
-// The forward pass of a decoder-only transformer (llama, qwen2, qwen3) over the shard of the
+// The forward pass of a decoder-only transformer (every architecture of architecture.h) over the shard of the
 // model this rank holds: a batch of tokens (or of hidden states from the previous pipeline
 // stage) at consecutive positions goes in; hidden states, or logits on the last stage, come
 // out. One Forward may hold several sequences, each with its own KV cache, and run a step of
 // each in one pass, so that the weights are read once for all of them. Buffers are sized once
 // for the largest batch; a step allocates nothing.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,13 @@ class Forward {
   // position of step i. Throws Error, before computing anything, when a step breaks this.
   void run_batch(std::span<const SequenceStep> steps);
 
+  // Called once per row and mixture-of-experts layer with the experts the router chose for it,
+  // most probable first (expert statistics; tests compare the choice with a reference).
+  // Runs on the calling thread, between the layer's routing and its experts.
+  using RoutingObserver =
+      std::function<void(int32_t layer, int32_t sequence, int32_t position, std::span<const int32_t> experts)>;
+  void observe_routing(RoutingObserver observer) { routing_observer_ = std::move(observer); }
+
   // F32 [n, n_embd]: the residual stream after this shard's last layer (what the next pipeline
   // stage takes), one row per position of the last call.
   const float* hidden() const { return residual_.data(); }
@@ -71,6 +79,10 @@ class Forward {
   void run_rows(int32_t n, int32_t n_logits);
   void attention_block(int32_t layer, int32_t n);
   void ffn_block(int32_t layer, int32_t n);
+  // The mixture-of-experts FFN: routes every row, then runs each chosen expert once over all
+  // the rows routed to it (a prompt's tokens grouped by expert), summing into proj_.
+  void moe_block(int32_t layer, int32_t n);
+  void route(int32_t layer, const LayerWeights& w, int32_t n);
   void attend(int32_t layer_local, int32_t n);
   void add_to_residual(int32_t n);
   // Runs f(row) for rows [0, n) over the pool, in runs of 16 rows per thread: the rows' keys
@@ -102,8 +114,21 @@ class Forward {
   std::vector<float> v_;          // F32 [n, shard kv_dim]
   std::vector<float> attn_out_;   // F32 [n, shard q_dim]
   std::vector<float> proj_;       // F32 [n, n_embd]
-  std::vector<float> gate_;       // F32 [n, shard n_ff]
-  std::vector<float> up_;         // F32 [n, shard n_ff]
+  std::vector<float> gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
+  std::vector<float> up_;         // F32, as gate_
+  // Mixture of experts: router logits, each row's chosen experts and their weights, and the
+  // rows grouped by expert (rows of expert e at expert_rows_[expert_start_[e] ..
+  // expert_start_[e + 1]), with the slot of the row's choice in route_*).
+  std::vector<float> router_logits_;   // F32 [n, n_expert]
+  std::vector<int32_t> route_expert_;  // [n, n_expert_used]
+  std::vector<float> route_weight_;    // [n, n_expert_used]
+  std::vector<int32_t> expert_start_;  // [n_expert + 1]
+  std::vector<int32_t> expert_cursor_; // [n_expert]: where the grouping writes each expert's next row
+  std::vector<int32_t> expert_rows_;   // [n * n_expert_used]: route slots, grouped by expert
+  RoutingObserver routing_observer_;
+  std::vector<float> gathered_;        // F32 [n, n_embd]: one expert's input rows
+  std::vector<float> expert_out_;      // F32 [n, n_embd]: one expert's output rows
+  std::vector<float> slot_out_;        // F32 [n * n_expert_used, n_embd]: each choice's expert output
   // Attention: where each block of rows starts (and n after the last), each row's key count,
   // and each thread's scores scratch.
   static constexpr int32_t kAttentionBlockRows = 8;

@@ -214,6 +214,43 @@ void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void add_scaled(float* y, const float* x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  // 16 running sums the compiler keeps in vector lanes (one AVX-512, two AVX2 or four NEON
+  // registers): fast, and the same order for every call of the same length.
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
+  float sum = 0;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+void softmax(float* x, int64_t n) {
+  float max = x[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] = exp_approx(x[i] - max);
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+void top_k(const float* x, int32_t n, int32_t k, int32_t* indices) {
+  // k is a handful (2-8 of up to a few hundred experts): one insertion pass beats a sort.
+  int32_t found = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (found == k && !(x[i] > x[indices[k - 1]])) continue;
+    int32_t j = found < k ? found++ : k - 1;
+    for (; j > 0 && x[i] > x[indices[j - 1]]; --j) indices[j] = indices[j - 1];
+    indices[j] = i;
+  }
+}
+
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];

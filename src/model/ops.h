@@ -37,5 +37,13 @@ int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys
 void silu_mul(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n);
+// y[i] += a * x[i]
+void add_scaled(float* y, const float* x, float a, int64_t n);
+// Σ a[i] b[i], summed in an order that depends on n alone.
+float dot(const float* a, const float* b, int64_t n);
+// x = softmax(x), in place.
+void softmax(float* x, int64_t n);
+// The indices of the k largest of x[0..n), largest first (the lower index first among equals).
+void top_k(const float* x, int32_t n, int32_t k, int32_t* indices);
 
 }  // namespace orchard::model::ops

@@ -12,6 +12,7 @@ struct Shard {
   int32_t head_begin = 0, head_end = 0;        // tensor: query heads held here
   int32_t kv_head_begin = 0, kv_head_end = 0;  // tensor: their key/value heads
   int32_t ff_begin = 0, ff_end = 0;            // tensor: FFN inner rows held here
+  int32_t expert_ff_begin = 0, expert_ff_end = 0;  // tensor: rows of every expert's FFN held here
   int32_t vocab_begin = 0, vocab_end = 0;      // tensor: rows of the output head held here
   bool has_embedding = true;                   // first pipeline stage: turns tokens into vectors
   bool has_output = true;                      // last pipeline stage: turns vectors into logits
@@ -22,6 +23,7 @@ struct Shard {
     s.head_end = config.n_heads;
     s.kv_head_end = config.n_kv_heads;
     s.ff_end = config.n_ff;
+    s.expert_ff_end = config.n_ff_exp;
     s.vocab_end = config.vocab_size;
     return s;
   }
@@ -29,9 +31,12 @@ struct Shard {
   int32_t n_heads() const { return head_end - head_begin; }
   int32_t n_kv_heads() const { return kv_head_end - kv_head_begin; }
   int32_t n_ff() const { return ff_end - ff_begin; }
+  int32_t n_expert_ff() const { return expert_ff_end - expert_ff_begin; }
   int32_t n_vocab() const { return vocab_end - vocab_begin; }
   // True when this rank holds only part of each layer, so partial sums must be combined.
-  bool splits_layers(const ModelConfig& config) const { return n_heads() != config.n_heads || n_ff() != config.n_ff; }
+  bool splits_layers(const ModelConfig& config) const {
+    return n_heads() != config.n_heads || n_ff() != config.n_ff || n_expert_ff() != config.n_ff_exp;
+  }
 };
 
 // Where the forward pass meets the rest of the group. A single rank needs none of it; the

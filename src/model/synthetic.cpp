@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "model/architecture.h"
 #include "model/gguf/writer.h"
 #include "model/tokenizer/vocab_builder.h"
 
@@ -19,13 +20,31 @@ struct Shape {
   std::string_view name;
   int32_t n_embd, n_layers, n_heads, n_kv_heads, n_ff, vocab, context;
   float rope_theta;
+  int32_t head_dim;                           // 0: n_embd / n_heads
+  int32_t n_expert, n_expert_used, n_ff_exp;  // 0: a shape for dense models only
+  bool dense = true;                          // false: for mixtures of experts only
 };
 
 constexpr Shape kShapes[] = {
-    {"tiny", 256, 4, 4, 2, 768, 1024, 512, 10000.0f},
-    {"small", 512, 4, 8, 2, 1536, 4096, 2048, 10000.0f},
-    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f},
-    {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f},
+    // Experts 512 wide: a 2-way tensor split keeps whole 256-element quantization blocks.
+    {"tiny", 256, 4, 4, 2, 768, 1024, 512, 10000.0f, 0, 8, 2, 512},
+    {"small", 512, 4, 8, 2, 1536, 4096, 2048, 10000.0f, 0, 16, 4, 256},
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 0, 0, 0, 0},
+    {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 0, 0, 0, 0},
+    // Qwen3-30B-A3B's layer (128-wide heads, 768-wide experts) with 16 layers and 32 experts of
+    // which 4 are active: about 3B parameters, 0.5B active, to benchmark MoE on one machine.
+    {"moe-3b", 2048, 16, 32, 4, 6144, 151936, 4096, 1000000.0f, 128, 32, 4, 768, false},
+};
+
+// The architectures make-model writes: general.architecture, and whether it has experts.
+struct SyntheticArch {
+  std::string_view name, file_arch;
+  bool experts;
+};
+
+constexpr SyntheticArch kArchs[] = {
+    {"llama", "llama", false}, {"qwen2", "qwen2", false}, {"qwen3", "qwen3", false},
+    {"qwen3moe", "qwen3moe", true}, {"mixtral", "llama", true},
 };
 
 constexpr std::string_view kTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"};
@@ -72,12 +91,16 @@ class ModelBuilder {
                const std::function<void(size_t, size_t)>& on_progress)
       : spec_(spec), pool_(pool), writer_(writer), on_progress_(on_progress) {}
 
-  // A [rows, cols] matrix with entries of standard deviation `stddev`.
-  void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, float stddev) {
+  // A [rows, cols] matrix (or a stack of `count` of them) with entries of standard deviation
+  // `stddev`.
+  void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, float stddev, int64_t count = 1) {
     const float spread = stddev * std::sqrt(3.0f);
     const uint64_t stream = hash_name(spec_.seed, name);
     ++matrices_;
-    writer_.add_tensor_lazy(name, type, {cols, rows}, [=, this] {
+    std::vector<int64_t> shape = {cols, rows};
+    if (count > 1) shape.push_back(count);
+    rows *= count;
+    writer_.add_tensor_lazy(name, type, shape, [=, this] {
       const size_t row_size = core::row_bytes(type, cols);
       std::vector<uint8_t> bytes(row_size * static_cast<size_t>(rows));
       pool_.parallel_for(rows, [&](int64_t r, int) {
@@ -143,6 +166,12 @@ std::string synthetic_types() {
   return out;
 }
 
+std::string synthetic_architectures() {
+  std::string out;
+  for (const auto& a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
+
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path,
                            const std::function<void(size_t, size_t)>& on_progress) {
   const Shape* shape = nullptr;
@@ -152,78 +181,107 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   bool known_type = false;
   for (auto t : kTypes) known_type |= t == spec.type;
   if (!known_type) throw Error(error_message("make-model", "unknown type '{}'; known: {}", spec.type, synthetic_types()));
-  const bool llama = spec.arch == "llama", qwen2 = spec.arch == "qwen2", qwen3 = spec.arch == "qwen3";
-  if (!llama && !qwen2 && !qwen3)
-    throw Error(error_message("make-model", "unknown architecture '{}'; known: llama, qwen2, qwen3", spec.arch));
-
+  const SyntheticArch* arch = nullptr;
+  for (const auto& a : kArchs)
+    if (a.name == spec.arch) arch = &a;
+  if (!arch)
+    throw Error(error_message("make-model", "unknown architecture '{}'; known: {}", spec.arch,
+                              synthetic_architectures()));
   const Shape& s = *shape;
-  const int32_t head_dim = s.n_embd / s.n_heads;
-  const int32_t q_dim = s.n_heads * head_dim, kv_dim = s.n_kv_heads * head_dim;
-  const std::string a = spec.arch + ".";
-  // Small qwen models tie the output to the embedding; llama keeps its own.
-  const bool tied = !llama;
+  if (arch->experts && s.n_expert == 0)
+    throw Error(error_message("make-model", "shape '{}' has no experts; {} takes tiny, small or moe-3b", s.name,
+                              spec.arch));
+  if (!arch->experts && !s.dense)
+    throw Error(error_message("make-model", "shape '{}' is a mixture of experts; {} has none (try qwen3moe or mixtral)",
+                              s.name, spec.arch));
+
+  // The model's hyper-parameters as the loader will read them back; the architecture's tensor
+  // table (architecture.h) then says which tensors to write.
+  ModelConfig c;
+  c.arch = find_architecture(arch->file_arch);
+  c.arch_name = std::string(arch->file_arch);
+  c.n_embd = s.n_embd;
+  c.n_layers = s.n_layers;
+  c.n_heads = s.n_heads;
+  c.n_kv_heads = s.n_kv_heads;
+  c.head_dim = s.head_dim ? s.head_dim : s.n_embd / s.n_heads;
+  c.rope_dims = c.head_dim;
+  c.n_ff = s.n_ff;
+  c.vocab_size = s.vocab;
+  if (arch->experts) {
+    c.n_expert = s.n_expert;
+    c.n_expert_used = s.n_expert_used;
+    c.n_ff_exp = s.n_ff_exp;
+  }
+  const bool llama = c.arch_name == "llama", qwen = !llama;
+  const bool qwen3 = c.arch_name == "qwen3" || c.arch_name == "qwen3moe";
+  // Small dense qwen models tie the output to the embedding; llama and the MoE models keep their own.
+  const bool tied = qwen && !arch->experts;
+  const std::string a = c.arch_name + ".";
 
   gguf::Writer writer;
-  writer.set("general.architecture", gguf::Value::string(spec.arch));
+  writer.set("general.architecture", gguf::Value::string(c.arch_name));
   writer.set("general.name", gguf::Value::string("orchard-synthetic-" + spec.arch + "-" + spec.shape));
   writer.set("general.file_type", gguf::Value::u32(file_type_code(spec.type)));
   if (spec.type != "f32" && spec.type != "f16" && spec.type != "bf16")
     writer.set("general.quantization_version", gguf::Value::u32(2));
-  writer.set(a + "context_length", gguf::Value::u32(static_cast<uint32_t>(s.context)));
-  writer.set(a + "embedding_length", gguf::Value::u32(static_cast<uint32_t>(s.n_embd)));
-  writer.set(a + "block_count", gguf::Value::u32(static_cast<uint32_t>(s.n_layers)));
-  writer.set(a + "feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(s.n_ff)));
-  writer.set(a + "attention.head_count", gguf::Value::u32(static_cast<uint32_t>(s.n_heads)));
-  writer.set(a + "attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(s.n_kv_heads)));
-  writer.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(qwen2 || qwen3 ? 1e-6f : 1e-5f));
+  auto u32 = [](int32_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
+  writer.set(a + "context_length", u32(s.context));
+  writer.set(a + "embedding_length", u32(c.n_embd));
+  writer.set(a + "block_count", u32(c.n_layers));
+  // Mixtral files give the experts' width as feed_forward_length, as the real ones do.
+  if (llama && c.n_expert > 0) c.n_ff = c.n_ff_exp;
+  writer.set(a + "feed_forward_length", u32(c.n_ff));
+  writer.set(a + "attention.head_count", u32(c.n_heads));
+  writer.set(a + "attention.head_count_kv", u32(c.n_kv_heads));
+  writer.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(qwen ? 1e-6f : 1e-5f));
   writer.set(a + "rope.freq_base", gguf::Value::f32(s.rope_theta));
-  writer.set(a + "rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+  writer.set(a + "rope.dimension_count", u32(c.rope_dims));
   if (qwen3) {
-    writer.set(a + "attention.key_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
-    writer.set(a + "attention.value_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+    writer.set(a + "attention.key_length", u32(c.head_dim));
+    writer.set(a + "attention.value_length", u32(c.head_dim));
+  }
+  if (c.n_expert > 0) {
+    writer.set(a + "expert_count", u32(c.n_expert));
+    writer.set(a + "expert_used_count", u32(c.n_expert_used));
+    if (!llama) writer.set(a + "expert_feed_forward_length", u32(c.n_ff_exp));
   }
   if (spec.rope_linear_factor > 0) {
     writer.set(a + "rope.scaling.type", gguf::Value::string("linear"));
     writer.set(a + "rope.scaling.factor", gguf::Value::f32(spec.rope_linear_factor));
   }
-  writer.set(a + "vocab_size", gguf::Value::u32(static_cast<uint32_t>(s.vocab)));
-  VocabStyle style = qwen2 || qwen3           ? VocabStyle::Qwen2Bpe
+  writer.set(a + "vocab_size", u32(c.vocab_size));
+  VocabStyle style = qwen                       ? VocabStyle::Qwen2Bpe
                      : spec.shape == "llama-8b" ? VocabStyle::Llama3Bpe
                                                 : VocabStyle::SentencePiece;
-  write_vocab(writer, style, s.vocab);
+  write_vocab(writer, style, c.vocab_size);
 
   core::ThreadPool pool(spec.threads);
   ModelBuilder b(spec, pool, writer, on_progress);
   const TypePlan types = plan_types(spec.type);
-  const float in_std = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
-
-  b.matrix("token_embd.weight", types.embedding, s.vocab, s.n_embd, 1.0f);
-  if (spec.rope_freq_factors) b.vector("rope_freqs.weight", head_dim / 2, 2.0f, 1.0f);
-  for (int32_t l = 0; l < s.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const TensorType more = uses_more_bits(l, s.n_layers) ? types.more_bits : types.matrix;
-    b.vector(p + "attn_norm.weight", s.n_embd, 1.0f, 0.1f);
-    b.matrix(p + "attn_q.weight", types.matrix, q_dim, s.n_embd, in_std);
-    b.matrix(p + "attn_k.weight", types.matrix, kv_dim, s.n_embd, in_std);
-    b.matrix(p + "attn_v.weight", more, kv_dim, s.n_embd, in_std);
-    if (qwen2) {
-      b.vector(p + "attn_q.bias", q_dim, 0.0f, 0.2f);
-      b.vector(p + "attn_k.bias", kv_dim, 0.0f, 0.2f);
-      b.vector(p + "attn_v.bias", kv_dim, 0.0f, 0.2f);
+  for (const TensorSpec& t : all_tensors(c)) {
+    const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
+    const int32_t layer = t.name.starts_with("blk.") ? std::stoi(t.name.substr(4)) : 0;
+    switch (t.role) {
+      case TensorRole::Embedding: b.matrix(t.name, types.embedding, t.rows(), t.cols(), 1.0f); break;
+      // Logits of a few units' spread, so sampling has real choices and greedy a clear winner.
+      case TensorRole::Output:
+        if (!tied) b.matrix(t.name, types.output, t.rows(), t.cols(), 3.0f * in_std);
+        break;
+      case TensorRole::Matrix: b.matrix(t.name, types.matrix, t.rows(), t.cols(), in_std, t.experts()); break;
+      case TensorRole::MoreBits:
+        b.matrix(t.name, uses_more_bits(layer, c.n_layers) ? types.more_bits : types.matrix, t.rows(), t.cols(), in_std,
+                 t.experts());
+        break;
+      // Router logits of about unit spread: tokens choose different experts.
+      case TensorRole::Router: b.matrix(t.name, TensorType::F32, t.rows(), t.cols(), in_std); break;
+      case TensorRole::Norm: b.vector(t.name, t.cols(), 1.0f, 0.1f); break;
+      case TensorRole::Bias: b.vector(t.name, t.cols(), 0.0f, 0.2f); break;
+      case TensorRole::RopeFactors:
+        if (spec.rope_freq_factors) b.vector(t.name, t.cols(), 2.0f, 1.0f);
+        break;
     }
-    if (qwen3) {
-      b.vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
-      b.vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
-    }
-    b.matrix(p + "attn_output.weight", types.matrix, s.n_embd, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
-    b.vector(p + "ffn_norm.weight", s.n_embd, 1.0f, 0.1f);
-    b.matrix(p + "ffn_gate.weight", types.matrix, s.n_ff, s.n_embd, in_std);
-    b.matrix(p + "ffn_up.weight", types.matrix, s.n_ff, s.n_embd, in_std);
-    b.matrix(p + "ffn_down.weight", more, s.n_embd, s.n_ff, 1.0f / std::sqrt(static_cast<float>(s.n_ff)));
   }
-  b.vector("output_norm.weight", s.n_embd, 1.0f, 0.1f);
-  // Logits of a few units' spread, so sampling has real choices and greedy a clear winner.
-  if (!tied) b.matrix("output.weight", types.output, s.vocab, s.n_embd, 3.0f * in_std);
   writer.write(path);
 }
 

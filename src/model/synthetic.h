@@ -9,8 +9,8 @@
 namespace orchard::model {
 
 struct SyntheticModelSpec {
-  std::string arch = "llama";   // llama | qwen2 | qwen3
-  std::string shape = "tiny";   // tiny | small | tinyllama-1.1b | llama-8b
+  std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | mixtral (llama with experts)
+  std::string shape = "tiny";   // tiny | small | tinyllama-1.1b | llama-8b | moe-3b
   std::string type = "f32";     // f32 | f16 | bf16 | q8_0 | q4_0 | q4_k_m
   uint64_t seed = 1;
   float rope_linear_factor = 0;  // > 0: write linear RoPE scaling metadata with this factor
@@ -22,7 +22,8 @@ struct SyntheticModelSpec {
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path,
                            const std::function<void(size_t done, size_t total)>& on_progress = {});
 
-std::string synthetic_shapes();  // "tiny, small, tinyllama-1.1b, llama-8b"
+std::string synthetic_shapes();  // "tiny, small, tinyllama-1.1b, llama-8b, moe-3b"
+std::string synthetic_architectures();  // "llama, qwen2, qwen3, qwen3moe, mixtral"
 std::string synthetic_types();   // "f32, f16, bf16, q8_0, q4_0, q4_k_m"
 
 }  // namespace orchard::model

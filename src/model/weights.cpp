@@ -3,9 +3,11 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <variant>
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "model/architecture.h"
 
 namespace orchard::model {
 namespace {
@@ -13,11 +15,12 @@ namespace {
 using core::TensorType;
 using gguf::TensorInfo;
 
-const TensorInfo& require(const gguf::Reader& file, const std::string& name, std::vector<int64_t> shape) {
-  const TensorInfo& t = file.tensor(name);
-  if (t.shape != shape)
-    throw FormatError(error_message("model", "{}: tensor '{}' has shape [{}], expected [{}]", file.path(), name,
-                                    fmt::join(t.shape, ", "), fmt::join(shape, ", ")));
+// The tensor `spec` names, its shape checked; nullptr when it is optional and absent.
+const TensorInfo* find_checked(const gguf::Reader& file, const TensorSpec& spec) {
+  const TensorInfo* t = spec.required ? &file.tensor(spec.name) : file.find_tensor(spec.name);
+  if (t && t->shape != spec.shape)
+    throw FormatError(error_message("model", "{}: tensor '{}' has shape [{}], expected [{}]", file.path(), spec.name,
+                                    fmt::join(t->shape, ", "), fmt::join(spec.shape, ", ")));
   return t;
 }
 
@@ -30,59 +33,91 @@ std::vector<float> to_floats(const gguf::Reader& file, const TensorInfo& t) {
   return out;
 }
 
-std::vector<float> slice(const std::vector<float>& v, size_t begin, size_t end) {
-  return std::vector<float>(v.begin() + static_cast<ptrdiff_t>(begin), v.begin() + static_cast<ptrdiff_t>(end));
+struct Range {
+  int64_t begin, end;
+};
+
+// The part of `axis` that `shard` holds.
+Range axis_range(const ModelConfig& c, const Shard& s, ShardAxis axis) {
+  const int64_t hd = c.head_dim;
+  switch (axis) {
+    case ShardAxis::QueryDims: return {s.head_begin * hd, s.head_end * hd};
+    case ShardAxis::KvDims: return {s.kv_head_begin * hd, s.kv_head_end * hd};
+    case ShardAxis::FfRows: return {s.ff_begin, s.ff_end};
+    case ShardAxis::ExpertRows: return {s.expert_ff_begin, s.expert_ff_end};
+    case ShardAxis::Vocab: return {s.vocab_begin, s.vocab_end};
+  }
+  ORCHARD_CHECK(false, "unknown shard axis");
+  return {};
 }
+
+// Bytes from one matrix of a stack ({cols, rows, experts}) to the next.
+size_t matrix_bytes(const TensorInfo& t) {
+  return core::row_bytes(t.type, t.shape[0]) * static_cast<size_t>(t.shape.size() > 1 ? t.shape[1] : 1);
+}
+
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
 
 }  // namespace
 
 class WeightBinder {
  public:
-  WeightBinder(const gguf::Reader& file, const LoadOptions& options, std::vector<std::vector<uint8_t>>& owned)
-      : file_(file), options_(options), owned_(owned) {}
+  WeightBinder(const LoadOptions& options, std::vector<std::vector<uint8_t>>& owned)
+      : options_(options), owned_(owned) {}
 
-  // Rows [row_begin, row_end) of a [rows, cols] matrix: contiguous bytes, no copy needed.
-  core::WeightMatrix rows(const std::string& name, int64_t rows, int64_t cols, int64_t row_begin, int64_t row_end) {
-    const TensorInfo& t = require(file_, name, {cols, rows});
-    size_t stride = core::row_bytes(t.type, cols);
-    return core::WeightMatrix::prepare(t.type, t.data + stride * static_cast<size_t>(row_begin), row_end - row_begin,
-                                       cols, options_.allow_repack, &arena_);
+  // Matrix `index` of tensor t (0 unless t is a stack of experts), as `split` divides it.
+  core::WeightMatrix matrix(const TensorInfo& t, int64_t index, Split split, Range range) {
+    const uint8_t* data = t.data + matrix_bytes(t) * static_cast<size_t>(index);
+    const int64_t rows = t.shape.size() > 1 ? t.shape[1] : 1, cols = t.shape[0];
+    switch (split) {
+      case Split::Whole: return this->rows(t.type, data, cols, 0, rows);
+      case Split::Rows: return this->rows(t.type, data, cols, range.begin, range.end);
+      case Split::Columns: return columns(t.type, data, rows, cols, range);
+    }
+    ORCHARD_CHECK(false, "unknown split");
+    return {};
   }
 
-  // Columns [col_begin, col_end) of every row, gathered into a compact copy. A split that falls
-  // inside a quantization block (e.g. two 64-wide heads of a Q4_K matrix, whose blocks hold 256)
-  // cannot keep the blocks, so that slice is dequantized to F32: the same weight values, at the
-  // cost of memory and of float (not 8-bit) activations for this one product.
-  core::WeightMatrix columns(const std::string& name, int64_t rows, int64_t cols, int64_t col_begin, int64_t col_end) {
-    if (col_begin == 0 && col_end == cols) return this->rows(name, rows, cols, 0, rows);
-    const TensorInfo& t = require(file_, name, {cols, rows});
-    const int64_t block = core::type_traits(t.type).block_elements;
-    const int64_t width = col_end - col_begin;
-    const size_t stride = core::row_bytes(t.type, cols);
+ private:
+  // Rows [row_begin, row_end) of a matrix: contiguous bytes, no copy needed.
+  core::WeightMatrix rows(TensorType type, const uint8_t* data, int64_t cols, int64_t row_begin, int64_t row_end) {
+    const size_t stride = core::row_bytes(type, cols);
+    return core::WeightMatrix::prepare(type, data + stride * static_cast<size_t>(row_begin), row_end - row_begin, cols,
+                                       options_.allow_repack, &arena_);
+  }
+
+  // Columns [range) of every row, gathered into a compact copy. A split that falls inside a
+  // quantization block (e.g. two 64-wide heads of a Q4_K matrix, whose blocks hold 256) cannot
+  // keep the blocks, so that slice is dequantized to F32: the same weight values, at the cost of
+  // memory and of float (not 8-bit) activations for this one product.
+  core::WeightMatrix columns(TensorType type, const uint8_t* data, int64_t rows, int64_t cols, Range range) {
+    if (range.begin == 0 && range.end == cols) return this->rows(type, data, cols, 0, rows);
+    const int64_t block = core::type_traits(type).block_elements;
+    const int64_t width = range.end - range.begin;
+    const size_t stride = core::row_bytes(type, cols);
     auto& buffer = owned_.emplace_back();
-    if (col_begin % block == 0 && col_end % block == 0) {
-      const size_t offset = core::row_bytes(t.type, col_begin), bytes = core::row_bytes(t.type, width);
+    if (range.begin % block == 0 && range.end % block == 0) {
+      const size_t offset = core::row_bytes(type, range.begin), bytes = core::row_bytes(type, width);
       buffer.resize(bytes * static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(buffer.data() + bytes * static_cast<size_t>(r), t.data + stride * static_cast<size_t>(r) + offset,
+        std::memcpy(buffer.data() + bytes * static_cast<size_t>(r), data + stride * static_cast<size_t>(r) + offset,
                     bytes);
-      return core::WeightMatrix::prepare(t.type, buffer.data(), rows, width, options_.allow_repack, &arena_);
+      return core::WeightMatrix::prepare(type, buffer.data(), rows, width, options_.allow_repack, &arena_);
     }
     buffer.resize(sizeof(float) * static_cast<size_t>(width * rows));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
-      core::dequantize_row_reference(t.type, t.data + stride * static_cast<size_t>(r), row.data(), cols);
-      std::memcpy(buffer.data() + sizeof(float) * static_cast<size_t>(width * r), row.data() + col_begin,
+      core::dequantize_row_reference(type, data + stride * static_cast<size_t>(r), row.data(), cols);
+      std::memcpy(buffer.data() + sizeof(float) * static_cast<size_t>(width * r), row.data() + range.begin,
                   sizeof(float) * static_cast<size_t>(width));
     }
     return core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width, options_.allow_repack,
                                        &arena_);
   }
 
-  std::vector<float> vector(const std::string& name, int64_t n) { return to_floats(file_, require(file_, name, {n})); }
-
- private:
-  const gguf::Reader& file_;
   const LoadOptions& options_;
   std::vector<std::vector<uint8_t>>& owned_;
   core::CopyArena arena_;  // the model's repacked copies side by side (each keeps its block alive)
@@ -91,55 +126,58 @@ class WeightBinder {
 ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, const Shard& shard,
                            const LoadOptions& options)
     : config_(config), shard_(shard) {
+  ORCHARD_CHECK(config.arch != nullptr, "a config without an architecture");
   ORCHARD_CHECK(shard.layer_begin >= 0 && shard.layer_end <= config.n_layers && shard.layer_begin <= shard.layer_end,
                 "layer range {}..{} of {}", shard.layer_begin, shard.layer_end, config.n_layers);
-  WeightBinder bind(file, options, owned_slices_);
-  const int64_t d = config.n_embd, hd = config.head_dim, vocab = config.vocab_size;
+  WeightBinder bind(options, owned_slices_);
   const size_t total = static_cast<size_t>(shard.n_layers()) + 2;
   size_t done = 0;
   auto progress = [&] {
     if (options.on_progress) options.on_progress(++done, total);
   };
+  auto floats = [&](const TensorInfo& t, const TensorSpec& spec) {
+    std::vector<float> all = to_floats(file, t);
+    if (spec.split == Split::Whole) return all;
+    const Range r = axis_range(config, shard, spec.axis);
+    return std::vector<float>(all.begin() + r.begin, all.begin() + r.end);
+  };
 
-  if (shard.has_embedding) {
-    const TensorInfo& t = require(file, "token_embd.weight", {d, vocab});
-    token_embd_ = core::WeightMatrix::view(t.type, t.data, vocab, d);
-  }
-  if (config.has_rope_freq_factors)
-    rope_freq_factors_ = bind.vector("rope_freqs.weight", config.rope_dims / 2);
+  // The model-wide tensors, bound by name: model_tensors lists embedding, RoPE factors, output
+  // norm, output head.
+  const std::vector<TensorSpec> global = model_tensors(config);
+  const TensorInfo* embedding = find_checked(file, global[0]);
+  if (shard.has_embedding) token_embd_ = core::WeightMatrix::view(embedding->type, embedding->data, config.vocab_size,
+                                                                  config.n_embd);
+  if (const TensorInfo* t = find_checked(file, global[1])) rope_freq_factors_ = floats(*t, global[1]);
   progress();
 
-  const int64_t q0 = shard.head_begin * hd, q1 = shard.head_end * hd;
-  const int64_t kv0 = shard.kv_head_begin * hd, kv1 = shard.kv_head_end * hd;
   layers_.reserve(static_cast<size_t>(shard.n_layers()));
   for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
     LayerWeights& w = layers_.emplace_back();
-    w.attn_norm = bind.vector(p + "attn_norm.weight", d);
-    w.wq = bind.rows(p + "attn_q.weight", config.q_dim(), d, q0, q1);
-    w.wk = bind.rows(p + "attn_k.weight", config.kv_dim(), d, kv0, kv1);
-    w.wv = bind.rows(p + "attn_v.weight", config.kv_dim(), d, kv0, kv1);
-    w.wo = bind.columns(p + "attn_output.weight", d, config.q_dim(), q0, q1);
-    if (config.has_qkv_bias) {
-      w.bq = slice(bind.vector(p + "attn_q.bias", config.q_dim()), q0, q1);
-      w.bk = slice(bind.vector(p + "attn_k.bias", config.kv_dim()), kv0, kv1);
-      w.bv = slice(bind.vector(p + "attn_v.bias", config.kv_dim()), kv0, kv1);
+    for (const TensorSpec& spec : config.arch->layer_tensors(config, l)) {
+      const TensorInfo* t = find_checked(file, spec);
+      if (!t) continue;
+      const Range range = axis_range(config, shard, spec.axis);
+      std::visit(Overloaded{
+                     [](std::monostate) {},
+                     [&](core::WeightMatrix LayerWeights::*m) { w.*m = bind.matrix(*t, 0, spec.split, range); },
+                     [&](std::vector<float> LayerWeights::*v) { w.*v = floats(*t, spec); },
+                     [&](std::vector<core::WeightMatrix> LayerWeights::*stack) {
+                       auto& matrices = w.*stack;
+                       matrices.reserve(static_cast<size_t>(spec.experts()));
+                       for (int64_t e = 0; e < spec.experts(); ++e)
+                         matrices.push_back(bind.matrix(*t, e, spec.split, range));
+                     },
+                 },
+                 spec.slot);
     }
-    if (config.has_qk_norm) {
-      w.q_norm = bind.vector(p + "attn_q_norm.weight", hd);
-      w.k_norm = bind.vector(p + "attn_k_norm.weight", hd);
-    }
-    w.ffn_norm = bind.vector(p + "ffn_norm.weight", d);
-    w.w_gate = bind.rows(p + "ffn_gate.weight", config.n_ff, d, shard.ff_begin, shard.ff_end);
-    w.w_up = bind.rows(p + "ffn_up.weight", config.n_ff, d, shard.ff_begin, shard.ff_end);
-    w.w_down = bind.columns(p + "ffn_down.weight", d, config.n_ff, shard.ff_begin, shard.ff_end);
     progress();
   }
 
   if (shard.has_output) {
-    output_norm_ = bind.vector("output_norm.weight", d);
-    const std::string name = config.tied_output ? "token_embd.weight" : "output.weight";
-    output_ = bind.rows(name, vocab, d, shard.vocab_begin, shard.vocab_end);
+    output_norm_ = floats(*find_checked(file, global[2]), global[2]);
+    const TensorInfo* head = find_checked(file, global[3]);
+    output_ = bind.matrix(head ? *head : *embedding, 0, Split::Rows, axis_range(config, shard, ShardAxis::Vocab));
   }
   progress();
 }
@@ -152,48 +190,45 @@ void ModelWeights::embed(int32_t token, float* dst) const {
 
 size_t ModelWeights::bytes_per_token() const {
   size_t total = 0;
-  for (const auto& w : layers_)
+  for (const auto& w : layers_) {
     total += w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.w_gate.bytes() + w.w_up.bytes() +
-             w.w_down.bytes();
+             w.w_down.bytes() + w.router.size() * sizeof(float);
+    size_t experts = 0;
+    for (const auto* stack : {&w.expert_gate, &w.expert_up, &w.expert_down})
+      for (const auto& m : *stack) experts += m.bytes();
+    if (w.has_experts()) total += experts / static_cast<size_t>(config_.n_expert) * config_.n_expert_used;
+  }
   if (shard_.has_output) total += output_.bytes();
   return total;
 }
 
-}  // namespace orchard::model
-
-namespace orchard::model {
-
 std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelConfig& config, const Shard& shard) {
   std::vector<ByteRange> ranges;
-  auto whole = [&](const std::string& name) {
-    if (const TensorInfo* t = file.find_tensor(name))
-      ranges.push_back({file.data_offset() + t->offset, t->size_bytes});
-  };
-  auto rows = [&](const std::string& name, int64_t begin, int64_t end) {
-    const TensorInfo& t = file.tensor(name);
-    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
-    ranges.push_back({file.data_offset() + t.offset + stride * static_cast<uint64_t>(begin),
-                      stride * static_cast<uint64_t>(end - begin)});
-  };
   // Mirrors ModelWeights' constructor: a rank given only these bytes computes what a rank with
   // the whole file computes (tests/parallel checks it).
-  if (shard.has_embedding) whole("token_embd.weight");
-  whole("rope_freqs.weight");
-  const int64_t hd = config.head_dim;
-  for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    for (const char* name : {"attn_norm.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
-                             "attn_q_norm.weight", "attn_k_norm.weight", "ffn_norm.weight", "ffn_down.weight"})
-      whole(p + name);
-    rows(p + "attn_q.weight", shard.head_begin * hd, shard.head_end * hd);
-    rows(p + "attn_k.weight", shard.kv_head_begin * hd, shard.kv_head_end * hd);
-    rows(p + "attn_v.weight", shard.kv_head_begin * hd, shard.kv_head_end * hd);
-    rows(p + "ffn_gate.weight", shard.ff_begin, shard.ff_end);
-    rows(p + "ffn_up.weight", shard.ff_begin, shard.ff_end);
-  }
+  auto add = [&](const TensorSpec& spec, const TensorInfo& t, Split split) {
+    const uint64_t base = file.data_offset() + t.offset;
+    if (split != Split::Rows) {
+      ranges.push_back({base, t.size_bytes});
+      return;
+    }
+    const Range r = axis_range(config, shard, spec.axis);
+    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
+    for (int64_t e = 0; e < spec.experts(); ++e)
+      ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(r.begin),
+                        stride * static_cast<uint64_t>(r.end - r.begin)});
+  };
+  const std::vector<TensorSpec> global = model_tensors(config);
+  const TensorInfo* embedding = find_checked(file, global[0]);
+  if (shard.has_embedding) add(global[0], *embedding, Split::Whole);
+  if (const TensorInfo* t = find_checked(file, global[1])) add(global[1], *t, Split::Whole);
+  for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l)
+    for (const TensorSpec& spec : config.arch->layer_tensors(config, l))
+      if (const TensorInfo* t = find_checked(file, spec)) add(spec, *t, spec.split);
   if (shard.has_output) {
-    whole("output_norm.weight");
-    rows(config.tied_output ? "token_embd.weight" : "output.weight", shard.vocab_begin, shard.vocab_end);
+    add(global[2], *find_checked(file, global[2]), Split::Whole);
+    const TensorInfo* head = find_checked(file, global[3]);
+    add(global[3], head ? *head : *embedding, Split::Rows);
   }
   return ranges;
 }

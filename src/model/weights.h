@@ -12,6 +12,8 @@
 
 namespace orchard::model {
 
+// One layer's tensors as its architecture's table (architecture.h) binds them; what the table
+// does not name stays empty, and the forward pass runs the blocks whose weights are there.
 struct LayerWeights {
   std::vector<float> attn_norm;       // F32 [n_embd]
   core::WeightMatrix wq;              // [shard q_dim, n_embd]
@@ -24,6 +26,13 @@ struct LayerWeights {
   core::WeightMatrix w_gate;          // [shard n_ff, n_embd]
   core::WeightMatrix w_up;            // [shard n_ff, n_embd]
   core::WeightMatrix w_down;          // [n_embd, shard n_ff]
+  // Mixture of experts: the router and, per expert, its FFN (views into the file's stacks).
+  std::vector<float> router;                    // F32 [n_expert, n_embd]
+  std::vector<core::WeightMatrix> expert_gate;  // [n_expert] of [shard n_ff_exp, n_embd]
+  std::vector<core::WeightMatrix> expert_up;    // [n_expert] of [shard n_ff_exp, n_embd]
+  std::vector<core::WeightMatrix> expert_down;  // [n_expert] of [n_embd, shard n_ff_exp]
+
+  bool has_experts() const { return !expert_gate.empty(); }
 };
 
 struct LoadOptions {
@@ -46,7 +55,8 @@ class ModelWeights {
   const std::vector<float>& output_norm() const { return output_norm_; }
   const core::WeightMatrix& output() const { return output_; }  // [shard n_vocab, n_embd]
   const std::vector<float>& rope_freq_factors() const { return rope_freq_factors_; }
-  // Bytes of weights read per generated token (for bandwidth figures).
+  // Bytes of weights read per generated token (for bandwidth figures): in a mixture of experts,
+  // the chosen experts' share (n_expert_used of n_expert) of the expert stacks.
   size_t bytes_per_token() const;
 
  private:
@@ -71,7 +81,8 @@ struct ByteRange {
 };
 
 // The bytes of `file` that ModelWeights reads for `shard` (row ranges of row-split tensors,
-// whole tensors otherwise), so a rank without the file can be sent exactly those.
+// whole tensors otherwise; per expert for stacks), so a rank without the file can be sent
+// exactly those.
 std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelConfig& config, const Shard& shard);
 
 }  // namespace orchard::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -125,10 +126,15 @@ model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, i
     s.kv_head_end = (s.head_end + group - 1) / group;
   }
 
-  const int64_t unit = c.n_ff % 256 == 0 && c.n_ff / 256 >= layout.tp ? 256 : 32;
-  const auto ff = range_of(proportional_split(c.n_ff / unit, tp, layout.tensor_weights), t);
-  s.ff_begin = static_cast<int32_t>(ff.first * unit);
-  s.ff_end = t == layout.tp - 1 ? c.n_ff : static_cast<int32_t>(ff.second * unit);
+  // FFN rows (dense, and every expert's alike) in units of whole quantization blocks of the
+  // down projection's columns where each rank gets one.
+  auto ff_rows = [&](int32_t width) -> std::pair<int32_t, int32_t> {
+    const int64_t unit = width % 256 == 0 && width / 256 >= layout.tp ? 256 : 32;
+    const auto ff = range_of(proportional_split(width / unit, tp, layout.tensor_weights), t);
+    return {static_cast<int32_t>(ff.first * unit), t == layout.tp - 1 ? width : static_cast<int32_t>(ff.second * unit)};
+  };
+  std::tie(s.ff_begin, s.ff_end) = ff_rows(c.n_ff);
+  if (c.n_ff_exp > 0) std::tie(s.expert_ff_begin, s.expert_ff_end) = ff_rows(c.n_ff_exp);
 
   const auto vocab = range_of(proportional_split(c.vocab_size, tp, layout.tensor_weights), t);
   s.vocab_begin = static_cast<int32_t>(vocab.first);

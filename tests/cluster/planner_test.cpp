@@ -7,6 +7,7 @@
 #include "cluster/hardware_catalog.h"
 #include "cluster/planner.h"
 #include "core/error.h"
+#include "model/model_files.h"
 
 namespace orchard::cluster {
 namespace {
@@ -202,6 +203,41 @@ TEST(Catalog, RejectsInconsistentEntries) {
       "efficiency_cores": 1, "gpu_cores": [1, 2], "memory_bandwidth_gbs": 1, "memory_options_gb": [8],
       "thunderbolt": 4, "rdma_tb5": true}]})"),
                FormatError);
+}
+
+}  // namespace
+}  // namespace orchard::cluster
+
+namespace orchard::cluster {
+namespace {
+
+// A mixture of experts needs memory for all its experts but reads only the chosen ones per
+// token: the facts count the active share, and generation is predicted from it.
+TEST(CostModel, MixtureOfExpertsDecodesAtItsActiveBytes) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q8_0"));
+  ModelFacts moe = ModelFacts::from_gguf(file);
+  // By hand from the tensor table: per layer, the FFN is ffn_norm, the F32 router and three
+  // expert stacks, of which a token reads expert_used_count / expert_count.
+  const auto bytes = [&](const char* name) { return static_cast<double>(file.tensor(name).size_bytes); };
+  const double stacks = bytes("blk.0.ffn_gate_exps.weight") + bytes("blk.0.ffn_up_exps.weight") +
+                        bytes("blk.0.ffn_down_exps.weight");
+  const double rest = bytes("blk.0.ffn_norm.weight") + bytes("blk.0.ffn_gate_inp.weight");
+  EXPECT_NEAR(moe.ffn_bytes, stacks + rest, 1);
+  EXPECT_NEAR(moe.ffn_active_fraction, (rest + stacks * 2 / 8) / (rest + stacks), 1e-9);
+
+  ModelFacts dense_reading = moe;
+  dense_reading.ffn_active_fraction = 1;
+  const MachineSpec mac = machine_from_chip(HardwareCatalog::builtin().chip("M4 Max"), 64, "mac");
+  const parallel::Layout one = parallel::Layout::make(parallel::Strategy::Single, 1);
+  Workload work;
+  work.position = 0;  // weights only
+  const RankCost active = predict(moe, one, {mac}, LinkSpec{}, work).ranks[0];
+  const RankCost all = predict(dense_reading, one, {mac}, LinkSpec{}, work).ranks[0];
+  EXPECT_EQ(active.weight_bytes, all.weight_bytes);  // memory: every expert
+  const double layer_all = moe.attn_bytes + moe.ffn_bytes;
+  const double layer_active = moe.attn_bytes + moe.ffn_bytes * moe.ffn_active_fraction;
+  const double layers = moe.config.n_layers, out = moe.output_bytes;
+  EXPECT_NEAR(active.gen_ms / all.gen_ms, (layers * layer_active + out) / (layers * layer_all + out), 1e-9);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "model/reference_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -24,15 +25,16 @@ struct File {
   }
   bool has(const std::string& name) const { return r.find_tensor(name) != nullptr; }
 
-  // GGUF shape {cols, rows} -> rows of cols doubles.
-  Matrix matrix(const std::string& name) const {
+  // GGUF shape {cols, rows} -> rows of cols doubles; of a stack {cols, rows, n}, matrix `index`.
+  Matrix matrix(const std::string& name, int64_t index = 0) const {
     const auto& t = r.tensor(name);
     int64_t cols = t.shape[0], rows = t.shape.size() > 1 ? t.shape[1] : 1;
     size_t row_size = core::row_bytes(t.type, cols);
+    const uint8_t* data = t.data + row_size * static_cast<size_t>(rows * index);
     Matrix m(static_cast<size_t>(rows), std::vector<double>(static_cast<size_t>(cols)));
     std::vector<float> buf(static_cast<size_t>(cols));
     for (int64_t i = 0; i < rows; ++i) {
-      core::dequantize_row_reference(t.type, t.data + row_size * static_cast<size_t>(i), buf.data(), cols);
+      core::dequantize_row_reference(t.type, data + row_size * static_cast<size_t>(i), buf.data(), cols);
       for (int64_t j = 0; j < cols; ++j) m[static_cast<size_t>(i)][static_cast<size_t>(j)] = buf[static_cast<size_t>(j)];
     }
     return m;
@@ -58,9 +60,10 @@ std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<dou
 
 }  // namespace
 
-std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& reader, const std::vector<int32_t>& tokens) {
+std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& reader, const std::vector<int32_t>& tokens,
+                                                  ForcedRouting* forced) {
   File f{reader, reader.get("general.architecture").as_string("arch")};
-  const bool neox = f.arch != "llama";
+  const bool neox = f.arch != "llama";  // qwen2, qwen3, qwen3moe rotate NeoX-style
   const int64_t n_embd = f.num("embedding_length"), n_layers = f.num("block_count");
   const int64_t n_heads = f.num("attention.head_count"), n_kv = f.num("attention.head_count_kv", n_heads);
   const int64_t hd = f.num("attention.key_length", n_embd / n_heads);
@@ -141,15 +144,68 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
       auto o = matvec(wo, out);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
-    const Matrix gate = f.matrix(p + "ffn_gate.weight"), up = f.matrix(p + "ffn_up.weight"),
-                 down = f.matrix(p + "ffn_down.weight");
     const auto ffn_norm = f.vec(p + "ffn_norm.weight");
-    for (size_t t = 0; t < n; ++t) {
-      auto h = rms_norm(x[t], ffn_norm, eps);
+    // SwiGLU: down · (silu(gate · h) ⊙ (up · h))
+    auto swiglu = [](const Matrix& gate, const Matrix& up, const Matrix& down, const std::vector<double>& h) {
       auto g = matvec(gate, h), u = matvec(up, h);
       for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      auto d = matvec(down, g);
-      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+      return matvec(down, g);
+    };
+    if (f.has(p + "ffn_gate_inp.weight")) {
+      // Mixture of experts: softmax over the router's logits, the k most probable experts,
+      // their probabilities renormalized to sum to one, the experts' outputs summed by them.
+      const Matrix router = f.matrix(p + "ffn_gate_inp.weight");
+      const auto n_expert = static_cast<int64_t>(router.size());
+      const int64_t k = f.num("expert_used_count");
+      const bool renormalize = !reader.find(f.arch + ".expert_weights_norm") ||
+                               reader.get(f.arch + ".expert_weights_norm").as_bool("norm");
+      std::vector<Matrix> gate, up, down;
+      for (int64_t e = 0; e < n_expert; ++e) {
+        gate.push_back(f.matrix(p + "ffn_gate_exps.weight", e));
+        up.push_back(f.matrix(p + "ffn_up_exps.weight", e));
+        down.push_back(f.matrix(p + "ffn_down_exps.weight", e));
+      }
+      for (size_t t = 0; t < n; ++t) {
+        auto h = rms_norm(x[t], ffn_norm, eps);
+        auto logits = matvec(router, h);
+        double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+        for (double& v : logits) sum += (v = std::exp(v - mx));
+        for (double& v : logits) v /= sum;
+        std::vector<int64_t> order(static_cast<size_t>(n_expert));
+        for (int64_t e = 0; e < n_expert; ++e) order[static_cast<size_t>(e)] = e;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+        std::vector<int64_t> chosen(order.begin(), order.begin() + k);
+        if (forced) {
+          const auto it = forced->experts.find({l, static_cast<int64_t>(t)});
+          if (it != forced->experts.end()) {
+            const double weakest_own = logits[static_cast<size_t>(chosen.back())];
+            bool differs = false;
+            for (int32_t e : it->second)
+              if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) {
+                differs = true;
+                forced->worst_gap = std::max(forced->worst_gap, weakest_own - logits[static_cast<size_t>(e)]);
+              }
+            forced->differing += differs;
+            chosen.assign(it->second.begin(), it->second.end());
+          }
+        }
+        double chosen_sum = 0;
+        for (int64_t e : chosen) chosen_sum += logits[static_cast<size_t>(e)];
+        for (int64_t chosen_e : chosen) {
+          const auto e = static_cast<size_t>(chosen_e);
+          const double weight = renormalize ? logits[e] / chosen_sum : logits[e];
+          auto out = swiglu(gate[e], up[e], down[e], h);
+          for (size_t j = 0; j < out.size(); ++j) x[t][j] += weight * out[j];
+        }
+      }
+    } else {
+      const Matrix gate = f.matrix(p + "ffn_gate.weight"), up = f.matrix(p + "ffn_up.weight"),
+                   down = f.matrix(p + "ffn_down.weight");
+      for (size_t t = 0; t < n; ++t) {
+        auto d = swiglu(gate, up, down, rms_norm(x[t], ffn_norm, eps));
+        for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+      }
     }
   }
   const auto out_norm = f.vec("output_norm.weight");

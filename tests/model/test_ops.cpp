@@ -102,3 +102,43 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
 
 }  // namespace
 }  // namespace orchard::model
+
+namespace orchard::model {
+namespace {
+
+// top_k against a stable sort (descending; the lower index first among equals), for every k.
+TEST(Ops, TopKMatchesAStableSort) {
+  std::vector<float> x = {0.1f, 0.7f, 0.3f, 0.7f, -2.0f, 0.05f, 0.3f, 1.5f, 0.0f, 0.7f};
+  std::vector<int32_t> order(x.size());
+  for (size_t i = 0; i < x.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+  for (int32_t k = 1; k <= static_cast<int32_t>(x.size()); ++k) {
+    std::vector<int32_t> got(static_cast<size_t>(k));
+    ops::top_k(x.data(), static_cast<int32_t>(x.size()), k, got.data());
+    EXPECT_EQ(got, std::vector<int32_t>(order.begin(), order.begin() + k)) << "k " << k;
+  }
+}
+
+// dot and softmax against float64.
+TEST(Ops, DotAndSoftmaxMatchFloat64) {
+  for (int64_t n : {1, 15, 16, 17, 100, 2048}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    double want = 0, scale = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      a[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 2;
+      b[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
+      want += double(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)];
+      scale += std::abs(double(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)]);
+    }
+    EXPECT_NEAR(ops::dot(a.data(), b.data(), n), want, 1e-6 * scale) << "n " << n;
+    std::vector<float> p = a;
+    ops::softmax(p.data(), n);
+    double sum = 0;
+    for (double v : a) sum += std::exp(v);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(p[static_cast<size_t>(i)], std::exp(double(a[static_cast<size_t>(i)])) / sum, 1e-6) << "n " << n;
+  }
+}
+
+}  // namespace
+}  // namespace orchard::model

@@ -152,6 +152,14 @@ std::vector<Case> all_cases() {
       }
       cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
     }
+  // Mixtures of experts: every expert's FFN split by rows under tensor splits, the router on
+  // every rank.
+  for (std::string arch : {"qwen3moe", "mixtral"})
+    for (std::string type : {"f32", "q8_0", "q4_k_m"}) {
+      cases.push_back({arch, "tiny", type, "pipeline", 2});
+      cases.push_back({arch, "tiny", type, "tensor", 2});
+      cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
+    }
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     cases.push_back({arch, "small", "q4_0", "pipeline", 4});
     cases.push_back({arch, "small", "q4_k_m", "tensor", 2});

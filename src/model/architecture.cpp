@@ -1,0 +1,116 @@
+#include "model/architecture.h"
+
+#include <fmt/format.h>
+
+#include "model/weights.h"
+
+namespace orchard::model {
+
+extern const ArchitectureDef kLlama;
+extern const ArchitectureDef kQwen2;
+extern const ArchitectureDef kQwen3;
+extern const ArchitectureDef kQwen3Moe;
+
+namespace {
+
+constexpr const ArchitectureDef* kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen3Moe};
+
+std::string layer_name(int32_t layer, std::string_view tensor) { return fmt::format("blk.{}.{}", layer, tensor); }
+
+}  // namespace
+
+const ArchitectureDef* find_architecture(std::string_view name) {
+  for (const ArchitectureDef* a : kArchitectures)
+    if (a->name == name) return a;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const ArchitectureDef* a : kArchitectures) out += (out.empty() ? "" : ", ") + std::string(a->name);
+  return out;
+}
+
+std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
+  const int64_t d = c.n_embd, vocab = c.vocab_size;
+  std::vector<TensorSpec> out;
+  out.push_back({.name = "token_embd.weight", .shape = {d, vocab}, .role = TensorRole::Embedding});
+  out.push_back({.name = "rope_freqs.weight", .shape = {c.rope_dims / 2}, .role = TensorRole::RopeFactors,
+                 .required = false});
+  out.push_back({.name = "output_norm.weight", .shape = {d}, .role = TensorRole::Norm});
+  out.push_back({.name = "output.weight", .shape = {d, vocab}, .role = TensorRole::Output, .split = Split::Rows,
+                 .axis = ShardAxis::Vocab, .required = false});
+  return out;
+}
+
+std::vector<TensorSpec> all_tensors(const ModelConfig& c) {
+  std::vector<TensorSpec> global = model_tensors(c);
+  std::vector<TensorSpec> out(global.begin(), global.begin() + 2);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    auto layer = c.arch->layer_tensors(c, l);
+    out.insert(out.end(), std::make_move_iterator(layer.begin()), std::make_move_iterator(layer.end()));
+  }
+  out.insert(out.end(), global.begin() + 2, global.end());
+  return out;
+}
+
+namespace blocks {
+
+void attention(const ModelConfig& c, int32_t l, AttentionOptions options, std::vector<TensorSpec>& out) {
+  const int64_t d = c.n_embd, q = c.q_dim(), kv = c.kv_dim();
+  out.push_back({layer_name(l, "attn_norm.weight"), {d}, TensorRole::Norm, Split::Whole, ShardAxis::QueryDims, true,
+                 &LayerWeights::attn_norm});
+  out.push_back({layer_name(l, "attn_q.weight"), {d, q}, TensorRole::Matrix, Split::Rows, ShardAxis::QueryDims, true,
+                 &LayerWeights::wq});
+  out.push_back({layer_name(l, "attn_k.weight"), {d, kv}, TensorRole::Matrix, Split::Rows, ShardAxis::KvDims, true,
+                 &LayerWeights::wk});
+  out.push_back({layer_name(l, "attn_v.weight"), {d, kv}, TensorRole::MoreBits, Split::Rows, ShardAxis::KvDims, true,
+                 &LayerWeights::wv});
+  if (options.qkv_bias) {
+    out.push_back({layer_name(l, "attn_q.bias"), {q}, TensorRole::Bias, Split::Rows, ShardAxis::QueryDims, true,
+                   &LayerWeights::bq});
+    out.push_back({layer_name(l, "attn_k.bias"), {kv}, TensorRole::Bias, Split::Rows, ShardAxis::KvDims, true,
+                   &LayerWeights::bk});
+    out.push_back({layer_name(l, "attn_v.bias"), {kv}, TensorRole::Bias, Split::Rows, ShardAxis::KvDims, true,
+                   &LayerWeights::bv});
+  }
+  if (options.qk_norm) {
+    out.push_back({layer_name(l, "attn_q_norm.weight"), {c.head_dim}, TensorRole::Norm, Split::Whole,
+                   ShardAxis::QueryDims, true, &LayerWeights::q_norm});
+    out.push_back({layer_name(l, "attn_k_norm.weight"), {c.head_dim}, TensorRole::Norm, Split::Whole,
+                   ShardAxis::QueryDims, true, &LayerWeights::k_norm});
+  }
+  out.push_back({layer_name(l, "attn_output.weight"), {q, d}, TensorRole::Matrix, Split::Columns,
+                 ShardAxis::QueryDims, true, &LayerWeights::wo});
+}
+
+void dense_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
+  const int64_t d = c.n_embd, ff = c.n_ff;
+  out.push_back({layer_name(l, "ffn_norm.weight"), {d}, TensorRole::Norm, Split::Whole, ShardAxis::FfRows, true,
+                 &LayerWeights::ffn_norm});
+  out.push_back({layer_name(l, "ffn_gate.weight"), {d, ff}, TensorRole::Matrix, Split::Rows, ShardAxis::FfRows, true,
+                 &LayerWeights::w_gate});
+  out.push_back({layer_name(l, "ffn_up.weight"), {d, ff}, TensorRole::Matrix, Split::Rows, ShardAxis::FfRows, true,
+                 &LayerWeights::w_up});
+  out.push_back({layer_name(l, "ffn_down.weight"), {ff, d}, TensorRole::MoreBits, Split::Columns, ShardAxis::FfRows,
+                 true, &LayerWeights::w_down});
+}
+
+void moe_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
+  const int64_t d = c.n_embd, ff = c.n_ff_exp, n = c.n_expert;
+  out.push_back({layer_name(l, "ffn_norm.weight"), {d}, TensorRole::Norm, Split::Whole, ShardAxis::ExpertRows, true,
+                 &LayerWeights::ffn_norm});
+  // Every rank routes every token itself (the router is small), so all agree on the choice.
+  out.push_back({layer_name(l, "ffn_gate_inp.weight"), {d, n}, TensorRole::Router, Split::Whole, ShardAxis::ExpertRows,
+                 true, &LayerWeights::router});
+  out.push_back({layer_name(l, "ffn_gate_exps.weight"), {d, ff, n}, TensorRole::Matrix, Split::Rows,
+                 ShardAxis::ExpertRows, true, &LayerWeights::expert_gate});
+  out.push_back({layer_name(l, "ffn_up_exps.weight"), {d, ff, n}, TensorRole::Matrix, Split::Rows,
+                 ShardAxis::ExpertRows, true, &LayerWeights::expert_up});
+  out.push_back({layer_name(l, "ffn_down_exps.weight"), {ff, d, n}, TensorRole::MoreBits, Split::Columns,
+                 ShardAxis::ExpertRows, true, &LayerWeights::expert_down});
+}
+
+}  // namespace blocks
+
+}  // namespace orchard::model

@@ -1,0 +1,99 @@
+#pragma once
+// An architecture is a set of hyper-parameters and a table of tensors. Each one lives in its own
+// file under arch/ and describes its layers with the shared blocks below (attention variants,
+// dense FFN, mixture-of-experts FFN); weight binding, the byte ranges a rank is sent, the
+// synthetic model writer and the shape checks all read that one table, so adding an
+// architecture is one file plus its tests.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/kernels.h"
+#include "model/config.h"
+
+namespace orchard::model {
+
+struct LayerWeights;
+
+// How a tensor divides between ranks that split a layer (tensor parallelism): whole on every
+// rank, or a range of its rows or of its columns following one of the shard's ranges.
+enum class Split { Whole, Rows, Columns };
+
+// Which of the shard's ranges a split tensor follows.
+enum class ShardAxis {
+  QueryDims,  // the shard's query heads × head size
+  KvDims,     // its key/value heads × head size
+  FfRows,     // its rows of the dense FFN
+  ExpertRows, // its rows of every expert's FFN
+  Vocab,      // its rows of the output head
+};
+
+// What a tensor is for: the synthetic writer picks its type (in a mix such as Q4_K_M) and its
+// initial values from this.
+enum class TensorRole {
+  Embedding,
+  Output,
+  Matrix,     // a projection; quantized as the file's main type
+  MoreBits,   // a projection the mixes keep at more bits in some layers (attn_v, ffn_down)
+  Router,     // expert gate: kept F32, as llama.cpp's quantizer keeps it
+  Norm,       // F32 vector near 1
+  Bias,       // F32 vector near 0
+  RopeFactors,
+};
+
+// Where ModelWeights binds a layer tensor.
+using LayerSlot = std::variant<std::monostate, core::WeightMatrix LayerWeights::*, std::vector<float> LayerWeights::*,
+                               std::vector<core::WeightMatrix> LayerWeights::*>;
+
+struct TensorSpec {
+  std::string name;            // "blk.3.attn_q.weight"
+  std::vector<int64_t> shape;  // GGUF order: {n} vector, {cols, rows} matrix, {cols, rows, experts} stack
+  TensorRole role = TensorRole::Matrix;
+  Split split = Split::Whole;
+  ShardAxis axis = ShardAxis::QueryDims;
+  bool required = true;
+  LayerSlot slot = {};         // monostate for the model-wide tensors, which are bound by name
+
+  int64_t rows() const { return shape.size() > 1 ? shape[1] : 1; }
+  int64_t cols() const { return shape[0]; }
+  int64_t experts() const { return shape.size() > 2 ? shape[2] : 1; }
+};
+
+struct ArchitectureDef {
+  std::string_view name;  // general.architecture
+  RopeOrdering rope;
+  bool mixture_of_experts;  // experts are required (an architecture such as llama may have them)
+  // The tensors of layer `layer`, in file order.
+  std::vector<TensorSpec> (*layer_tensors)(const ModelConfig& config, int32_t layer);
+};
+
+// The architectures Orchard runs; nullptr for any other name.
+const ArchitectureDef* find_architecture(std::string_view name);
+// "llama, qwen2, qwen3, qwen3moe"
+std::string supported_architectures();
+
+// The model-wide tensors (embedding, RoPE factors, output norm and head), in file order; the
+// output head is optional (absent: tied to the embedding).
+std::vector<TensorSpec> model_tensors(const ModelConfig& config);
+// Every tensor of the model: model_tensors with each layer's between the embedding and the output.
+std::vector<TensorSpec> all_tensors(const ModelConfig& config);
+
+// Shared blocks the architecture files build their layers from.
+namespace blocks {
+
+struct AttentionOptions {
+  bool qkv_bias = false;  // qwen2
+  bool qk_norm = false;   // qwen3: RMSNorm of each query and key head before RoPE
+};
+// attn_norm, q/k/v projections (with their biases), q/k norms, attn_output.
+void attention(const ModelConfig& c, int32_t layer, AttentionOptions options, std::vector<TensorSpec>& out);
+// ffn_norm, gate/up/down of a SwiGLU FFN of width n_ff.
+void dense_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+// ffn_norm, the router (ffn_gate_inp) and the experts' gate/up/down stacks of width n_ff_exp.
+void moe_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+
+}  // namespace blocks
+
+}  // namespace orchard::model
