@@ -53,6 +53,15 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
     case TensorType::Q8_0: return set.q8_0;
     case TensorType::Q4_K: return set.q4_k;
     case TensorType::Q6_K: return set.q6_k;
+    case TensorType::Q4_1: return set.q4_1;
+    case TensorType::Q5_0: return set.q5_0;
+    case TensorType::Q5_1: return set.q5_1;
+    case TensorType::Q2_K: return set.q2_k;
+    case TensorType::Q3_K: return set.q3_k;
+    case TensorType::Q5_K: return set.q5_k;
+    case TensorType::IQ4_NL: return set.iq4_nl;
+    case TensorType::IQ4_XS: return set.iq4_xs;
+    case TensorType::MXFP4: return set.mxfp4;
     case TensorType::Q8_K: break;
   }
   return nullptr;
@@ -70,15 +79,24 @@ Layout interleaved_layout(TensorType type) {
 }
 
 // What matmul feeds the kernels for a weight type: f32 rows for the float types, Q8_0-style
-// blocks for Q4_0/Q8_0, Q8_K for the K-quants.
+// blocks for the 32-element types, Q8_K for the 256-element ones.
 enum class Activations : size_t { kF32, kQ8_0, kQ8_K };
 
 Activations activations_for(TensorType type) {
   switch (type) {
     case TensorType::Q4_0:
-    case TensorType::Q8_0: return Activations::kQ8_0;
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0:
+    case TensorType::IQ4_NL:
+    case TensorType::MXFP4: return Activations::kQ8_0;
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
     case TensorType::Q4_K:
-    case TensorType::Q6_K: return Activations::kQ8_K;
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+    case TensorType::IQ4_XS: return Activations::kQ8_K;
     default: return Activations::kF32;
   }
 }

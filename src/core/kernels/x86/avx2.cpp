@@ -35,6 +35,15 @@ const KernelSet kAvx2{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,  // q4_1
+    nullptr,  // q5_0
+    nullptr,  // q5_1
+    nullptr,  // q2_k
+    nullptr,  // q3_k
+    nullptr,  // q5_k
+    nullptr,  // iq4_nl
+    nullptr,  // iq4_xs
+    nullptr,  // mxfp4
 };
 
 }  // namespace

@@ -378,6 +378,15 @@ const KernelSet kAvx512{
     GroupTokenTiles<FloatGroups<LoadF32Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadF16Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadBF16Column>, 4, 6>::tile,
+    nullptr,  // q4_1
+    nullptr,  // q5_0
+    nullptr,  // q5_1
+    nullptr,  // q2_k
+    nullptr,  // q3_k
+    nullptr,  // q5_k
+    nullptr,  // iq4_nl
+    nullptr,  // iq4_xs
+    nullptr,  // mxfp4
 };
 
 }  // namespace
