@@ -67,6 +67,18 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
   return nullptr;
 }
 
+// The kernel of `set` for (type, layout) or, where it has none, of the next set this CPU runs
+// that has one (AVX-512 borrows AVX2's, NEON dotprod NEON's), then of the generic set, which
+// has them all.
+TileFn find_tile_or_fallback(const KernelSet& set, TensorType type, int layout) {
+  if (TileFn tile_fn = find_tile(set, type, layout)) return tile_fn;
+  static const std::vector<const KernelSet*> simd = kernels::supported_simd_kernels();
+  auto next = std::find(simd.begin(), simd.end(), &set);
+  for (auto it = next == simd.end() ? next : next + 1; it != simd.end(); ++it)
+    if (TileFn tile_fn = find_tile(**it, type, layout)) return tile_fn;
+  return find_tile(kernels::generic_kernels(), type, layout);
+}
+
 Layout interleaved_layout(TensorType type) {
   if (type == TensorType::Q4_0) return kernels::kQ4_0x16;
   if (type == TensorType::Q8_0) return kernels::kQ8_0x16;
@@ -301,8 +313,7 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   const KernelSet& set = active_kernels();
   for (size_t i = 0; i < targets.size(); ++i) {
     const WeightMatrix& w = *targets[i].w;
-    TileFn tile_fn = find_tile(set, w.type_, w.layout_);
-    if (!tile_fn) tile_fn = find_tile(kernels::generic_kernels(), w.type_, w.layout_);
+    TileFn tile_fn = find_tile_or_fallback(set, w.type_, w.layout_);
     ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
     const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
     const bool interleaved = w.layout_ != kernels::kRows;

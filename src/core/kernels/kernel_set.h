@@ -64,8 +64,8 @@ struct Tile {
 };
 using TileFn = void (*)(const Tile&);
 
-// One implementation per (type, layout); null where a set has none (the driver then falls back
-// to the generic set, which has them all).
+// One implementation per (type, layout); null where a set has none (the driver then takes the
+// next set this CPU runs that has one, then the generic set, which has them all).
 struct KernelSet {
   const char* name;
   bool is_generic;

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/tile_driver.h"
 #include "core/kernels/x86/x86_sets.h"
@@ -38,12 +39,12 @@ const KernelSet kAvx2{
     nullptr,  // q4_1
     nullptr,  // q5_0
     nullptr,  // q5_1
-    nullptr,  // q2_k
-    nullptr,  // q3_k
-    nullptr,  // q5_k
-    nullptr,  // iq4_nl
-    nullptr,  // iq4_xs
-    nullptr,  // mxfp4
+    row_tile<Q2_KKernel, 4>,
+    row_tile<Q3_KKernel, 4>,
+    row_tile<Q5_KKernel, 4>,
+    row_tile<TableKernel<IQ4_NLBlock>, 4>,
+    row_tile<IQ4_XSKernel, 4>,
+    row_tile<TableKernel<MXFP4Block>, 4>,
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/tile_driver.h"
 #include "core/kernels/x86/x86_sets.h"
