@@ -36,9 +36,9 @@ const KernelSet kAvx2{
     nullptr,
     nullptr,
     nullptr,
-    nullptr,  // q4_1
-    nullptr,  // q5_0
-    nullptr,  // q5_1
+    row_tile<LowBitKernel<BlockQ4_1>, 4>,
+    row_tile<LowBitKernel<BlockQ5_0>, 4>,
+    row_tile<LowBitKernel<BlockQ5_1>, 4>,
     row_tile<Q2_KKernel, 4>,
     row_tile<Q3_KKernel, 4>,
     row_tile<Q5_KKernel, 4>,
