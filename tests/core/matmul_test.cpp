@@ -376,6 +376,28 @@ TEST(MatmulContract, ColumnsMustBeWholeBlocks) {
   EXPECT_NO_THROW(WeightMatrix::view(TensorType::F16, bytes.data(), 2, 3));
 }
 
+TEST(MatmulContract, ASetWithoutAKernelBorrowsOne) {
+  // A set with no kernels at all, outside the CPU's list: every type runs on the generic
+  // kernels, bit for bit. (A listed set borrows from the sets after it first: on AVX-512 the
+  // types it has no kernel for run AVX2's, which Matmul.EveryKernelSetMatchesReference covers.)
+  kernels::KernelSet empty{};
+  empty.name = "empty";
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  for (TensorType type : {TensorType::Q5_K, TensorType::MXFP4, TensorType::F16}) {
+    Problem p = make_problem(type, 20, 512, 3, 4);
+    std::vector<float> expected(60), got(60);
+    kernels::use_kernel_set(&kernels::generic_kernels());
+    matmul(WeightMatrix::prepare(type, p.weights.data(), 20, 512), p.x.data(), 3, expected.data(), pool, scratch);
+    kernels::use_kernel_set(&empty);
+    WeightMatrix w = WeightMatrix::prepare(type, p.weights.data(), 20, 512);
+    EXPECT_FALSE(w.repacked());
+    matmul(w, p.x.data(), 3, got.data(), pool, scratch);
+    EXPECT_EQ(expected, got) << type_name(type);
+  }
+  kernels::use_kernel_set(nullptr);
+}
+
 TEST(MatmulContract, IsaNameNamesTheChosenSet) {
   std::string best = kernel_isa_name();
   force_generic_kernels(true);
