@@ -117,6 +117,15 @@ ORCHARD_SHAPES(gemv, Q4_K)
 ORCHARD_SHAPES(gemv, Q6_K)
 ORCHARD_SHAPES(gemv, F16)
 ORCHARD_SHAPES(gemv, BF16)
+ORCHARD_SHAPES(gemv, Q4_1)
+ORCHARD_SHAPES(gemv, Q5_0)
+ORCHARD_SHAPES(gemv, Q5_1)
+ORCHARD_SHAPES(gemv, Q2_K)
+ORCHARD_SHAPES(gemv, Q3_K)
+ORCHARD_SHAPES(gemv, Q5_K)
+ORCHARD_SHAPES(gemv, IQ4_NL)
+ORCHARD_SHAPES(gemv, IQ4_XS)
+ORCHARD_SHAPES(gemv, MXFP4)
 
 #define ORCHARD_GEMM(type)                                                                      \
   BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -126,6 +135,10 @@ ORCHARD_GEMM(Q8_0)
 ORCHARD_GEMM(Q4_K)
 ORCHARD_GEMM(Q6_K)
 ORCHARD_GEMM(F16)
+ORCHARD_GEMM(Q3_K)
+ORCHARD_GEMM(Q5_K)
+ORCHARD_GEMM(IQ4_XS)
+ORCHARD_GEMM(MXFP4)
 
 }  // namespace
 }  // namespace orchard::core

@@ -53,9 +53,30 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
     case TensorType::Q8_0: return set.q8_0;
     case TensorType::Q4_K: return set.q4_k;
     case TensorType::Q6_K: return set.q6_k;
+    case TensorType::Q4_1: return set.q4_1;
+    case TensorType::Q5_0: return set.q5_0;
+    case TensorType::Q5_1: return set.q5_1;
+    case TensorType::Q2_K: return set.q2_k;
+    case TensorType::Q3_K: return set.q3_k;
+    case TensorType::Q5_K: return set.q5_k;
+    case TensorType::IQ4_NL: return set.iq4_nl;
+    case TensorType::IQ4_XS: return set.iq4_xs;
+    case TensorType::MXFP4: return set.mxfp4;
     case TensorType::Q8_K: break;
   }
   return nullptr;
+}
+
+// The kernel of `set` for (type, layout) or, where it has none, of the next set this CPU runs
+// that has one (AVX-512 borrows AVX2's, NEON dotprod NEON's), then of the generic set, which
+// has them all.
+TileFn find_tile_or_fallback(const KernelSet& set, TensorType type, int layout) {
+  if (TileFn tile_fn = find_tile(set, type, layout)) return tile_fn;
+  static const std::vector<const KernelSet*> simd = kernels::supported_simd_kernels();
+  auto next = std::find(simd.begin(), simd.end(), &set);
+  for (auto it = next == simd.end() ? next : next + 1; it != simd.end(); ++it)
+    if (TileFn tile_fn = find_tile(**it, type, layout)) return tile_fn;
+  return find_tile(kernels::generic_kernels(), type, layout);
 }
 
 Layout interleaved_layout(TensorType type) {
@@ -70,15 +91,24 @@ Layout interleaved_layout(TensorType type) {
 }
 
 // What matmul feeds the kernels for a weight type: f32 rows for the float types, Q8_0-style
-// blocks for Q4_0/Q8_0, Q8_K for the K-quants.
+// blocks for the 32-element types, Q8_K for the 256-element ones.
 enum class Activations : size_t { kF32, kQ8_0, kQ8_K };
 
 Activations activations_for(TensorType type) {
   switch (type) {
     case TensorType::Q4_0:
-    case TensorType::Q8_0: return Activations::kQ8_0;
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0:
+    case TensorType::IQ4_NL:
+    case TensorType::MXFP4: return Activations::kQ8_0;
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
     case TensorType::Q4_K:
-    case TensorType::Q6_K: return Activations::kQ8_K;
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+    case TensorType::IQ4_XS: return Activations::kQ8_K;
     default: return Activations::kF32;
   }
 }
@@ -283,8 +313,7 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   const KernelSet& set = active_kernels();
   for (size_t i = 0; i < targets.size(); ++i) {
     const WeightMatrix& w = *targets[i].w;
-    TileFn tile_fn = find_tile(set, w.type_, w.layout_);
-    if (!tile_fn) tile_fn = find_tile(kernels::generic_kernels(), w.type_, w.layout_);
+    TileFn tile_fn = find_tile_or_fallback(set, w.type_, w.layout_);
     ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
     const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
     const bool interleaved = w.layout_ != kernels::kRows;

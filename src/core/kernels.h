@@ -47,8 +47,8 @@ class WeightMatrix {
   static WeightMatrix view(TensorType type, const void* data, int64_t rows, int64_t cols);
   // Like view, but may copy into an interleaved layout when that is faster on this CPU
   // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
-  // Today: every type (Q4_0, Q8_0, Q4_K, Q6_K, F32, F16, BF16) with ≥ 16 rows on AVX-512
-  // VNNI, as 16-row groups (rows padded to 16).
+  // Today: Q4_0, Q8_0, Q4_K, Q6_K, F32, F16 and BF16 with ≥ 16 rows on AVX-512 VNNI, as
+  // 16-row groups (rows padded to 16); the other types stay views.
   // The copy comes from `arena` when given (a model's matrices share one), else is allocated
   // on its own. Throws FormatError when cols is not a positive whole number of blocks.
   static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true,
@@ -81,14 +81,15 @@ struct MatmulScratch {
 };
 
 // y [n_tokens, rows] = x [n_tokens, cols] · Wᵀ, all float32 row-major, split over the pool.
-// x is quantized once per call to the weight's partner type (Q8_0-style blocks for Q4_0/Q8_0,
-// Q8_K for Q4_K/Q6_K; float types use x as is), so results differ from an exact product by
-// at most Σ|w|·(block absmax of x)/254 plus float32 rounding.
+// x is quantized once per call to the weight's partner type (Q8_0-style blocks of 32 for
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4, Q8_K blocks of 256 for Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS;
+// float types use x as is), so results differ from the exact product of the dequantized weights
+// by at most Σ|w|·(block absmax of x)/254 plus float32 rounding.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch);
 
 // Several products of one input in a single pass over the pool: targets[i].y = x · Wᵢᵀ, for at
 // most 8 matrices with the same column count. x is quantized once for each input type they
-// take (one for Q4_0 with Q8_0, Q4_K with Q6_K, or the float types) and the matrices' rows
+// take (one for the 32-element types together, the 256-element ones, or the float types) and the matrices' rows
 // share one split over the threads, so a decode step waits for its slowest thread once
 // instead of once per matrix (the query, key and value projections; a gated FFN's gate and up).
 struct MatmulTarget {

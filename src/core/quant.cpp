@@ -29,19 +29,122 @@ void check_whole_blocks(TensorType type, int64_t n) {
                                     traits.block_elements, n));
 }
 
+// The 4-bit code (0..15) of element i of a 32-element block (byte i % 16, low nibble first).
+int nibble32(const uint8_t* qs, int i) { return qs[i % 16] >> (4 * (i / 16)) & 0x0F; }
+
+void pack_nibbles32(const uint8_t* codes, uint8_t* qs) {
+  for (int i = 0; i < 16; ++i) qs[i] = static_cast<uint8_t>((codes[i] & 0x0F) | (codes[i + 16] & 0x0F) << 4);
+}
+
+// Q5_0 / Q5_1: the low nibbles as Q4_0's, bit 4 of element i in bit i of qh.
+void pack_q5(const uint8_t* q, uint8_t* qh, uint8_t* qs) {
+  pack_nibbles32(q, qs);
+  std::memset(qh, 0, 4);
+  for (int i = 0; i < 32; ++i) qh[i / 8] = static_cast<uint8_t>(qh[i / 8] | (q[i] >> 4 & 1) << (i % 8));
+}
+
+// Symmetric integer quants in [low, high] (low = -high - 1): the value of largest magnitude maps
+// to `low` exactly, so its sign sets the scale's sign and every level is usable. Returns the
+// scale; q gets the quants.
+float symmetric_quants(const float* x, int n, int low, int high, int* q) {
+  float extreme = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  float d = extreme / static_cast<float>(low);
+  float inv = d != 0 ? 1 / d : 0;
+  for (int i = 0; i < n; ++i) q[i] = std::clamp(nearest_int(x[i] * inv), low, high);
+  return d;
+}
+
 void quantize_q4_0(const float* x, BlockQ4_0* out, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, x += kQK4_0) {
-    // The value of largest magnitude maps to q = 0 exactly, so its sign sets the scale's sign
-    // and all 16 levels are usable.
+    int q[kQK4_0];
+    out[b].d = float_to_half(symmetric_quants(x, kQK4_0, -8, 7, q));
+    uint8_t codes[kQK4_0];
+    for (int i = 0; i < kQK4_0; ++i) codes[i] = static_cast<uint8_t>(q[i] + 8);
+    pack_nibbles32(codes, out[b].qs);
+  }
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK32) {
+    int q[kQK32];
+    out[b].d = float_to_half(symmetric_quants(x, kQK32, -16, 15, q));
+    uint8_t codes[kQK32];
+    for (int i = 0; i < kQK32; ++i) codes[i] = static_cast<uint8_t>(q[i] + 16);
+    pack_q5(codes, out[b].qh, out[b].qs);
+  }
+}
+
+// Q4_1 / Q5_1: x ≈ d · q + m over the block's range [min, max], q in 0..levels, computed
+// against the halves actually stored so the quants compensate for their rounding.
+void affine_quants(const float* x, int levels, Half& d_out, Half& m_out, uint8_t* q) {
+  const auto [lo, hi] = std::minmax_element(x, x + kQK32);
+  d_out = float_to_half((*hi - *lo) / static_cast<float>(levels));
+  m_out = float_to_half(*lo);
+  const float d = half_to_float(d_out), m = half_to_float(m_out);
+  for (int i = 0; i < kQK32; ++i)
+    q[i] = static_cast<uint8_t>(d > 0 ? std::clamp(nearest_int((x[i] - m) / d), 0, levels) : 0);
+}
+
+void quantize_q4_1(const float* x, BlockQ4_1* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK32) {
+    uint8_t q[kQK32];
+    affine_quants(x, 15, out[b].d, out[b].m, q);
+    pack_nibbles32(q, out[b].qs);
+  }
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK32) {
+    uint8_t q[kQK32];
+    affine_quants(x, 31, out[b].d, out[b].m, q);
+    pack_q5(q, out[b].qh, out[b].qs);
+  }
+}
+
+// Index of the entry of `values` (16 of them, times `scale`) nearest to v.
+int nearest_code(const int8_t* values, float scale, float v) {
+  int best = 0;
+  float best_error = INFINITY;
+  for (int c = 0; c < 16; ++c) {
+    float error = std::fabs(v - scale * static_cast<float>(values[c]));
+    if (error < best_error) {
+      best = c;
+      best_error = error;
+    }
+  }
+  return best;
+}
+
+// IQ4_NL: the value of largest magnitude maps to the table's -127 exactly (so its sign sets
+// the scale's); every element takes the nearest of the 16 scaled values.
+void quantize_iq4_nl(const float* x, BlockIQ4_NL* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK32) {
     float extreme = 0;
-    for (int i = 0; i < kQK4_0; ++i)
+    for (int i = 0; i < kQK32; ++i)
       if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
-    float d = extreme / -8;
-    float inv = d != 0 ? 1 / d : 0;
-    out[b].d = float_to_half(d);
-    uint8_t q[kQK4_0];
-    for (int i = 0; i < kQK4_0; ++i) q[i] = static_cast<uint8_t>(std::clamp(nearest_int(x[i] * inv) + 8, 0, 15));
-    for (int i = 0; i < kQK4_0 / 2; ++i) out[b].qs[i] = static_cast<uint8_t>(q[i] | q[i + 16] << 4);
+    out[b].d = float_to_half(extreme / -127);
+    const float d = half_to_float(out[b].d);
+    uint8_t codes[kQK32];
+    for (int i = 0; i < kQK32; ++i) codes[i] = static_cast<uint8_t>(nearest_code(kIq4Values, d, x[i]));
+    pack_nibbles32(codes, out[b].qs);
+  }
+}
+
+// MXFP4: the smallest shared exponent at which the block's largest magnitude is not clamped
+// (6 · 2^(e - 127) ≥ amax), then the nearest E2M1 value for each element.
+void quantize_mxfp4(const float* x, BlockMXFP4* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK32) {
+    float amax = 0;
+    for (int i = 0; i < kQK32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    int e = 0;
+    while (e < 254 && 12 * mxfp4_scale(static_cast<uint8_t>(e)) < amax) ++e;
+    out[b].e = static_cast<uint8_t>(e);
+    const float d = mxfp4_scale(out[b].e);
+    uint8_t codes[kQK32];
+    for (int i = 0; i < kQK32; ++i) codes[i] = static_cast<uint8_t>(nearest_code(kMxfp4Values, d, x[i]));
+    pack_nibbles32(codes, out[b].qs);
   }
 }
 
@@ -56,73 +159,158 @@ void quantize_q8_0(const float* x, BlockQ8_0* out, int64_t n_blocks) {
   }
 }
 
+// The K-quants with mins (Q2_K, Q4_K, Q5_K): per sub-block, x ≈ scale · q - min with q in
+// 0..levels and min ≥ 0 (the range is widened to include 0 so the min is never negative);
+// scales and mins are themselves quantized to 0..scale_max against the super-block's d and
+// dmin. The quants are computed against the stored scales, so they compensate for the scales'
+// own rounding.
+void k_affine_quants(const float* x, int n_sub, int sub_len, int levels, int scale_max, Half& d_out, Half& dmin_out,
+                     uint8_t* sc, uint8_t* mn, uint8_t* q) {
+  float scale[16], min[16], max_scale = 0, max_min = 0;
+  for (int j = 0; j < n_sub; ++j) {
+    const float* s = x + sub_len * j;
+    float lo = 0, hi = s[0];
+    for (int i = 0; i < sub_len; ++i) {
+      lo = std::min(lo, s[i]);
+      hi = std::max(hi, s[i]);
+    }
+    scale[j] = (hi - lo) / static_cast<float>(levels);
+    min[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  d_out = float_to_half(max_scale / static_cast<float>(scale_max));
+  dmin_out = float_to_half(max_min / static_cast<float>(scale_max));
+  const float dq = half_to_float(d_out), dminq = half_to_float(dmin_out);
+  for (int j = 0; j < n_sub; ++j) {
+    sc[j] = static_cast<uint8_t>(dq > 0 ? std::clamp(nearest_int(scale[j] / dq), 0, scale_max) : 0);
+    mn[j] = static_cast<uint8_t>(dminq > 0 ? std::clamp(nearest_int(min[j] / dminq), 0, scale_max) : 0);
+    const float step = dq * sc[j], offset = dminq * mn[j];
+    for (int i = sub_len * j; i < sub_len * (j + 1); ++i)
+      q[i] = static_cast<uint8_t>(step > 0 ? std::clamp(nearest_int((x[i] + offset) / step), 0, levels) : 0);
+  }
+}
+
 void quantize_q4_k(const float* x, BlockQ4_K* out, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
-    // Per sub-block of 32: x ≈ scale * q - min with q in 0..15 and min ≥ 0 (the range is
-    // widened to include 0 so the min is never negative).
-    float scale[8], min[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0, hi = x[32 * j];
-      for (int i = 0; i < 32; ++i) {
-        lo = std::min(lo, x[32 * j + i]);
-        hi = std::max(hi, x[32 * j + i]);
-      }
-      scale[j] = (hi - lo) / 15;
-      min[j] = -lo;
-      max_scale = std::max(max_scale, scale[j]);
-      max_min = std::max(max_min, min[j]);
-    }
-    float d = max_scale / 63, dmin = max_min / 63;
-    out[b].d = float_to_half(d);
-    out[b].dmin = float_to_half(dmin);
-    // Quantize the scales against the halves actually stored, so the 4-bit quants below
-    // compensate for the scales' own rounding.
-    float dq = half_to_float(out[b].d), dminq = half_to_float(out[b].dmin);
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) {
-      sc[j] = static_cast<uint8_t>(dq > 0 ? std::clamp(nearest_int(scale[j] / dq), 0, 63) : 0);
-      mn[j] = static_cast<uint8_t>(dminq > 0 ? std::clamp(nearest_int(min[j] / dminq), 0, 63) : 0);
-    }
+    uint8_t sc[8], mn[8], q[kQK_K];
+    k_affine_quants(x, 8, 32, 15, 63, out[b].d, out[b].dmin, sc, mn, q);
     pack_q4_k_scales(sc, mn, out[b].scales);
-    uint8_t q[kQK_K];
-    for (int j = 0; j < 8; ++j) {
-      float step = dq * sc[j], offset = dminq * mn[j];
-      for (int i = 0; i < 32; ++i)
-        q[32 * j + i] = static_cast<uint8_t>(step > 0 ? std::clamp(nearest_int((x[32 * j + i] + offset) / step), 0, 15) : 0);
-    }
     for (int c = 0; c < 4; ++c)
       for (int i = 0; i < 32; ++i) out[b].qs[32 * c + i] = static_cast<uint8_t>(q[64 * c + i] | q[64 * c + 32 + i] << 4);
   }
 }
 
-void quantize_q6_k(const float* x, BlockQ6_K* out, int64_t n_blocks) {
+void quantize_q5_k(const float* x, BlockQ5_K* out, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
-    // Per sub-block of 16, as Q4_0 does per 32: the extreme value maps to q = 0 (x = -32 s).
-    float scale[16], max_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      float extreme = 0;
-      for (int i = 0; i < 16; ++i)
-        if (std::fabs(x[16 * j + i]) > std::fabs(extreme)) extreme = x[16 * j + i];
-      scale[j] = extreme / -32;
-      max_scale = std::max(max_scale, std::fabs(scale[j]));
-    }
-    out[b].d = float_to_half(max_scale / 127);
-    float dq = half_to_float(out[b].d);
-    uint8_t q[kQK_K];
-    for (int j = 0; j < 16; ++j) {
-      int sc = dq > 0 ? std::clamp(nearest_int(scale[j] / dq), -127, 127) : 0;
-      out[b].scales[j] = static_cast<int8_t>(sc);
-      float step = dq * static_cast<float>(sc);
-      for (int i = 0; i < 16; ++i)
-        q[16 * j + i] = static_cast<uint8_t>(step != 0 ? std::clamp(nearest_int(x[16 * j + i] / step) + 32, 0, 63) : 32);
-    }
+    uint8_t sc[8], mn[8], q[kQK_K];
+    k_affine_quants(x, 8, 32, 31, 63, out[b].d, out[b].dmin, sc, mn, q);
+    pack_q4_k_scales(sc, mn, out[b].scales);
     std::memset(out[b].qh, 0, sizeof out[b].qh);
     for (int i = 0; i < kQK_K; ++i) {
-      int h = i / 128, e = i % 128;
+      const int j = i / 32, l = i % 32;
+      uint8_t& low = out[b].qs[32 * (j / 2) + l];
+      low = static_cast<uint8_t>(j % 2 ? low | (q[i] & 0x0F) << 4 : q[i] & 0x0F);
+      out[b].qh[l] = static_cast<uint8_t>(out[b].qh[l] | (q[i] >> 4) << j);
+    }
+  }
+}
+
+void quantize_q2_k(const float* x, BlockQ2_K* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
+    uint8_t sc[16], mn[16], q[kQK_K];
+    k_affine_quants(x, 16, 16, 3, 15, out[b].d, out[b].dmin, sc, mn, q);
+    for (int j = 0; j < 16; ++j) out[b].scales[j] = static_cast<uint8_t>(sc[j] | mn[j] << 4);
+    std::memset(out[b].qs, 0, sizeof out[b].qs);
+    for (int i = 0; i < kQK_K; ++i) {
+      const int h = i / 128, s = i % 128 / 32, l = i % 32;
+      out[b].qs[32 * h + l] = static_cast<uint8_t>(out[b].qs[32 * h + l] | q[i] << (2 * s));
+    }
+  }
+}
+
+// The symmetric K-quants (Q3_K, Q6_K): 16 sub-blocks of 16, each as symmetric_quants gives
+// (its extreme maps to q_low), with the sub-block scales quantized to [sc_low, sc_high]
+// against d = max |scale| / sc_high, and the quants recomputed against the stored scales.
+void k_symmetric_quants(const float* x, int q_low, int q_high, int sc_low, int sc_high, Half& d_out, int* sc, int* q) {
+  float scale[16], max_scale = 0;
+  for (int j = 0; j < 16; ++j) {
+    float extreme = 0;
+    for (int i = 0; i < 16; ++i)
+      if (std::fabs(x[16 * j + i]) > std::fabs(extreme)) extreme = x[16 * j + i];
+    scale[j] = extreme / static_cast<float>(q_low);
+    max_scale = std::max(max_scale, std::fabs(scale[j]));
+  }
+  d_out = float_to_half(max_scale / static_cast<float>(sc_high));
+  const float dq = half_to_float(d_out);
+  for (int j = 0; j < 16; ++j) {
+    sc[j] = dq > 0 ? std::clamp(nearest_int(scale[j] / dq), sc_low, sc_high) : 0;
+    const float step = dq * static_cast<float>(sc[j]);
+    for (int i = 16 * j; i < 16 * j + 16; ++i) q[i] = step != 0 ? std::clamp(nearest_int(x[i] / step), q_low, q_high) : 0;
+  }
+}
+
+void quantize_q6_k(const float* x, BlockQ6_K* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
+    int sc[16], q[kQK_K];
+    k_symmetric_quants(x, -32, 31, -127, 127, out[b].d, sc, q);
+    for (int j = 0; j < 16; ++j) out[b].scales[j] = static_cast<int8_t>(sc[j]);
+    std::memset(out[b].qh, 0, sizeof out[b].qh);
+    for (int i = 0; i < kQK_K; ++i) {
+      const int h = i / 128, e = i % 128, u = q[i] + 32;
       uint8_t& low = out[b].ql[64 * h + e % 64];
-      if (e < 64) low = static_cast<uint8_t>(q[i] & 0x0F);
-      else low = static_cast<uint8_t>(low | (q[i] & 0x0F) << 4);
-      out[b].qh[32 * h + e % 32] = static_cast<uint8_t>(out[b].qh[32 * h + e % 32] | (q[i] >> 4) << (2 * (e / 32)));
+      if (e < 64) low = static_cast<uint8_t>(u & 0x0F);
+      else low = static_cast<uint8_t>(low | (u & 0x0F) << 4);
+      out[b].qh[32 * h + e % 32] = static_cast<uint8_t>(out[b].qh[32 * h + e % 32] | (u >> 4) << (2 * (e / 32)));
+    }
+  }
+}
+
+void quantize_q3_k(const float* x, BlockQ3_K* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
+    int sc[16], q[kQK_K];
+    k_symmetric_quants(x, -4, 3, -32, 31, out[b].d, sc, q);
+    std::memset(out[b].scales, 0, sizeof out[b].scales);
+    for (int j = 0; j < 16; ++j) {
+      const int u = sc[j] + 32;  // 6 bits: the low 4 in a nibble of bytes 0-7, the top 2 in bytes 8-11
+      out[b].scales[j % 8] = static_cast<uint8_t>(out[b].scales[j % 8] | (u & 0x0F) << (4 * (j / 8)));
+      out[b].scales[8 + j % 4] = static_cast<uint8_t>(out[b].scales[8 + j % 4] | (u >> 4) << (2 * (j / 4)));
+    }
+    std::memset(out[b].qs, 0, sizeof out[b].qs);
+    std::memset(out[b].hmask, 0, sizeof out[b].hmask);
+    for (int i = 0; i < kQK_K; ++i) {
+      const int h = i / 128, s = i % 128 / 32, l = i % 32, u = q[i] + 4;
+      out[b].qs[32 * h + l] = static_cast<uint8_t>(out[b].qs[32 * h + l] | (u & 3) << (2 * s));
+      out[b].hmask[l] = static_cast<uint8_t>(out[b].hmask[l] | (u >> 2) << (4 * h + s));
+    }
+  }
+}
+
+// IQ4_XS: per sub-block of 32 a signed scale as IQ4_NL's, quantized to -32..31 against
+// d = -(the scale of largest magnitude) / 32 (so that one is exact); then each element takes
+// the nearest of the 16 values times its stored sub-block scale.
+void quantize_iq4_xs(const float* x, BlockIQ4_XS* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kQK_K) {
+    float scale[8], extreme_scale = 0;
+    for (int j = 0; j < 8; ++j) {
+      float extreme = 0;
+      for (int i = 32 * j; i < 32 * j + 32; ++i)
+        if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+      scale[j] = extreme / -127;
+      if (std::fabs(scale[j]) > std::fabs(extreme_scale)) extreme_scale = scale[j];
+    }
+    out[b].d = float_to_half(extreme_scale / -32);
+    const float d = half_to_float(out[b].d);
+    out[b].scales_h = 0;
+    std::memset(out[b].scales_l, 0, sizeof out[b].scales_l);
+    for (int j = 0; j < 8; ++j) {
+      const int ls = d != 0 ? std::clamp(nearest_int(scale[j] / d), -32, 31) : 0;
+      const int u = ls + 32;
+      out[b].scales_l[j / 2] = static_cast<uint8_t>(out[b].scales_l[j / 2] | (u & 0x0F) << (4 * (j % 2)));
+      out[b].scales_h = static_cast<uint16_t>(out[b].scales_h | (u >> 4) << (2 * j));
+      uint8_t codes[32];
+      for (int i = 0; i < 32; ++i) codes[i] = static_cast<uint8_t>(nearest_code(kIq4Values, d * static_cast<float>(ls), x[32 * j + i]));
+      pack_nibbles32(codes, out[b].qs + 16 * j);
     }
   }
 }
@@ -174,6 +362,45 @@ int q6_k_quant(const BlockQ6_K& block, int i) {
   int low = block.ql[64 * h + e % 64] >> (e < 64 ? 0 : 4) & 0x0F;
   int high = block.qh[32 * h + e % 32] >> (2 * (e / 32)) & 3;
   return low | high << 4;
+}
+
+int q5_quant(const uint8_t* qh, const uint8_t* qs, int i) {
+  const int low = qs[i % 16] >> (4 * (i / 16)) & 0x0F;
+  const int high = qh[i / 8] >> (i % 8) & 1;  // bit i of the little-endian word
+  return low | high << 4;
+}
+
+int q2_k_quant(const BlockQ2_K& block, int i) {
+  const int h = i / 128, s = i % 128 / 32, l = i % 32;
+  return block.qs[32 * h + l] >> (2 * s) & 3;
+}
+
+int q3_k_quant(const BlockQ3_K& block, int i) {
+  const int h = i / 128, s = i % 128 / 32, l = i % 32;
+  const int low = block.qs[32 * h + l] >> (2 * s) & 3;
+  const int high = block.hmask[l] >> (4 * h + s) & 1;
+  return (low | high << 2) - 4;
+}
+
+// Q3_K's 12 scale bytes: scale j's low 4 bits are the low (j < 8) or high nibble of byte j % 8,
+// its top 2 bits are bits 2 (j / 4)..2 (j / 4) + 1 of byte 8 + j % 4; stored plus 32.
+int q3_k_scale(const BlockQ3_K& block, int j) {
+  const int low = block.scales[j % 8] >> (4 * (j / 8)) & 0x0F;
+  const int high = block.scales[8 + j % 4] >> (2 * (j / 4)) & 3;
+  return (low | high << 4) - 32;
+}
+
+int q5_k_quant(const BlockQ5_K& block, int i) {
+  const int j = i / 32, l = i % 32;
+  const int low = block.qs[32 * (j / 2) + l] >> (4 * (j % 2)) & 0x0F;
+  const int high = block.qh[l] >> j & 1;
+  return low | high << 4;
+}
+
+int iq4_xs_scale(const BlockIQ4_XS& block, int j) {
+  const int low = block.scales_l[j / 2] >> (4 * (j % 2)) & 0x0F;
+  const int high = block.scales_h >> (2 * j) & 3;
+  return (low | high << 4) - 32;
 }
 
 float half_to_float(Half h) {
@@ -268,6 +495,88 @@ void dequantize_row_reference(TensorType type, const void* src, float* dst, int6
       }
       return;
     }
+    case TensorType::Q4_1: {
+      auto* blocks = static_cast<const BlockQ4_1*>(src);
+      for (int64_t b = 0; b < n / kQK32; ++b, dst += kQK32) {
+        float d = half_to_float(blocks[b].d), m = half_to_float(blocks[b].m);
+        for (int i = 0; i < kQK32; ++i) dst[i] = d * static_cast<float>(nibble32(blocks[b].qs, i)) + m;
+      }
+      return;
+    }
+    case TensorType::Q5_0: {
+      auto* blocks = static_cast<const BlockQ5_0*>(src);
+      for (int64_t b = 0; b < n / kQK32; ++b, dst += kQK32) {
+        float d = half_to_float(blocks[b].d);
+        for (int i = 0; i < kQK32; ++i) dst[i] = static_cast<float>(q5_quant(blocks[b].qh, blocks[b].qs, i) - 16) * d;
+      }
+      return;
+    }
+    case TensorType::Q5_1: {
+      auto* blocks = static_cast<const BlockQ5_1*>(src);
+      for (int64_t b = 0; b < n / kQK32; ++b, dst += kQK32) {
+        float d = half_to_float(blocks[b].d), m = half_to_float(blocks[b].m);
+        for (int i = 0; i < kQK32; ++i) dst[i] = d * static_cast<float>(q5_quant(blocks[b].qh, blocks[b].qs, i)) + m;
+      }
+      return;
+    }
+    case TensorType::IQ4_NL: {
+      auto* blocks = static_cast<const BlockIQ4_NL*>(src);
+      for (int64_t b = 0; b < n / kQK32; ++b, dst += kQK32) {
+        float d = half_to_float(blocks[b].d);
+        for (int i = 0; i < kQK32; ++i) dst[i] = d * kIq4Values[nibble32(blocks[b].qs, i)];
+      }
+      return;
+    }
+    case TensorType::MXFP4: {
+      auto* blocks = static_cast<const BlockMXFP4*>(src);
+      for (int64_t b = 0; b < n / kQK32; ++b, dst += kQK32) {
+        float d = mxfp4_scale(blocks[b].e);
+        for (int i = 0; i < kQK32; ++i) dst[i] = static_cast<float>(kMxfp4Values[nibble32(blocks[b].qs, i)]) * d;
+      }
+      return;
+    }
+    case TensorType::Q2_K: {
+      auto* blocks = static_cast<const BlockQ2_K*>(src);
+      for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
+        float d = half_to_float(blocks[b].d), dmin = half_to_float(blocks[b].dmin);
+        for (int i = 0; i < kQK_K; ++i) {
+          const uint8_t sc = blocks[b].scales[i / 16];
+          dst[i] = d * (sc & 0x0F) * static_cast<float>(q2_k_quant(blocks[b], i)) - dmin * (sc >> 4);
+        }
+      }
+      return;
+    }
+    case TensorType::Q3_K: {
+      auto* blocks = static_cast<const BlockQ3_K*>(src);
+      for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
+        float d = half_to_float(blocks[b].d);
+        for (int i = 0; i < kQK_K; ++i)
+          dst[i] = d * static_cast<float>(q3_k_scale(blocks[b], i / 16)) * static_cast<float>(q3_k_quant(blocks[b], i));
+      }
+      return;
+    }
+    case TensorType::Q5_K: {
+      auto* blocks = static_cast<const BlockQ5_K*>(src);
+      for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
+        float d = half_to_float(blocks[b].d), dmin = half_to_float(blocks[b].dmin);
+        uint8_t sc[8], mn[8];
+        unpack_q4_k_scales(blocks[b].scales, sc, mn);
+        for (int i = 0; i < kQK_K; ++i)
+          dst[i] = d * sc[i / 32] * static_cast<float>(q5_k_quant(blocks[b], i)) - dmin * mn[i / 32];
+      }
+      return;
+    }
+    case TensorType::IQ4_XS: {
+      auto* blocks = static_cast<const BlockIQ4_XS*>(src);
+      for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
+        float d = half_to_float(blocks[b].d);
+        for (int i = 0; i < kQK_K; ++i) {
+          const int j = i / 32;
+          dst[i] = d * static_cast<float>(iq4_xs_scale(blocks[b], j)) * kIq4Values[nibble32(blocks[b].qs + 16 * j, i % 32)];
+        }
+      }
+      return;
+    }
     case TensorType::Q8_K: {
       auto* blocks = static_cast<const BlockQ8_K*>(src);
       for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K)
@@ -295,6 +604,15 @@ void quantize_row_reference(TensorType type, const float* src, void* dst, int64_
     case TensorType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQK_K); return;
     case TensorType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQK_K); return;
     case TensorType::Q8_K: quantize_q8_k(src, static_cast<BlockQ8_K*>(dst), n / kQK_K); return;
+    case TensorType::Q4_1: quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), n / kQK32); return;
+    case TensorType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), n / kQK32); return;
+    case TensorType::Q5_1: quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), n / kQK32); return;
+    case TensorType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / kQK32); return;
+    case TensorType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), n / kQK32); return;
+    case TensorType::Q2_K: quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQK_K); return;
+    case TensorType::Q3_K: quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), n / kQK_K); return;
+    case TensorType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQK_K); return;
+    case TensorType::IQ4_XS: quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n / kQK_K); return;
   }
   throw FormatError(error_message("kernels", "no quantizer for type code {}", static_cast<uint32_t>(type)));
 }

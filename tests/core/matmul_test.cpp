@@ -26,10 +26,9 @@ std::vector<const kernels::KernelSet*> all_sets() {
 // Activation quantization step (amax / 127) of the block holding each element, or 0 where
 // matmul feeds f32 activations.
 double activation_step(TensorType type, const float* x, int64_t cols, int64_t i) {
-  int64_t block = type == TensorType::Q4_0 || type == TensorType::Q8_0 ? 32
-                  : type == TensorType::Q4_K || type == TensorType::Q6_K ? 256
-                                                                           : 0;
-  if (block == 0) return 0;
+  // The quantized types take activations in blocks of their own size (32 or 256).
+  const int64_t block = type_traits(type).block_elements;
+  if (block == 1) return 0;
   int64_t start = i / block * block;
   float amax = 0;
   for (int64_t j = start; j < start + block && j < cols; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -164,7 +163,12 @@ INSTANTIATE_TEST_SUITE_P(Types, Matmul,
                                            TypeCase{TensorType::F16, 512}, TypeCase{TensorType::BF16, 77},
                                            TypeCase{TensorType::Q4_0, 96}, TypeCase{TensorType::Q4_0, 512},
                                            TypeCase{TensorType::Q8_0, 96}, TypeCase{TensorType::Q8_0, 512},
-                                           TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 512}),
+                                           TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 512},
+                                           TypeCase{TensorType::Q4_1, 96}, TypeCase{TensorType::Q5_0, 96},
+                                           TypeCase{TensorType::Q5_1, 96}, TypeCase{TensorType::IQ4_NL, 96},
+                                           TypeCase{TensorType::MXFP4, 96}, TypeCase{TensorType::Q2_K, 512},
+                                           TypeCase{TensorType::Q3_K, 512}, TypeCase{TensorType::Q5_K, 512},
+                                           TypeCase{TensorType::Q5_K, 768}, TypeCase{TensorType::IQ4_XS, 512}),
                          [](const auto& info) {
                            return std::string(type_name(info.param.type)) + "_" + std::to_string(info.param.cols);
                          });
@@ -370,6 +374,28 @@ TEST(MatmulContract, ColumnsMustBeWholeBlocks) {
   EXPECT_THROW(WeightMatrix::prepare(TensorType::Q6_K, bytes.data(), 2, 128), FormatError);
   EXPECT_THROW(WeightMatrix::view(TensorType::Q8_K, bytes.data(), 2, 256), FormatError);
   EXPECT_NO_THROW(WeightMatrix::view(TensorType::F16, bytes.data(), 2, 3));
+}
+
+TEST(MatmulContract, ASetWithoutAKernelBorrowsOne) {
+  // A set with no kernels at all, outside the CPU's list: every type runs on the generic
+  // kernels, bit for bit. (A listed set borrows from the sets after it first: on AVX-512 the
+  // types it has no kernel for run AVX2's, which Matmul.EveryKernelSetMatchesReference covers.)
+  kernels::KernelSet empty{};
+  empty.name = "empty";
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  for (TensorType type : {TensorType::Q5_K, TensorType::MXFP4, TensorType::F16}) {
+    Problem p = make_problem(type, 20, 512, 3, 4);
+    std::vector<float> expected(60), got(60);
+    kernels::use_kernel_set(&kernels::generic_kernels());
+    matmul(WeightMatrix::prepare(type, p.weights.data(), 20, 512), p.x.data(), 3, expected.data(), pool, scratch);
+    kernels::use_kernel_set(&empty);
+    WeightMatrix w = WeightMatrix::prepare(type, p.weights.data(), 20, 512);
+    EXPECT_FALSE(w.repacked());
+    matmul(w, p.x.data(), 3, got.data(), pool, scratch);
+    EXPECT_EQ(expected, got) << type_name(type);
+  }
+  kernels::use_kernel_set(nullptr);
 }
 
 TEST(MatmulContract, IsaNameNamesTheChosenSet) {

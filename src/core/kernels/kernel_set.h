@@ -39,10 +39,10 @@ constexpr size_t kQ4_KDmin = 32, kQ4_KScales = 64, kQ4_KMins = 192, kQ4_KQuants 
 // [k in 0..15][row][4], the GGUF bytes ql[4k..4k+3] and qh[4k..4k+3] of each row.
 constexpr size_t kQ6_KScales = 64, kQ6_KLow = 320, kQ6_KHigh = 2368, kQ6_KColumn = 3392;
 
-// Q8_0-style activation block shared by the Q4_0 and Q8_0 kernels: a float scale (more exact
+// Q8_0-style activation block shared by the kernels of the 32-element types: a float scale (more exact
 // than GGUF's half, and the activations never reach a file) and the sum of the quants, which
 // the unsigned-times-signed dot products need to remove the weights' offset (8 for Q4_0, 128
-// for the shifted Q8_0 of kQ8_0x16).
+// for the shifted Q8_0 of kQ8_0x16) and Q4_1/Q5_1 need for their mins.
 struct ActQ8_0 {
   float d;
   int32_t sum;
@@ -64,14 +64,17 @@ struct Tile {
 };
 using TileFn = void (*)(const Tile&);
 
-// One implementation per (type, layout); null where a set has none (the driver then falls back
-// to the generic set, which has them all).
+// One implementation per (type, layout); null where a set has none (the driver then takes the
+// next set this CPU runs that has one, then the generic set, which has them all).
 struct KernelSet {
   const char* name;
   bool is_generic;
   TileFn f32, f16, bf16, q4_0, q8_0, q4_k, q6_k;
   TileFn q4_0x16, q8_0x16, q4_kx16, q6_kx16;
   TileFn f32x16, f16x16, bf16x16;
+  // GGUF rows only. Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 take ActQ8_0 activations, Q2_K/Q3_K/Q5_K/IQ4_XS
+  // take BlockQ8_K.
+  TileFn q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, mxfp4;
 };
 
 const KernelSet& generic_kernels();

@@ -2,6 +2,7 @@
 #include <arm_neon.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/arm/arm_sets.h"
 #include "core/kernels/tile_driver.h"
@@ -30,6 +31,15 @@ const KernelSet kNeonDotprod{
     nullptr,
     nullptr,
     nullptr,
+    row_tile<Block32Kernel<Q4_1Block>, 4>,
+    row_tile<Block32Kernel<Q5_0Block>, 4>,
+    row_tile<Block32Kernel<Q5_1Block>, 4>,
+    row_tile<LowBitKKernel<BlockQ2_K>, 4>,
+    row_tile<LowBitKKernel<BlockQ3_K>, 4>,
+    row_tile<Q5_KKernel, 4>,
+    row_tile<Block32Kernel<IQ4_NLBlock>, 4>,
+    row_tile<IQ4_XSKernel, 4>,
+    row_tile<Block32Kernel<MXFP4Block>, 4>,
 };
 
 }  // namespace

@@ -46,6 +46,84 @@ float dot_q6_k(const BlockQ6_K& w, const BlockQ8_K& x) {
   return x.d * half_to_float(w.d) * static_cast<float>(sum);
 }
 
+// The 32-element types against Q8_0-style activations: Σ w·x = d_w·d_x·Σ q·q_x (+ m·d_x·Σ q_x
+// for the types with a min).
+float dot_q4_1(const BlockQ4_1& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += (w.qs[i % 16] >> (4 * (i / 16)) & 0x0F) * x.qs[i];
+  return x.d * (half_to_float(w.d) * static_cast<float>(sum) + half_to_float(w.m) * static_cast<float>(x.sum));
+}
+
+float dot_q5_0(const BlockQ5_0& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += (q5_quant(w.qh, w.qs, i) - 16) * x.qs[i];
+  return static_cast<float>(sum) * (half_to_float(w.d) * x.d);
+}
+
+float dot_q5_1(const BlockQ5_1& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += q5_quant(w.qh, w.qs, i) * x.qs[i];
+  return x.d * (half_to_float(w.d) * static_cast<float>(sum) + half_to_float(w.m) * static_cast<float>(x.sum));
+}
+
+float dot_iq4_nl(const BlockIQ4_NL& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += kIq4Values[w.qs[i % 16] >> (4 * (i / 16)) & 0x0F] * x.qs[i];
+  return static_cast<float>(sum) * (half_to_float(w.d) * x.d);
+}
+
+float dot_mxfp4(const BlockMXFP4& w, const ActQ8_0& x) {
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += kMxfp4Values[w.qs[i % 16] >> (4 * (i / 16)) & 0x0F] * x.qs[i];
+  return static_cast<float>(sum) * (mxfp4_scale(w.e) * x.d);
+}
+
+// The 256-element types against Q8_K, as dot_q4_k / dot_q6_k: integer sums per sub-block times
+// their integer scales, the mins through the activations' per-16 sums.
+float dot_q2_k(const BlockQ2_K& w, const BlockQ8_K& x) {
+  int32_t sum = 0, min_sum = 0;
+  for (int j = 0; j < 16; ++j) {
+    int32_t sub = 0;
+    for (int i = 16 * j; i < 16 * j + 16; ++i) sub += q2_k_quant(w, i) * x.qs[i];
+    sum += (w.scales[j] & 0x0F) * sub;
+    min_sum += (w.scales[j] >> 4) * x.bsums[j];
+  }
+  return x.d * (half_to_float(w.d) * static_cast<float>(sum) - half_to_float(w.dmin) * static_cast<float>(min_sum));
+}
+
+float dot_q3_k(const BlockQ3_K& w, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 16; ++j) {
+    int32_t sub = 0;
+    for (int i = 16 * j; i < 16 * j + 16; ++i) sub += q3_k_quant(w, i) * x.qs[i];
+    sum += q3_k_scale(w, j) * sub;
+  }
+  return x.d * half_to_float(w.d) * static_cast<float>(sum);
+}
+
+float dot_q5_k(const BlockQ5_K& w, const BlockQ8_K& x) {
+  uint8_t sc[8], mn[8];
+  unpack_q4_k_scales(w.scales, sc, mn);
+  int32_t sum = 0, min_sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t sub = 0;
+    for (int i = 32 * j; i < 32 * j + 32; ++i) sub += q5_k_quant(w, i) * x.qs[i];
+    sum += sc[j] * sub;
+    min_sum += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+  }
+  return x.d * (half_to_float(w.d) * static_cast<float>(sum) - half_to_float(w.dmin) * static_cast<float>(min_sum));
+}
+
+float dot_iq4_xs(const BlockIQ4_XS& w, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t sub = 0;
+    for (int i = 0; i < 32; ++i) sub += kIq4Values[w.qs[16 * j + i % 16] >> (4 * (i / 16)) & 0x0F] * x.qs[32 * j + i];
+    sum += iq4_xs_scale(w, j) * sub;
+  }
+  return x.d * half_to_float(w.d) * static_cast<float>(sum);
+}
+
 float as_is(float v) { return v; }
 
 // Float weight values, read from unaligned bytes.
@@ -140,6 +218,15 @@ const KernelSet kGeneric{
     tile_fn<FloatInterleavedRow<F32Value>, true>,
     tile_fn<FloatInterleavedRow<F16Value>, true>,
     tile_fn<FloatInterleavedRow<BF16Value>, true>,
+    tile_fn<QuantRow<BlockQ4_1, ActQ8_0, dot_q4_1>, false>,
+    tile_fn<QuantRow<BlockQ5_0, ActQ8_0, dot_q5_0>, false>,
+    tile_fn<QuantRow<BlockQ5_1, ActQ8_0, dot_q5_1>, false>,
+    tile_fn<QuantRow<BlockQ2_K, BlockQ8_K, dot_q2_k>, false>,
+    tile_fn<QuantRow<BlockQ3_K, BlockQ8_K, dot_q3_k>, false>,
+    tile_fn<QuantRow<BlockQ5_K, BlockQ8_K, dot_q5_k>, false>,
+    tile_fn<QuantRow<BlockIQ4_NL, ActQ8_0, dot_iq4_nl>, false>,
+    tile_fn<QuantRow<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>, false>,
+    tile_fn<QuantRow<BlockMXFP4, ActQ8_0, dot_mxfp4>, false>,
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/tile_driver.h"
 #include "core/kernels/x86/x86_sets.h"
@@ -35,6 +36,15 @@ const KernelSet kAvx2{
     nullptr,
     nullptr,
     nullptr,
+    row_tile<LowBitKernel<BlockQ4_1>, 4>,
+    row_tile<LowBitKernel<BlockQ5_0>, 4>,
+    row_tile<LowBitKernel<BlockQ5_1>, 4>,
+    row_tile<Q2_KKernel, 4>,
+    row_tile<Q3_KKernel, 4>,
+    row_tile<Q5_KKernel, 4>,
+    row_tile<TableKernel<IQ4_NLBlock>, 4>,
+    row_tile<IQ4_XSKernel, 4>,
+    row_tile<TableKernel<MXFP4Block>, 4>,
 };
 
 }  // namespace

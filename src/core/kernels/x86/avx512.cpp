@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/kernels/tile_driver.h"
 #include "core/kernels/x86/x86_sets.h"
@@ -378,6 +379,17 @@ const KernelSet kAvx512{
     GroupTokenTiles<FloatGroups<LoadF32Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadF16Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadBF16Column>, 4, 6>::tile,
+    // The VNNI builds of these types' row kernels are untested (no AVX-512 machine at hand when
+    // they were written), so the driver runs their AVX2 builds here.
+    nullptr,  // q4_1
+    nullptr,  // q5_0
+    nullptr,  // q5_1
+    nullptr,  // q2_k
+    nullptr,  // q3_k
+    nullptr,  // q5_k
+    nullptr,  // iq4_nl
+    nullptr,  // iq4_xs
+    nullptr,  // mxfp4
 };
 
 }  // namespace
