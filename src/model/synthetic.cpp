@@ -47,18 +47,6 @@ constexpr SyntheticArch kArchs[] = {
     {"qwen3moe", "qwen3moe", true}, {"mixtral", "llama", true},
 };
 
-constexpr std::string_view kTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"};
-
-// llama_ftype codes for general.file_type.
-uint32_t file_type_code(std::string_view type) {
-  if (type == "f32") return 0;
-  if (type == "f16") return 1;
-  if (type == "q4_0") return 2;
-  if (type == "q8_0") return 7;
-  if (type == "q4_k_m") return 15;
-  return 32;  // bf16
-}
-
 uint64_t mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xFF51AFD7ED558CCDull;
@@ -132,20 +120,34 @@ class ModelBuilder {
   size_t matrices_done_ = 0;
 };
 
-struct TypePlan {
+// A file type as llama-quantize writes it: general.file_type (llama_ftype) and the tensor types
+// of its mix (output head; projections; the attn_v/ffn_down of layers that get more bits).
+// The K-quant mixes follow llama.cpp's _M rules in outline: Q6_K for the output, one step up
+// for the more-bits tensors.
+struct FileType {
+  std::string_view name;
+  uint32_t code;
   TensorType embedding, output, matrix, more_bits;
 };
 
-TypePlan plan_types(std::string_view type) {
-  if (type == "f32") return {TensorType::F32, TensorType::F32, TensorType::F32, TensorType::F32};
-  if (type == "f16") return {TensorType::F16, TensorType::F16, TensorType::F16, TensorType::F16};
-  if (type == "bf16") return {TensorType::BF16, TensorType::BF16, TensorType::BF16, TensorType::BF16};
-  if (type == "q8_0") return {TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0};
-  if (type == "q4_0") return {TensorType::Q4_0, TensorType::Q4_0, TensorType::Q4_0, TensorType::Q4_0};
-  // Q4_K_M as llama.cpp mixes it: Q6_K for the output and for attn_v/ffn_down of the layers
-  // that matter most, Q4_K elsewhere.
-  return {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q6_K};
-}
+constexpr FileType kFileTypes[] = {
+    {"f32", 0, TensorType::F32, TensorType::F32, TensorType::F32, TensorType::F32},
+    {"f16", 1, TensorType::F16, TensorType::F16, TensorType::F16, TensorType::F16},
+    {"bf16", 32, TensorType::BF16, TensorType::BF16, TensorType::BF16, TensorType::BF16},
+    {"q8_0", 7, TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0},
+    {"q4_0", 2, TensorType::Q4_0, TensorType::Q4_0, TensorType::Q4_0, TensorType::Q4_0},
+    {"q4_1", 3, TensorType::Q4_1, TensorType::Q4_1, TensorType::Q4_1, TensorType::Q4_1},
+    {"q5_0", 8, TensorType::Q5_0, TensorType::Q5_0, TensorType::Q5_0, TensorType::Q5_0},
+    {"q5_1", 9, TensorType::Q5_1, TensorType::Q5_1, TensorType::Q5_1, TensorType::Q5_1},
+    {"q2_k", 10, TensorType::Q2_K, TensorType::Q6_K, TensorType::Q2_K, TensorType::Q3_K},
+    {"q3_k_m", 12, TensorType::Q3_K, TensorType::Q6_K, TensorType::Q3_K, TensorType::Q4_K},
+    {"q4_k_m", 15, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q6_K},
+    {"q5_k_m", 17, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q5_K, TensorType::Q6_K},
+    {"iq4_nl", 25, TensorType::IQ4_NL, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_NL},
+    {"iq4_xs", 30, TensorType::IQ4_XS, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::IQ4_XS},
+    // gpt-oss's files: MXFP4 weights (experts in llama.cpp's MXFP4_MOE), Q8_0 embedding and head.
+    {"mxfp4", 38, TensorType::Q8_0, TensorType::Q8_0, TensorType::MXFP4, TensorType::MXFP4},
+};
 
 // llama.cpp's "use_more_bits": the first and last eighth of the layers, and every third between.
 bool uses_more_bits(int32_t layer, int32_t n_layers) {
@@ -162,7 +164,7 @@ std::string synthetic_shapes() {
 
 std::string synthetic_types() {
   std::string out;
-  for (auto t : kTypes) out += (out.empty() ? "" : ", ") + std::string(t);
+  for (const auto& t : kFileTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
   return out;
 }
 
@@ -178,9 +180,10 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   for (const auto& s : kShapes)
     if (s.name == spec.shape) shape = &s;
   if (!shape) throw Error(error_message("make-model", "unknown shape '{}'; known: {}", spec.shape, synthetic_shapes()));
-  bool known_type = false;
-  for (auto t : kTypes) known_type |= t == spec.type;
-  if (!known_type) throw Error(error_message("make-model", "unknown type '{}'; known: {}", spec.type, synthetic_types()));
+  const FileType* file_type = nullptr;
+  for (const auto& t : kFileTypes)
+    if (t.name == spec.type) file_type = &t;
+  if (!file_type) throw Error(error_message("make-model", "unknown type '{}'; known: {}", spec.type, synthetic_types()));
   const SyntheticArch* arch = nullptr;
   for (const auto& a : kArchs)
     if (a.name == spec.arch) arch = &a;
@@ -222,7 +225,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   gguf::Writer writer;
   writer.set("general.architecture", gguf::Value::string(c.arch_name));
   writer.set("general.name", gguf::Value::string("orchard-synthetic-" + spec.arch + "-" + spec.shape));
-  writer.set("general.file_type", gguf::Value::u32(file_type_code(spec.type)));
+  writer.set("general.file_type", gguf::Value::u32(file_type->code));
   if (spec.type != "f32" && spec.type != "f16" && spec.type != "bf16")
     writer.set("general.quantization_version", gguf::Value::u32(2));
   auto u32 = [](int32_t v) { return gguf::Value::u32(static_cast<uint32_t>(v)); };
@@ -258,7 +261,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
 
   core::ThreadPool pool(spec.threads);
   ModelBuilder b(spec, pool, writer, on_progress);
-  const TypePlan types = plan_types(spec.type);
+  const FileType& types = *file_type;
   for (const TensorSpec& t : all_tensors(c)) {
     const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
     const int32_t layer = t.name.starts_with("blk.") ? std::stoi(t.name.substr(4)) : 0;

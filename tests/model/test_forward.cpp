@@ -109,6 +109,10 @@ std::vector<Case> all_cases() {
   for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"})
     for (std::string shape : {"tiny", "small"})
       for (std::string type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"}) cases.push_back({arch, shape, type});
+  // Every other file type, on the tiny llama and a mixture of experts.
+  for (std::string arch : {"llama", "qwen3moe"})
+    for (std::string type : {"q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4"})
+      cases.push_back({arch, "tiny", type});
   cases.push_back({"llama", "tiny", "f32", 4.0f, false});
   cases.push_back({"llama", "tiny", "f32", 0, true});
   return cases;
