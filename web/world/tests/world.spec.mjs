@@ -7,7 +7,8 @@
 // The network: 8 agents with different chips, regions and seats (one in a region not on the map,
 // one that stops before the page opens), one of them holding a tiny model that serves three real
 // jobs (jobs served, tokens/s, credits); and two pods of two machines each, registered by this
-// test over the signed node API because the agent cannot declare a pod yet. A machine joins by
+// test over the signed node API so that they can claim hardware this machine is not and leave on
+// cue (`orchard node --pod` declares a real pod, whose leader starts ranks over ssh). A machine joins by
 // starting an agent and leaves by stopping one (SIGTERM: the agent withdraws).
 //
 // Checks: the page loads with no console errors and asks nothing of any host but the
