@@ -1,0 +1,65 @@
+// The CLI as a new user meets it: edge values of flags give results or errors that name the
+// flag, never a crash; commands say what they did and what to do next.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_process.h"
+#include "model/model_files.h"
+
+namespace orchard {
+namespace {
+
+using testing::Ran;
+using testing::run_to_end;
+
+std::vector<std::string> orchard(std::vector<std::string> args) {
+  args.insert(args.begin(), ORCHARD_BINARY);
+  return args;
+}
+
+// --- bench: -p 0 measures generation alone, -n 0 the prompt alone, on one rank and split.
+
+class BenchOneTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BenchOneTest, ZeroPromptOrZeroGenerationMeasuresTheOther) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string world = GetParam();
+  for (const auto& [p, n] : {std::pair{"0", "16"}, std::pair{"16", "0"}}) {
+    std::vector<std::string> args = {"bench", "-m", model, "-p", p, "-n", n, "-r", "1", "-t", "1"};
+    if (world != "1") args.insert(args.end(), {"--world", world, "--strategy", "pipeline"});
+    args.push_back("--json");
+    Ran r = run_to_end(orchard(args));
+    ASSERT_EQ(r.exit_code, 0) << "-p " << p << " -n " << n << ": " << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ranks"], std::stoi(world));
+    const bool prompt = std::string(p) != "0";
+    // The test that did not run has no rate; the one that ran has a positive one.
+    EXPECT_EQ(j["prompt_tok_s"].is_null(), !prompt) << r.out;
+    EXPECT_EQ(j["gen_tok_s"].is_null(), prompt) << r.out;
+    EXPECT_GT(j[prompt ? "prompt_tok_s" : "gen_tok_s"].get<double>(), 0) << r.out;
+
+    // The text line leaves the test that did not run out, rather than print 0.00 tok/s.
+    args.pop_back();
+    r = run_to_end(orchard(args));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find("pp16") != std::string::npos, prompt) << r.out;
+    EXPECT_EQ(r.out.find("tg16") != std::string::npos, !prompt) << r.out;
+    EXPECT_EQ(r.out.find(" 0.00 tok/s"), std::string::npos) << r.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(World, BenchOneTest, ::testing::Values("1", "2"),
+                         [](const auto& info) { return "world" + info.param; });
+
+TEST(Bench, NothingToMeasureIsAnError) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"bench", "-m", model, "-p", "0", "-n", "0"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("-p 0 and -n 0 leave nothing to measure"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace orchard
