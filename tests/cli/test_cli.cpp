@@ -2,11 +2,15 @@
 // flag, never a crash; commands say what they did and what to do next.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli_process.h"
+#include "model/gguf/reader.h"
 #include "model/model_files.h"
 
 namespace orchard {
@@ -59,6 +63,31 @@ TEST(Bench, NothingToMeasureIsAnError) {
   Ran r = run_to_end(orchard({"bench", "-m", model, "-p", "0", "-n", "0"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("-p 0 and -n 0 leave nothing to measure"), std::string::npos) << r.err;
+}
+
+// --- make-model says what it wrote.
+
+TEST(MakeModel, SaysWhatItWrote) {
+  const std::string path = ::testing::TempDir() + "/cli-made-" + std::to_string(getpid()) + ".gguf";
+  Ran r = run_to_end(orchard({"make-model", "--arch", "llama", "--shape", "tiny", "--type", "f32", "--threads", "1", "-o", path}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Parameters by hand from the shape's metadata: embeddings and output head, the final norm,
+  // and per layer two norms, Q/K/V/O and the three FFN matrices.
+  const auto file = model::gguf::Reader::open(path);
+  auto meta = [&](const std::string& key) { return file.get("llama." + key).as_int(key); };
+  const int64_t embd = meta("embedding_length"), layers = meta("block_count"), ff = meta("feed_forward_length");
+  const int64_t heads = meta("attention.head_count"), kv_heads = meta("attention.head_count_kv");
+  const int64_t vocab = static_cast<int64_t>(file.get("tokenizer.ggml.tokens").as_array("tokens").items.size());
+  const int64_t kv_dim = embd / heads * kv_heads;
+  const int64_t parameters = 2 * vocab * embd + embd + layers * (2 * embd + 2 * embd * embd + 2 * embd * kv_dim + 3 * embd * ff);
+  const auto bytes = std::filesystem::file_size(path);
+  EXPECT_NE(r.out.find("wrote " + path + ": llama, shape tiny (" + std::to_string(layers) + " layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("type f32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" " + std::to_string(parameters) + " parameters"), std::string::npos) << r.out << "want " << parameters;
+  // F32: four bytes a parameter.
+  EXPECT_NE(r.out.find(fmt::format("{:.3g} MB of weights", parameters * 4 / 1e6)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" " + std::to_string(bytes) + " bytes in all"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
 }
 
 }  // namespace
