@@ -43,6 +43,7 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([o] {
     if (o->prompt == 0 && o->generate == 0)
       throw Error(error_message("bench", "-p 0 and -n 0 leave nothing to measure: give -p (prompt tokens) or -n (generated tokens)"));
+    check_split_flags(o->split);
     Options run = *o;
     run.engine.allow_repack = !o->no_repack;
     run.engine.context = std::max(o->prompt, o->generate);

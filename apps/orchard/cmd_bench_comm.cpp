@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/orchard/flag_ranges.h"
 #include "commands.h"
 #include "comm/bench.h"
 #include "comm/bootstrap.h"
@@ -176,18 +177,24 @@ void add_bench_comm_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   auto* cmd = app.add_subcommand("bench-comm", "Measure collective latency and bandwidth of a comm backend");
   cmd->add_option("--backend", flags->backend, "ring | shm | mpi")->capture_default_str();
-  cmd->add_option("--world", flags->world, "ranks to start on this machine when run alone")->capture_default_str();
+  cmd->add_option("--world", flags->world, "ranks to start on this machine when run alone")
+      ->capture_default_str()
+      ->check(between(2, 1024));
   cmd->add_option("--op", flags->op, "all_reduce | all_gather")->capture_default_str();
   cmd->add_option("--sizes", flags->sizes, "message sizes, e.g. 4K,64K,1M,16M")->capture_default_str();
-  cmd->add_option("--iters", flags->iters, "iterations per size (0: by size)")->capture_default_str();
+  cmd->add_option("--iters", flags->iters, "iterations per size (0: by size)")->capture_default_str()->check(at_least(0));
   cmd->add_flag("--json", flags->json, "print JSON");
   cmd->add_flag("--compare-mpi", flags->compare_mpi, "also run OpenMPI's MPI_Allreduce via mpirun");
   cmd->add_flag("--compare-tcp", flags->compare_tcp, "also run a bare TCP ping-pong");
-  cmd->add_option("--link-latency-us", flags->link_latency_us, "emulated per-message latency (also ORCHARD_LINK_LATENCY_US)");
-  cmd->add_option("--link-gbps", flags->link_gbps, "emulated link bandwidth in Gb/s (also ORCHARD_LINK_GBPS)");
-  cmd->add_option("--sockets-per-link", flags->sockets_per_link, "TCP sockets per link (ring)");
+  cmd->add_option("--link-latency-us", flags->link_latency_us, "emulated per-message latency (also ORCHARD_LINK_LATENCY_US)")
+      ->check(at_least(0));
+  cmd->add_option("--link-gbps", flags->link_gbps, "emulated link bandwidth in Gb/s (also ORCHARD_LINK_GBPS)")
+      ->check(at_least(0));
+  cmd->add_option("--sockets-per-link", flags->sockets_per_link, "TCP sockets per link (ring; 0: the default)")
+      ->check(between(0, 64));
   cmd->add_flag("--busy-poll", flags->busy_poll, "spin on sockets instead of sleeping in poll()");
-  cmd->add_option("--timeout-s", flags->timeout_s, "inactivity timeout of each call");
+  cmd->add_option("--timeout-s", flags->timeout_s, "inactivity timeout of each call, seconds (0: the default)")
+      ->check(at_least(0));
   cmd->add_flag("--as-rank", flags->as_rank, "run as one rank (set by the launcher)")->group("");
   cmd->add_option("--result-file", flags->result_file, "where rank 0 writes its results")->group("");
   cmd->callback([flags] {

@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "model/gguf/reader.h"
 #include "model/synthetic.h"
@@ -55,9 +56,10 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--shape", spec->shape, model::synthetic_shapes())->capture_default_str();
   cmd->add_option("--type", spec->type, model::synthetic_types())->capture_default_str();
   cmd->add_option("--seed", spec->seed, "Seed of the weights")->capture_default_str();
-  cmd->add_option("--rope-linear-factor", spec->rope_linear_factor, "Write linear RoPE scaling with this factor");
+  cmd->add_option("--rope-linear-factor", spec->rope_linear_factor, "Write linear RoPE scaling with this factor")
+      ->check(above(0));
   cmd->add_flag("--rope-freq-factors", spec->rope_freq_factors, "Write Llama-3.1-style RoPE frequency factors");
-  cmd->add_option("--threads", spec->threads, "Threads (default: all cores)");
+  cmd->add_option("--threads", spec->threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("-o,--output", *output, "Where to write the .gguf file")->required();
   cmd->callback([spec, output] {
     ProgressBar bar("writing " + *output);

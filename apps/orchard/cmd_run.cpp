@@ -5,6 +5,7 @@
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
@@ -78,6 +79,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
 }
 
 void run(RunOptions o) {
+  check_split_flags(o.split);
   if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.context, o.engine.batch})) {
     if (*code != 0) std::exit(*code);
     return;
@@ -98,16 +100,21 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, on one process or split over several ranks");
   cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
-  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str()->check(between(0, 1));
+  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str()->check(between(0, 1));
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str()
+      ->check(above(0));
   cmd->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)");
-  cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)");
-  cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass (pipeline chunk)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)")
+      ->check(at_least(0));
+  cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)")->check(at_least(0));
+  cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass (pipeline chunk)")
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");

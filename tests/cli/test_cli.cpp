@@ -65,6 +65,45 @@ TEST(Bench, NothingToMeasureIsAnError) {
   EXPECT_NE(r.err.find("-p 0 and -n 0 leave nothing to measure"), std::string::npos) << r.err;
 }
 
+// --- numeric flags out of range are errors that name the flag and its range.
+
+TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "-m", model, "-p", "Hi", "--top-k", "-5"}, "--top-k: must be 0 or more, got -5"},
+      {{"run", "-m", model, "-p", "Hi", "--top-p", "1.5"}, "--top-p: must be from 0 to 1, got 1.5"},
+      {{"run", "-m", model, "-p", "Hi", "--repeat-penalty", "0"}, "--repeat-penalty: must be more than 0, got 0"},
+      {{"run", "-m", model, "-p", "Hi", "-n", "0"}, "--max-tokens: must be 1 or more, got 0"},
+      {{"run", "-m", model, "-p", "Hi", "--world", "0"}, "--world: must be from 1 to 1024, got 0"},
+      {{"bench", "-m", model, "-r", "0"}, "--repetitions: must be 1 or more, got 0"},
+      {{"bench", "-m", model, "-p", "-1"}, "--prompt-tokens: must be 0 or more, got -1"},
+      {{"serve", "-m", model, "--port", "70000"}, "--port: must be from 0 to 65535, got 70000"},
+      {{"serve", "-m", model, "--parallel", "0"}, "--parallel: must be from 1 to 1024, got 0"},
+      {{"make-model", "-o", "/dev/null", "--threads", "-2"}, "--threads: must be 0 or more, got -2"},
+      {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
+      {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
+  };
+  for (const auto& [args, message] : cases) {
+    Ran r = run_to_end(orchard(args));
+    EXPECT_NE(r.exit_code, 0) << args[0] << " " << message;
+    EXPECT_LT(r.exit_code, 128) << "a crash: " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << "want '" << message << "', got: " << r.err;
+  }
+  // --help says the range next to the flag.
+  Ran help = run_to_end(orchard({"run", "--help"}));
+  EXPECT_NE(help.out.find("from 0 to 1"), std::string::npos) << help.out;
+}
+
+TEST(FlagRanges, TpOrPpOutsideHybridIsAnError) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "tensor", "--tp", "3"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--tp and --pp shape a hybrid split; --strategy tensor does not take them"), std::string::npos) << r.err;
+  r = run_to_end(orchard({"bench", "-m", model, "-p", "8", "-n", "2", "--world", "2", "--strategy", "pipeline", "--pp", "2"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--strategy pipeline does not take them"), std::string::npos) << r.err;
+}
+
 // --- make-model says what it wrote.
 
 TEST(MakeModel, SaysWhatItWrote) {
