@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "apps/orchard/cluster_launch.h"
@@ -20,6 +21,7 @@ struct RunOptions {
   std::string prompt;
   int32_t max_tokens = 128;
   model::SamplerOptions sampling;
+  bool seed_given = false;  // --seed: else a sampled run draws one
   bool json = false;
   bool no_repack = false;
   std::string logits_path;
@@ -51,6 +53,16 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   model::GenerationOptions gen;
   gen.max_tokens = o.max_tokens;
   gen.sampling = o.sampling;
+  if (gen.sampling.temperature > 0 && !o.seed_given) {
+    // A sampled run differs each time, as serve's requests do; the seed is said so that this one
+    // can be repeated. Every rank samples the token itself: rank 0's seed is everyone's.
+    std::random_device entropy;
+    uint64_t seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+    if (group) group->broadcast(&seed, sizeof seed, 0);
+    gen.sampling.seed = seed;
+    if (speaker) std::fprintf(stderr, "seed %llu (repeat with --seed %llu)\n", static_cast<unsigned long long>(seed),
+                              static_cast<unsigned long long>(seed));
+  }
   auto result = model::generate(engine.model(), tokenizer, prompt, gen, [&](model::TokenId, const std::string& text) {
     if (speaker && !o.json) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -67,6 +79,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
                         {"prompt_tok_s", result.prompt_tok_s()},
                         {"gen_tokens", static_cast<int>(result.tokens.size())},
                         {"gen_tok_s", result.gen_tok_s()}};
+    if (gen.sampling.temperature > 0) j["seed"] = gen.sampling.seed;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -108,7 +121,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
       ->capture_default_str()
       ->check(above(0));
-  cmd->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+  CLI::Option* seed = cmd->add_option("--seed", o->sampling.seed, "Sampling seed (default: a random one, printed)");
   cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)")
       ->check(at_least(0));
   cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)")->check(at_least(0));
@@ -120,7 +133,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");
   add_split_flags(cmd, o->split);
   add_cluster_launch_flags(cmd, o->cluster);
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, seed] {
+    RunOptions options = *o;
+    options.seed_given = seed->count() > 0;
+    run(std::move(options));
+  });
 }
 
 }  // namespace orchard::app

@@ -104,6 +104,50 @@ TEST(FlagRanges, TpOrPpOutsideHybridIsAnError) {
   EXPECT_NE(r.err.find("--strategy pipeline does not take them"), std::string::npos) << r.err;
 }
 
+// --- a sampled run without --seed draws one and says it; with it, the run repeats.
+
+// The seed a run printed ("seed N (repeat with --seed N)"), or "" when it printed none.
+std::string printed_seed(const std::string& err) {
+  const size_t at = err.find("seed ");
+  if (at == std::string::npos) return "";
+  const std::string seed = err.substr(at + 5, err.find(' ', at + 5) - at - 5);
+  EXPECT_NE(err.find("(repeat with --seed " + seed + ")"), std::string::npos) << err;
+  return seed;
+}
+
+TEST(RunSeed, SampledRunsDrawASeedThatRepeatsThem) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> sampled = {"run", "-m", model, "-p", "Once upon", "-n", "24", "--temp", "1.5",
+                                            "--top-k", "0", "--top-p", "1", "--min-p", "0", "-t", "1", "--json"};
+  Ran first = run_to_end(orchard(sampled)), second = run_to_end(orchard(sampled));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::string seed = printed_seed(first.err), other = printed_seed(second.err);
+  ASSERT_FALSE(seed.empty()) << first.err;
+  EXPECT_NE(seed, other) << "two runs drew the same seed";
+  EXPECT_EQ(nlohmann::json::parse(first.out)["seed"].get<uint64_t>(), std::stoull(seed));
+
+  // The printed seed repeats the run, here and split over two ranks (which share rank 0's seed).
+  std::vector<std::string> again = sampled;
+  again.insert(again.end(), {"--seed", seed});
+  Ran repeat = run_to_end(orchard(again));
+  ASSERT_EQ(repeat.exit_code, 0) << repeat.err;
+  EXPECT_EQ(printed_seed(repeat.err), "") << "--seed given: nothing to say";
+  EXPECT_EQ(nlohmann::json::parse(repeat.out)["tokens"], nlohmann::json::parse(first.out)["tokens"]);
+  std::vector<std::string> split = sampled;
+  split.insert(split.end(), {"--world", "2", "--strategy", "pipeline"});
+  Ran drawn_split = run_to_end(orchard(split));
+  ASSERT_EQ(drawn_split.exit_code, 0) << drawn_split.err;
+  std::vector<std::string> single = sampled;
+  single.insert(single.end(), {"--seed", printed_seed(drawn_split.err)});
+  EXPECT_EQ(nlohmann::json::parse(drawn_split.out)["tokens"], nlohmann::json::parse(run_to_end(orchard(single)).out)["tokens"]);
+
+  // Greedy needs no seed.
+  Ran greedy = run_to_end(orchard({"run", "-m", model, "-p", "Once upon", "-n", "4", "-t", "1"}));
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_EQ(printed_seed(greedy.err), "") << greedy.err;
+}
+
 // --- make-model says what it wrote.
 
 TEST(MakeModel, SaysWhatItWrote) {
