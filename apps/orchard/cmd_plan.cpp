@@ -74,6 +74,17 @@ void run_plan(PlanFlags f) {
   }
   if (!f.strategy.empty()) r.only = parallel::parse_strategy(f.strategy);
   r.world = f.world;
+  if (f.world > static_cast<int>(r.machines.size())) {
+    const std::string known = f.discover ? fmt::format("the {} machine(s) the agents found", r.machines.size())
+                              : !f.hostfile.empty() ? fmt::format("the {} host(s) of {}", r.machines.size(), f.hostfile)
+                              : r.machines.size() == 1 ? std::string("only this machine")
+                                                       : fmt::format("{} machines (--machines)", r.machines.size());
+    throw Error(error_message("cluster",
+                              "--world {} asks for {} machines, but the planner knows {}: give it more with --hostfile "
+                              "hosts.json, --discover (an `orchard agent` running on each machine), --chip \"M4 Max\" "
+                              "--machines {} for catalog machines, or --machines {} for {} ranks of this machine",
+                              f.world, f.world, known, f.world, f.world, f.world));
+  }
 
   const cluster::Plan plan = cluster::make_plan(r);
   if (f.json) {

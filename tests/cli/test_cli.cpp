@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -146,6 +147,60 @@ TEST(RunSeed, SampledRunsDrawASeedThatRepeatsThem) {
   Ran greedy = run_to_end(orchard({"run", "-m", model, "-p", "Once upon", "-n", "4", "-t", "1"}));
   ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
   EXPECT_EQ(printed_seed(greedy.err), "") << greedy.err;
+}
+
+// --- messages say what is wrong and what to do.
+
+TEST(Messages, SplitFlagsSayWhichFlagToGive) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  // Ranks started by a launcher, with no --strategy: each says which one to pass.
+  Ran r = run_to_end(orchard({"launch", "-n", "2", "--", "orchard", "run", "-m", model, "-p", "Hi", "-n", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("this process is one of 2 ranks a launcher started but --strategy is single (one rank): pass "
+                       "--strategy pipeline, tensor, hybrid (with --tp or --pp)"),
+            std::string::npos)
+      << r.err;
+  r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--world 2 but --strategy is single (one rank): pass --strategy pipeline, tensor, hybrid (with "
+                       "--tp or --pp) or auto"),
+            std::string::npos)
+      << r.err;
+  r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "hybrid"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--strategy hybrid needs --tp N (ranks per tensor group) or --pp N (pipeline stages), N dividing "
+                       "the world of 2 ranks"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(Messages, PlanForMoreMachinesThanItKnowsSaysHowToGiveThem) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"plan", "-m", model, "--world", "2"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--world 2 asks for 2 machines, but the planner knows only this machine: give it more with "
+                       "--hostfile hosts.json, --discover"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("fit"), std::string::npos) << "not a question of fitting: " << r.err;
+  // Two ranks of this machine are what --machines 2 plans for.
+  r = run_to_end(orchard({"plan", "-m", model, "--world", "2", "--machines", "2", "--threads", "1"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(Messages, SshThatCannotReachAHostSaysSo) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string dir = ::testing::TempDir(), tag = std::to_string(getpid());
+  const std::string ssh = dir + "/unreachable-ssh-" + tag + ".sh", hosts = dir + "/unreachable-hosts-" + tag + ".json";
+  // What ssh does when no server answers: a message of its own and exit code 255.
+  std::ofstream(ssh) << "#!/bin/sh\necho \"ssh: connect to host $3 port 22: Connection refused\" >&2\nexit 255\n";
+  std::filesystem::permissions(ssh, std::filesystem::perms::owner_all);
+  std::ofstream(hosts) << R"([{"ssh": "mac-1", "ips": ["127.0.0.1"]}, {"ssh": "mac-2", "ips": ["127.0.0.1"]}])";
+  Ran r = run_to_end(orchard({"launch", "--hostfile", hosts, "--ssh", ssh, "--port", std::to_string(38000 + getpid() % 1000),
+                              "--", "orchard", "run", "-m", model, "-p", "Hi", "--strategy", "pipeline"}));
+  EXPECT_EQ(r.exit_code, 255);
+  EXPECT_NE(r.err.find("ssh could not reach mac-"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(try: ssh -o BatchMode=yes mac-"), std::string::npos) << r.err;
 }
 
 // --- make-model says what it wrote.
