@@ -33,7 +33,7 @@ void add_launch_command(CLI::App& app) {
       ->check(above(0));
   cmd->add_option("--link-latency-us", o->link_latency_us, "Emulated link latency per message, microseconds")
       ->check(at_least(0));
-  cmd->add_option("--link-gbps", o->link_gbps, "Emulated link bandwidth cap")->check(at_least(0));
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", o->link_gbps, "Emulated link bandwidth cap, gigabits/s", at_least(0));
   cmd->add_option("--ssh", o->ssh, "ssh client to use")->capture_default_str();
   cmd->add_option("command", o->command, "The command each rank runs (after --)")->required();
   cmd->positionals_at_end();

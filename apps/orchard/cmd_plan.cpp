@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/plan_machines.h"
 #include "cluster/planner.h"
 #include "cluster/topology.h"
@@ -92,7 +93,7 @@ void run_plan(PlanFlags f) {
     nlohmann::json machines = nlohmann::json::array();
     for (size_t i = 0; i < r.machines.size(); ++i) {
       const cluster::MachineSpec& m = r.machines[i];
-      machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gbs", m.memory_bw_gbs},
+      machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gb_s", m.memory_bw_gbs},
                           {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
     }
     j["machines"] = std::move(machines);
@@ -114,10 +115,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--chip", f->machine.chips, "Catalog chip of each machine (one for all, or one per machine), e.g. \"M4 Max\"");
   cmd->add_option("--machines", f->machines, "Without hostfile or discovery: how many machines (this one, or --chip)");
   cmd->add_option("--memory", f->machine.memory_gb, "What-if: memory of every machine, GB");
-  cmd->add_option("--memory-bw-gbs", f->machine.memory_bw_gbs, "What-if: effective decode memory bandwidth of every machine, GB/s");
+  add_renamed_option(cmd, "--memory-bw-gb-s", "--memory-bw-gbs", f->machine.memory_bw_gbs,
+                     "What-if: effective decode memory bandwidth of every machine, gigabytes/s", above(0));
   cmd->add_option("--compute-gflops", f->machine.compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
   cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
-  cmd->add_option("--link-gbps", f->link_gbps, "What-if: bandwidth of every link, Gb/s (0: unlimited)");
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", f->link_gbps, "What-if: bandwidth of every link, gigabits/s (0: unlimited)",
+                     at_least(0));
   cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid)");
   cmd->add_option("--world", f->world, "Only consider plans over this many machines");
   cmd->add_option("-c,--ctx", f->context, "Context length to reserve KV cache for (default: the model's)");

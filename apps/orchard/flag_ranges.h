@@ -1,6 +1,7 @@
 #pragma once
-// Ranges of numeric flags. A value out of range is a parse error that names the flag and its
-// range ("--top-k: must be 0 or more, got -5"), before any work starts; --help shows the range.
+// Ranges and units of numeric flags. A value out of range is a parse error that names the flag
+// and its range ("--top-k: must be 0 or more, got -5"), before any work starts; --help shows the
+// range. Units are in the names: `_gb_s` gigabytes per second, `_gbit_s` gigabits per second.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +40,15 @@ inline CLI::Validator above(double lo) {
 // lo <= value <= hi.
 inline CLI::Validator between(double lo, double hi) {
   return detail::range_validator(lo, hi, false, fmt::format("from {:g} to {:g}", lo, hi));
+}
+
+// A flag renamed to say its unit: `name` is the one --help shows; `old_name` still sets the same
+// value (hidden), so that scripts written for it keep working. Both are checked by `range`.
+template <typename T>
+CLI::Option* add_renamed_option(CLI::App* cmd, const std::string& name, const std::string& old_name, T& value,
+                                const std::string& help, const CLI::Validator& range) {
+  cmd->add_option(old_name, value, "Old name of " + name)->check(range)->group("");
+  return cmd->add_option(name, value, help)->check(range);
 }
 
 }  // namespace orchard::app

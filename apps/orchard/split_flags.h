@@ -36,7 +36,7 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
   cmd->add_option("--backend", o.backend, "ring | shm | mpi (local ranks)")->capture_default_str();
   cmd->add_option("--link-latency-us", o.link_latency_us, "Emulated link latency per message, microseconds")
       ->check(at_least(0));
-  cmd->add_option("--link-gbps", o.link_gbps, "Emulated link bandwidth cap")->check(at_least(0));
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", o.link_gbps, "Emulated link bandwidth cap, gigabits/s", at_least(0));
   cmd->add_option("--comm-timeout", o.timeout_s, "Seconds without progress before a peer is declared dead")
       ->capture_default_str()
       ->check(above(0));

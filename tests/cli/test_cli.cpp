@@ -203,6 +203,27 @@ TEST(Messages, SshThatCannotReachAHostSaysSo) {
   EXPECT_NE(r.err.find("(try: ssh -o BatchMode=yes mac-"), std::string::npos) << r.err;
 }
 
+// --- units in names: bench-comm's bus bandwidth in gigabytes/s, link caps in gigabits/s.
+
+TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {
+  // 1 Gbit/s is 0.125 GB/s: a 1 MiB all-reduce of two ranks sends 1 MiB per rank through the cap,
+  // so its bus bandwidth is at most 0.125 GB/s (it would read 8 times more in gigabits).
+  for (const std::string flag : {"--link-gbit-s", "--link-gbps"}) {  // the old name still works
+    Ran r = run_to_end(orchard({"bench-comm", "--world", "2", "--sizes", "1M", "--iters", "5", flag, "1", "--json"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto result = nlohmann::json::parse(r.out)["results"][0];
+    EXPECT_FALSE(result.contains("busbw_gbps")) << result.dump();
+    const double gb_s = result["busbw_gb_s"].get<double>();
+    EXPECT_LE(gb_s, 0.125 * 1.02) << flag;
+    EXPECT_GE(gb_s, 0.125 / 4) << flag;
+  }
+  Ran help = run_to_end(orchard({"bench-comm", "--help"}));
+  EXPECT_NE(help.out.find("--link-gbit-s"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("gigabits/s"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("busbw_gb_s (bus bandwidth, gigabytes/s)"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("--link-gbps"), std::string::npos) << "the old name is hidden: " << help.out;
+}
+
 // --- make-model says what it wrote.
 
 TEST(MakeModel, SaysWhatItWrote) {
