@@ -3,7 +3,7 @@
 # each strategy, with ranks as local processes (shm backend, one thread and one pinned CPU each)
 # and an emulated per-message link latency. The plan's machine figures come from its built-in
 # probe with the same thread count (best of REPEATS probes, then passed to every plan as
-# --memory-bw-gbs / --compute-gflops so all predictions share them); each measurement is the
+# --memory-bw-gb-s / --compute-gflops so all predictions share them); each measurement is the
 # best of REPEATS runs, which filters out other programs' load.
 #
 #   bench/plan_vs_measured.sh                      # build/orchard, /tmp/tl.gguf, 50 and 300 µs
@@ -32,7 +32,7 @@ for world in 1 2; do
   bw[$world]=0 gflops[$world]=0
   for _ in $(seq "$REPEATS"); do
     probe=$("$ORCHARD" plan -m "$MODEL" --machines "$world" --threads 1 --json)
-    bw[$world]=$(max "${bw[$world]}" "$(jq .machines[0].memory_bw_gbs <<<"$probe")")
+    bw[$world]=$(max "${bw[$world]}" "$(jq .machines[0].memory_bw_gb_s <<<"$probe")")
     gflops[$world]=$(max "${gflops[$world]}" "$(jq .machines[0].compute_gflops <<<"$probe")")
   done
   printf 'per rank, %d rank(s) on this machine: decode %.1f GB/s, matmul %.0f GFLOP/s (best of %d probes)\n' \
@@ -56,8 +56,8 @@ for lat in $LATENCIES; do
     prompt_tokens=$(jq -r .prompt_tokens <<<"$measured")
     gen_tokens=$(jq -r .gen_tokens <<<"$measured")
     predicted=$("$ORCHARD" plan -m "$MODEL" --machines "$world" --world "$world" --strategy "$strategy" \
-      --memory-bw-gbs "${bw[$world]}" --compute-gflops "${gflops[$world]}" \
-      --link-latency-us "$lat" --link-gbps 0 --prompt-tokens "$prompt_tokens" \
+      --memory-bw-gb-s "${bw[$world]}" --compute-gflops "${gflops[$world]}" \
+      --link-latency-us "$lat" --link-gbit-s 0 --prompt-tokens "$prompt_tokens" \
       --position $((prompt_tokens + gen_tokens / 2)) --json)
     pp_pred=$(jq -r .predicted.prompt_tok_s <<<"$predicted")
     tg_pred=$(jq -r .predicted.gen_tok_s <<<"$predicted")

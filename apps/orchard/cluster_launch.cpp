@@ -7,6 +7,7 @@
 #include <set>
 
 #include "apps/orchard/plan_machines.h"
+#include "cluster/local_machine.h"
 #include "cluster/planner.h"
 #include "cluster/topology.h"
 #include "comm/bootstrap.h"
@@ -80,11 +81,21 @@ std::vector<std::string> reachable_addresses(const cluster::Topology& t, const s
   return addresses;
 }
 
+// Whether machine `m` is this one: it announced an address of one of this machine's interfaces.
+bool is_this_machine(const cluster::Topology& t, size_t m) {
+  static const std::vector<cluster::NetInterface> mine = cluster::list_interfaces();
+  for (const cluster::NetInterface& theirs : t.machines[m].interfaces)
+    for (const cluster::NetInterface& n : mine)
+      if (!theirs.address.empty() && theirs.address == n.address) return true;
+  return false;
+}
+
 parallel::HostEntry discovered_host(const cluster::Topology& t, const std::vector<size_t>& machines, size_t m, int rank) {
   parallel::HostEntry h;
   for (const std::string& a : reachable_addresses(t, machines, m))
     h.endpoints.push_back(fmt::format("{}:{}", a, comm::kDefaultBasePort + rank));
   h.ssh = h.endpoints.front().substr(0, h.endpoints.front().rfind(':'));
+  h.local = is_this_machine(t, m);  // no ssh server needed to reach ourselves
   return h;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/orchard/flag_ranges.h"
 #include "commands.h"
 #include "comm/bench.h"
 #include "comm/bootstrap.h"
@@ -42,7 +43,7 @@ nlohmann::json to_json(const std::vector<comm::BenchResult>& results) {
   auto out = nlohmann::json::array();
   for (const auto& r : results) {
     out.push_back({{"op", r.op}, {"bytes", r.bytes}, {"p50_us", r.p50_us}, {"p99_us", r.p99_us},
-                   {"busbw_gbps", r.busbw_gbps}});
+                   {"busbw_gb_s", r.busbw_gb_s}});
   }
   return out;
 }
@@ -117,13 +118,13 @@ void print_table(const nlohmann::json& report) {
     }
     std::printf("%-10s %10zu %10.1f %10.1f %10.2f %12s %12s %12s\n", r["op"].get<std::string>().c_str(),
                 r["bytes"].get<size_t>(), r["p50_us"].get<double>(), r["p99_us"].get<double>(),
-                r["busbw_gbps"].get<double>(), mpi.c_str(), ratio.c_str(), tcp.c_str());
+                r["busbw_gb_s"].get<double>(), mpi.c_str(), ratio.c_str(), tcp.c_str());
   }
   if (report.contains("mpi")) {
     std::printf("mpi (%s):\n", report["mpi_transport"].get<std::string>().c_str());
     for (const auto& r : report["mpi"]) {
       std::printf("%-10s %10zu %10.1f %10.1f %10.2f\n", r["op"].get<std::string>().c_str(), r["bytes"].get<size_t>(),
-                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["busbw_gbps"].get<double>());
+                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["busbw_gb_s"].get<double>());
     }
   }
 }
@@ -176,18 +177,25 @@ void add_bench_comm_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   auto* cmd = app.add_subcommand("bench-comm", "Measure collective latency and bandwidth of a comm backend");
   cmd->add_option("--backend", flags->backend, "ring | shm | mpi")->capture_default_str();
-  cmd->add_option("--world", flags->world, "ranks to start on this machine when run alone")->capture_default_str();
+  cmd->add_option("--world", flags->world, "ranks to start on this machine when run alone")
+      ->capture_default_str()
+      ->check(between(2, 1024));
   cmd->add_option("--op", flags->op, "all_reduce | all_gather")->capture_default_str();
   cmd->add_option("--sizes", flags->sizes, "message sizes, e.g. 4K,64K,1M,16M")->capture_default_str();
-  cmd->add_option("--iters", flags->iters, "iterations per size (0: by size)")->capture_default_str();
-  cmd->add_flag("--json", flags->json, "print JSON");
+  cmd->add_option("--iters", flags->iters, "iterations per size (0: by size)")->capture_default_str()->check(at_least(0));
+  cmd->add_flag("--json", flags->json,
+                "print JSON: per size p50_us, p99_us (microseconds) and busbw_gb_s (bus bandwidth, gigabytes/s)");
   cmd->add_flag("--compare-mpi", flags->compare_mpi, "also run OpenMPI's MPI_Allreduce via mpirun");
   cmd->add_flag("--compare-tcp", flags->compare_tcp, "also run a bare TCP ping-pong");
-  cmd->add_option("--link-latency-us", flags->link_latency_us, "emulated per-message latency (also ORCHARD_LINK_LATENCY_US)");
-  cmd->add_option("--link-gbps", flags->link_gbps, "emulated link bandwidth in Gb/s (also ORCHARD_LINK_GBPS)");
-  cmd->add_option("--sockets-per-link", flags->sockets_per_link, "TCP sockets per link (ring)");
+  cmd->add_option("--link-latency-us", flags->link_latency_us, "emulated per-message latency (also ORCHARD_LINK_LATENCY_US)")
+      ->check(at_least(0));
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", flags->link_gbps,
+                     "emulated link bandwidth, gigabits/s (also ORCHARD_LINK_GBPS)", at_least(0));
+  cmd->add_option("--sockets-per-link", flags->sockets_per_link, "TCP sockets per link (ring; 0: the default)")
+      ->check(between(0, 64));
   cmd->add_flag("--busy-poll", flags->busy_poll, "spin on sockets instead of sleeping in poll()");
-  cmd->add_option("--timeout-s", flags->timeout_s, "inactivity timeout of each call");
+  cmd->add_option("--timeout-s", flags->timeout_s, "inactivity timeout of each call, seconds (0: the default)")
+      ->check(at_least(0));
   cmd->add_flag("--as-rank", flags->as_rank, "run as one rank (set by the launcher)")->group("");
   cmd->add_option("--result-file", flags->result_file, "where rank 0 writes its results")->group("");
   cmd->callback([flags] {

@@ -1,6 +1,7 @@
 #include <cstdlib>
 
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "comm/bootstrap.h"
 #include "parallel/launch.h"
 
@@ -22,13 +23,17 @@ void add_launch_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "launch", "Start a command as the ranks of a job: one per host of a hostfile (over ssh), or N on this machine");
   cmd->add_option("--hostfile", o->hostfile, "MLX-style JSON hostfile: [{\"ssh\": ..., \"ips\": [...]}, ...]");
-  cmd->add_option("-n", o->local_ranks, "Start this many ranks on this machine");
+  cmd->add_option("-n", o->local_ranks, "Start this many ranks on this machine")->check(between(1, 1024));
   cmd->add_option("--backend", o->backend, "ring | shm | mpi")->capture_default_str();
-  cmd->add_option("--port", o->port, "First port of the ranks (rank r listens on port + r)")->capture_default_str();
+  cmd->add_option("--port", o->port, "First port of the ranks (rank r listens on port + r)")
+      ->capture_default_str()
+      ->check(between(1, 65535));
   cmd->add_option("--comm-timeout", o->timeout_s, "Seconds without progress before a peer is declared dead")
-      ->capture_default_str();
-  cmd->add_option("--link-latency-us", o->link_latency_us, "Emulated link latency per message");
-  cmd->add_option("--link-gbps", o->link_gbps, "Emulated link bandwidth cap");
+      ->capture_default_str()
+      ->check(above(0));
+  cmd->add_option("--link-latency-us", o->link_latency_us, "Emulated link latency per message, microseconds")
+      ->check(at_least(0));
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", o->link_gbps, "Emulated link bandwidth cap, gigabits/s", at_least(0));
   cmd->add_option("--ssh", o->ssh, "ssh client to use")->capture_default_str();
   cmd->add_option("command", o->command, "The command each rank runs (after --)")->required();
   cmd->positionals_at_end();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/plan_machines.h"
 #include "cluster/planner.h"
 #include "cluster/topology.h"
@@ -74,6 +75,17 @@ void run_plan(PlanFlags f) {
   }
   if (!f.strategy.empty()) r.only = parallel::parse_strategy(f.strategy);
   r.world = f.world;
+  if (f.world > static_cast<int>(r.machines.size())) {
+    const std::string known = f.discover ? fmt::format("the {} machine(s) the agents found", r.machines.size())
+                              : !f.hostfile.empty() ? fmt::format("the {} host(s) of {}", r.machines.size(), f.hostfile)
+                              : r.machines.size() == 1 ? std::string("only this machine")
+                                                       : fmt::format("{} machines (--machines)", r.machines.size());
+    throw Error(error_message("cluster",
+                              "--world {} asks for {} machines, but the planner knows {}: give it more with --hostfile "
+                              "hosts.json, --discover (an `orchard agent` running on each machine), --chip \"M4 Max\" "
+                              "--machines {} for catalog machines, or --machines {} for {} ranks of this machine",
+                              f.world, f.world, known, f.world, f.world, f.world));
+  }
 
   const cluster::Plan plan = cluster::make_plan(r);
   if (f.json) {
@@ -81,7 +93,7 @@ void run_plan(PlanFlags f) {
     nlohmann::json machines = nlohmann::json::array();
     for (size_t i = 0; i < r.machines.size(); ++i) {
       const cluster::MachineSpec& m = r.machines[i];
-      machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gbs", m.memory_bw_gbs},
+      machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gb_s", m.memory_bw_gbs},
                           {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
     }
     j["machines"] = std::move(machines);
@@ -103,10 +115,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--chip", f->machine.chips, "Catalog chip of each machine (one for all, or one per machine), e.g. \"M4 Max\"");
   cmd->add_option("--machines", f->machines, "Without hostfile or discovery: how many machines (this one, or --chip)");
   cmd->add_option("--memory", f->machine.memory_gb, "What-if: memory of every machine, GB");
-  cmd->add_option("--memory-bw-gbs", f->machine.memory_bw_gbs, "What-if: effective decode memory bandwidth of every machine, GB/s");
+  add_renamed_option(cmd, "--memory-bw-gb-s", "--memory-bw-gbs", f->machine.memory_bw_gbs,
+                     "What-if: effective decode memory bandwidth of every machine, gigabytes/s", above(0));
   cmd->add_option("--compute-gflops", f->machine.compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
   cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
-  cmd->add_option("--link-gbps", f->link_gbps, "What-if: bandwidth of every link, Gb/s (0: unlimited)");
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", f->link_gbps, "What-if: bandwidth of every link, gigabits/s (0: unlimited)",
+                     at_least(0));
   cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid)");
   cmd->add_option("--world", f->world, "Only consider plans over this many machines");
   cmd->add_option("-c,--ctx", f->context, "Context length to reserve KV cache for (default: the model's)");

@@ -1,10 +1,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
@@ -19,6 +21,7 @@ struct RunOptions {
   std::string prompt;
   int32_t max_tokens = 128;
   model::SamplerOptions sampling;
+  bool seed_given = false;  // --seed: else a sampled run draws one
   bool json = false;
   bool no_repack = false;
   std::string logits_path;
@@ -50,6 +53,16 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   model::GenerationOptions gen;
   gen.max_tokens = o.max_tokens;
   gen.sampling = o.sampling;
+  if (gen.sampling.temperature > 0 && !o.seed_given) {
+    // A sampled run differs each time, as serve's requests do; the seed is said so that this one
+    // can be repeated. Every rank samples the token itself: rank 0's seed is everyone's.
+    std::random_device entropy;
+    uint64_t seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+    if (group) group->broadcast(&seed, sizeof seed, 0);
+    gen.sampling.seed = seed;
+    if (speaker) std::fprintf(stderr, "seed %llu (repeat with --seed %llu)\n", static_cast<unsigned long long>(seed),
+                              static_cast<unsigned long long>(seed));
+  }
   auto result = model::generate(engine.model(), tokenizer, prompt, gen, [&](model::TokenId, const std::string& text) {
     if (speaker && !o.json) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -66,6 +79,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
                         {"prompt_tok_s", result.prompt_tok_s()},
                         {"gen_tokens", static_cast<int>(result.tokens.size())},
                         {"gen_tok_s", result.gen_tok_s()}};
+    if (gen.sampling.temperature > 0) j["seed"] = gen.sampling.seed;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -78,6 +92,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
 }
 
 void run(RunOptions o) {
+  check_split_flags(o.split);
   if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.context, o.engine.batch})) {
     if (*code != 0) std::exit(*code);
     return;
@@ -98,22 +113,31 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, on one process or split over several ranks");
   cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
-  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  cmd->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)");
-  cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)");
-  cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass (pipeline chunk)")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str()->check(between(0, 1));
+  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str()->check(between(0, 1));
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str()
+      ->check(above(0));
+  CLI::Option* seed = cmd->add_option("--seed", o->sampling.seed, "Sampling seed (default: a random one, printed)");
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)")
+      ->check(at_least(0));
+  cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)")->check(at_least(0));
+  cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass (pipeline chunk)")
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");
   add_split_flags(cmd, o->split);
   add_cluster_launch_flags(cmd, o->cluster);
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, seed] {
+    RunOptions options = *o;
+    options.seed_given = seed->count() > 0;
+    run(std::move(options));
+  });
 }
 
 }  // namespace orchard::app

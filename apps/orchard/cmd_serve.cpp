@@ -6,6 +6,7 @@
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/signal_stopper.h"
 #include "apps/orchard/split_flags.h"
@@ -69,6 +70,7 @@ void serve_model(ServeOptions& o) {
     if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
   }
 
+  check_split_flags(o.split);
   if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch})) {
     if (*code != 0) std::exit(*code);
     return;
@@ -119,15 +121,22 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")
       ->required();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
-  cmd->add_option("--parallel", o->engine.n_slots, "Requests generated at once (each has its own KV cache)")->capture_default_str();
-  cmd->add_option("--queue", o->scheduler.max_queue, "Requests that may wait for a slot; more get HTTP 429")->capture_default_str();
-  cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length of each slot (default: the model's)");
-  cmd->add_option("-b,--batch", o->engine.max_batch, "Positions per forward pass at most, all slots together")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str()->check(between(0, 65535));
+  cmd->add_option("--parallel", o->engine.n_slots, "Requests generated at once (each has its own KV cache)")
+      ->capture_default_str()
+      ->check(between(1, 1024));
+  cmd->add_option("--queue", o->scheduler.max_queue, "Requests that may wait for a slot; more get HTTP 429")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length of each slot (default: the model's)")->check(at_least(0));
+  cmd->add_option("-b,--batch", o->engine.max_batch, "Positions per forward pass at most, all slots together")
+      ->capture_default_str()
+      ->check(at_least(1));
   cmd->add_option("--prompt-chunk", o->scheduler.prompt_chunk,
                   "Prompt positions a slot processes per round (smaller: other slots wait less)")
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)");
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("--alias", o->engine.alias, "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },

@@ -5,16 +5,20 @@
 #include <sstream>
 #include <string>
 
+#include "apps/orchard/flag_ranges.h"
+#include "core/error.h"
 #include "parallel/split_run.h"
 
 namespace orchard::app {
 
 inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
-  cmd->add_option("--world", o.world, "Start this many local ranks and split the model over them")->capture_default_str();
+  cmd->add_option("--world", o.world, "Start this many local ranks and split the model over them")
+      ->capture_default_str()
+      ->check(between(1, 1024));
   cmd->add_option("--strategy", o.strategy, "single | pipeline | tensor | hybrid | auto (run, serve: the planner picks)")
       ->capture_default_str();
-  cmd->add_option("--tp", o.tp, "Hybrid: ranks per tensor-parallel group");
-  cmd->add_option("--pp", o.pp, "Hybrid: pipeline stages (tp = world / pp)");
+  cmd->add_option("--tp", o.tp, "Hybrid: ranks per tensor-parallel group")->check(at_least(1));
+  cmd->add_option("--pp", o.pp, "Hybrid: pipeline stages (tp = world / pp)")->check(at_least(1));
   // One comma-separated word, so that a launcher can drop or replace it as one.
   cmd->add_option_function<std::string>(
       "--split-weights",
@@ -30,11 +34,37 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
       },
       "Relative capacity of each pipeline stage (or tensor rank), comma-separated, e.g. 2,1");
   cmd->add_option("--backend", o.backend, "ring | shm | mpi (local ranks)")->capture_default_str();
-  cmd->add_option("--link-latency-us", o.link_latency_us, "Emulated link latency per message");
-  cmd->add_option("--link-gbps", o.link_gbps, "Emulated link bandwidth cap");
+  cmd->add_option("--link-latency-us", o.link_latency_us, "Emulated link latency per message, microseconds")
+      ->check(at_least(0));
+  add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", o.link_gbps, "Emulated link bandwidth cap, gigabits/s", at_least(0));
   cmd->add_option("--comm-timeout", o.timeout_s, "Seconds without progress before a peer is declared dead")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(above(0));
   cmd->add_flag("--pin-cpus", o.pin_cpus, "Pin local rank r to CPU r");
+}
+
+// Flags that contradict each other or the strategy, said before any rank starts: --tp/--pp
+// outside hybrid would be ignored, hybrid without them and single on several ranks fail later
+// inside every rank with a message that does not say which flag to give.
+inline void check_split_flags(const parallel::SplitOptions& o) {
+  if ((o.tp > 0 || o.pp > 0) && o.strategy != "hybrid")
+    throw Error(error_message("parallel", "--tp and --pp shape a hybrid split; --strategy {} does not take them "
+                                          "(tensor uses every rank as one tensor group, pipeline every rank as a stage)",
+                              o.strategy));
+  // Under `orchard launch` or mpirun the world is the launcher's, not --world.
+  const char* launched = std::getenv("ORCHARD_WORLD");
+  if (!launched) launched = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int world = launched ? std::atoi(launched) : o.world;
+  const std::string ranks = launched ? fmt::format("this process is one of {} ranks a launcher started", world)
+                                     : fmt::format("--world {}", world);
+  if (o.strategy == "single" && world > 1)
+    throw Error(error_message("parallel", "{} but --strategy is single (one rank): pass --strategy pipeline, tensor, "
+                                          "hybrid (with --tp or --pp){}",
+                              ranks, launched ? "" : " or auto"));
+  if (o.strategy == "hybrid" && o.tp == 0 && o.pp == 0)
+    throw Error(error_message("parallel", "--strategy hybrid needs --tp N (ranks per tensor group) or --pp N (pipeline "
+                                          "stages), N dividing the world of {} ranks",
+                              world));
 }
 
 }  // namespace orchard::app

@@ -101,7 +101,7 @@ std::vector<BenchResult> bench_collective(Group& group, const std::string& op, c
     r.p99_us = percentile(times, 0.99);
     const double algbw = static_cast<double>(buffer.size()) / (r.p50_us * 1e-6) / 1e9;
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-    r.busbw_gbps = n > 1 ? algbw * factor : 0.0;
+    r.busbw_gb_s = n > 1 ? algbw * factor : 0.0;
     results.push_back(r);
   }
   return results;

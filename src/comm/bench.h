@@ -15,7 +15,7 @@ struct BenchResult {
   double p50_us = 0;
   double p99_us = 0;
   // all_reduce: algbw x 2(n-1)/n; all_gather (bytes = the gathered total): algbw x (n-1)/n.
-  double busbw_gbps = 0;
+  double busbw_gb_s = 0;
 };
 
 struct PingPongResult {

@@ -8,10 +8,14 @@
 namespace orchard::model {
 
 Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions) {
+  if (n_prompt < 0 || n_gen < 0 || n_prompt + n_gen == 0 || repetitions < 1)
+    throw Error(error_message("bench", "needs prompt and generated tokens >= 0, not both 0, and >= 1 repetition; got {}, {}, {}",
+                              n_prompt, n_gen, repetitions));
   if (std::max(n_prompt, n_gen) > model.n_ctx())
     throw Error(error_message("bench", "{} prompt or {} generated tokens do not fit the context of {}", n_prompt, n_gen,
                               model.n_ctx()));
-  std::vector<TokenId> tokens(static_cast<size_t>(n_prompt));
+  // One token more than the prompt: generation starts from the first, also when there is no prompt.
+  std::vector<TokenId> tokens(static_cast<size_t>(n_prompt) + 1);
   uint64_t state = 12345;
   for (auto& t : tokens) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;

@@ -14,7 +14,8 @@ struct Throughput {
 };
 
 // Runs `repetitions` times after one warm-up pass; every rank of a parallel model must call it
-// with the same arguments. n_prompt and n_gen must each fit the context.
+// with the same arguments. n_prompt and n_gen must each fit the context; either may be 0 (that
+// test is skipped and its rate stays 0), not both; repetitions >= 1. Throws Error otherwise.
 Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions);
 
 }  // namespace orchard::model

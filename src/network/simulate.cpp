@@ -32,11 +32,15 @@ struct SimModel {
   double share;  // of arrivals
 };
 
-// A mix of quantized (Q4_K_M) models people run, with their KV cache per token (F16).
+// The job mix: quantized (Q4_K_M) models as people run them locally, most jobs on small models
+// (an assumption, stated in docs/network.md: 3-8B models are what most people run, 14-32B are
+// the step up, 70B is for those with the memory, 405B rare), with their F16 KV cache per token
+// (layers × KV heads × head size × 2 × 2 bytes).
 constexpr SimModel kModels[] = {
-    {"llama-3.2-1b-q4_k_m", 0.8 * kGB, 32768, 0.30},     {"llama-3.1-8b-q4_k_m", 4.9 * kGB, 131072, 0.40},
-    {"qwen2.5-32b-q4_k_m", 19.9 * kGB, 262144, 0.18},    {"llama-3.3-70b-q4_k_m", 42.5 * kGB, 327680, 0.10},
-    {"llama-3.1-405b-q4_k_m", 243 * kGB, 516096, 0.02},
+    {"llama-3.2-1b-q4_k_m", 0.8 * kGB, 32768, 0.05},    {"llama-3.2-3b-q4_k_m", 2.0 * kGB, 114688, 0.25},
+    {"llama-3.1-8b-q4_k_m", 4.9 * kGB, 131072, 0.40},   {"qwen2.5-14b-q4_k_m", 9.0 * kGB, 196608, 0.12},
+    {"qwen2.5-32b-q4_k_m", 19.9 * kGB, 262144, 0.10},   {"llama-3.3-70b-q4_k_m", 42.5 * kGB, 327680, 0.075},
+    {"llama-3.1-405b-q4_k_m", 243 * kGB, 516096, 0.005},
 };
 
 // Log-scale histogram: percentiles of tens of millions of samples in a few KB.
@@ -127,8 +131,8 @@ class Simulator {
       if (!waiting_[m].empty()) report_.queued_by_model[kModels[m].name] = static_cast<int64_t>(waiting_[m].size());
     }
     report_.jobs_in_flight = static_cast<int64_t>(jobs_.size()) - report_.jobs_queued;
-    report_.jobs_lost =
-        report_.jobs_submitted - report_.jobs_completed - report_.jobs_in_flight - report_.jobs_queued;
+    report_.jobs_lost = report_.jobs_submitted - report_.jobs_refused - report_.jobs_completed -
+                        report_.jobs_in_flight - report_.jobs_queued;
     report_.queue_delay_p50_s = delay_.percentile(0.5);
     report_.queue_delay_p99_s = delay_.percentile(0.99);
     report_.placement_p50_us = placement_us_.percentile(0.5);
@@ -140,6 +144,7 @@ class Simulator {
   }
 
  private:
+  static int64_t need_bytes(const SimModel& m) { return static_cast<int64_t>(m.bytes + m.kv_bytes_per_token * kContextTokens); }
   double exp(double rate) { return std::exponential_distribution<double>(rate)(rng_); }
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   void push(Event e) { events_.push(e); }
@@ -148,12 +153,20 @@ class Simulator {
   void populate() {
     const auto& chips = catalog_.chips();
     // Tiers as they are sold: many base machines, few Ultras.
+    auto usable = [&](const ChipInfo& c, bool big) {
+      return c.memory_bandwidth_gbs > 0 && !c.memory_options_gb.empty() && (!big || c.tier >= ledger::Tier::Max);
+    };
+    for (bool big : {false, true}) {
+      if ((big ? o_.pods : o_.nodes) > 0 &&
+          std::none_of(chips.begin(), chips.end(), [&](const ChipInfo& c) { return usable(c, big); }))
+        throw Error(error_message("network", "simulate: the hardware catalog has no chip with bandwidth and memory options{}",
+                                  big ? " of the Max or Ultra tier for pods (use --pods 0)" : ""));
+    }
     auto pick_chip = [&](bool big) {
       for (;;) {
         int c = static_cast<int>(rng_() % chips.size());
-        double keep = big ? (chips[c].tier >= ledger::Tier::Max ? 1.0 : 0.0)
-                          : std::array<double, 4>{1.0, 0.6, 0.35, 0.12}[static_cast<int>(chips[c].tier)];
-        if (chips[c].memory_bandwidth_gbs > 0 && !chips[c].memory_options_gb.empty() && uniform() < keep) return c;
+        double keep = big ? 1.0 : std::array<double, 4>{1.0, 0.6, 0.35, 0.12}[static_cast<int>(chips[c].tier)];
+        if (usable(chips[c], big) && uniform() < keep) return c;
       }
     };
     auto add = [&](int chip, int mem_gb) {
@@ -213,9 +226,16 @@ class Simulator {
         int m = 0;
         for (; m < static_cast<int>(std::size(kModels)) - 1; ++m)
           if ((acc += kModels[m].share) >= r) break;
+        report_.jobs_submitted++;
+        // A job that no unit of the network could ever hold is refused at once, as the
+        // coordinator refuses it, rather than waiting for a machine that does not exist.
+        if (!placement_.could_fit(need_bytes(kModels[m]))) {
+          report_.jobs_refused++;
+          report_.refused_by_model[kModels[m].name]++;
+          break;
+        }
         int64_t id = next_job_++;
         jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450), 0, {}, {}});
-        report_.jobs_submitted++;
         waiting_[m].push_back(id);
         dispatch();
         break;
@@ -298,8 +318,7 @@ class Simulator {
   void dispatch() {
     for (size_t m = 0; m < waiting_.size(); ++m) {
       const SimModel& model = kModels[m];
-      Demand d{model.name, static_cast<int64_t>(model.bytes),
-               static_cast<int64_t>(model.bytes + model.kv_bytes_per_token * kContextTokens), {}};
+      Demand d{model.name, static_cast<int64_t>(model.bytes), need_bytes(model), {}};
       while (!waiting_[m].empty()) {
         auto t0 = std::chrono::steady_clock::now();
         auto choice = placement_.place(d);
@@ -329,7 +348,10 @@ class Simulator {
       seconds += m.bytes / kDownloadBytesPerS;
       for (const std::string& n : c.nodes) placement_.add_model(n, m.name);
     }
-    busy_seconds_ += seconds * static_cast<double>(c.nodes.size());
+    // Busy time counts within the simulated span (a 405B job may outlast it).
+    const double busy = std::min(seconds, end_ - now_);
+    busy_seconds_ += busy * static_cast<double>(c.nodes.size());
+    for (int ni : j.nodes) report_.earnings[nodes_[ni].cls].busy_hours += busy / 3600;
     push({now_ + seconds, EvType::Finish, id, j.attempt});
   }
 
@@ -359,13 +381,17 @@ SimulationReport simulate(const SimulationOptions& options, const HardwareCatalo
 }
 
 std::string SimulationReport::to_text() const {
-  std::string s = fmt::format(
-      "jobs: {} submitted, {} completed, {} running, {} queued, {} lost; {} leases lost to churn; {} ran on pods\n"
+  std::string s = "job mix:";
+  for (const SimModel& m : kModels) s += fmt::format(" {} {:g}%", m.name, m.share * 100);
+  s += "\n";
+  s += fmt::format(
+      "jobs: {} submitted, {} refused (no unit can hold them), {} completed, {} running, {} queued, {} lost; {} leases "
+      "lost to churn; {} ran on pods\n"
       "utilization: {:.1f}% of online machine-time\n"
       "queueing delay of started jobs: p50 {:.3f} s, p99 {:.3f} s\n"
       "placement decision: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} decisions\n"
       "ledger: sum of all balances {} (must be 0)\n",
-      jobs_submitted, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
+      jobs_submitted, jobs_refused, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
       queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements,
       ledger_sum);
   if (!queued_by_model.empty()) {
@@ -373,13 +399,18 @@ std::string SimulationReport::to_text() const {
     for (const auto& [model, n] : queued_by_model) s += fmt::format(" {} {}", model, n);
     s += "\n";
   }
-  s += "earnings per seat class (credits per machine-hour):\n";
+  if (!refused_by_model.empty()) {
+    s += "refused:";
+    for (const auto& [model, n] : refused_by_model) s += fmt::format(" {} {}", model, n);
+    s += "\n";
+  }
+  s += "earnings per seat class (credits per online machine-hour; busy: time on jobs per online time):\n";
   std::vector<std::pair<std::string, SeatEarnings>> rows(earnings.begin(), earnings.end());
   std::sort(rows.begin(), rows.end(),
             [](auto& a, auto& b) { return a.second.per_machine_hour() > b.second.per_machine_hour(); });
   for (auto& [cls, e] : rows)
-    s += fmt::format("  {:<16} {:>10.3f}  ({} jobs, {:.0f} machine-hours)\n", cls, e.per_machine_hour(), e.jobs,
-                     e.machine_hours);
+    s += fmt::format("  {:<16} {:>10.3f}  ({} jobs, {:.0f} machine-hours, busy {:.1f}%)\n", cls, e.per_machine_hour(),
+                     e.jobs, e.machine_hours, e.machine_hours > 0 ? 100 * e.busy_hours / e.machine_hours : 0.0);
   s += fmt::format("simulated in {:.1f} s of wall time\n", wall_seconds);
   return s;
 }

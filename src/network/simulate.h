@@ -1,8 +1,9 @@
 #pragma once
 // The network in virtual time: a synthetic population drawn from the hardware catalog (shared
-// and dedicated seats, pods of identical machines), Poisson job arrivals, churn of shared seats,
-// run through the real Placement and the real ledger postings. Nothing sleeps; a day of a
-// 100k-node network takes minutes of CPU.
+// and dedicated seats, pods of identical machines), Poisson job arrivals drawn from a stated mix
+// of model sizes (docs/network.md; jobs no unit of the population could hold are refused on
+// arrival), churn of shared seats, run through the real Placement and the real ledger postings.
+// Nothing sleeps; a day of a 100k-node network takes minutes of CPU.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,6 +25,7 @@ struct SimulationOptions {
 
 struct SeatEarnings {
   double machine_hours = 0;   // online time
+  double busy_hours = 0;      // time on jobs within the span (a job that lost its lease counts as started)
   double credits = 0;
   int64_t jobs = 0;
   double per_machine_hour() const { return machine_hours > 0 ? credits / machine_hours : 0; }
@@ -31,7 +33,9 @@ struct SeatEarnings {
 
 struct SimulationReport {
   int64_t jobs_submitted = 0, jobs_completed = 0, jobs_in_flight = 0, jobs_queued = 0;
-  int64_t jobs_lost = 0;      // submitted - completed - in flight - queued: must be 0
+  int64_t jobs_refused = 0;   // no unit of the population could ever hold their model
+  std::map<std::string, int64_t> refused_by_model;
+  int64_t jobs_lost = 0;      // submitted - refused - completed - in flight - queued: must be 0
   std::map<std::string, int64_t> queued_by_model;  // still waiting at the end
   int64_t requeued = 0;       // leases lost to churn
   int64_t pod_jobs = 0;

@@ -35,7 +35,8 @@ void on_interrupt(int) { g_interrupted = 1; }
 
 // Waits for every child; after the first failure or an interrupt, stops the rest (SIGTERM,
 // then SIGKILL after a grace period).
-int supervise(const std::vector<pid_t>& pids, const std::vector<std::string>& names) {
+int supervise(const std::vector<pid_t>& pids, const std::vector<std::string>& names,
+              const std::vector<std::string>& ssh_hosts = {}) {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
@@ -57,6 +58,12 @@ int supervise(const std::vector<pid_t>& pids, const std::vector<std::string>& na
         if (code != 0 && result == 0 && !terminated) {
           std::fprintf(stderr, "orchard launch: %s exited with %s %d; stopping the other ranks\n", names[i].c_str(),
                        WIFEXITED(status) ? "code" : "signal", WIFEXITED(status) ? code : WTERMSIG(status));
+          // ssh exits 255 for its own errors (the rank never ran); orchard never exits 255.
+          if (WIFEXITED(status) && code == 255 && i < ssh_hosts.size() && !ssh_hosts[i].empty())
+            std::fprintf(stderr,
+                         "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
+                         "log into without a password (try: ssh -o BatchMode=yes %s true)\n",
+                         ssh_hosts[i].c_str(), ssh_hosts[i].c_str());
           result = code;
         }
       }
@@ -153,8 +160,9 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
   config.listen_fd = -1;
 
   std::vector<pid_t> pids;
-  std::vector<std::string> names;
+  std::vector<std::string> names, ssh_hosts;
   for (int r = 0; r < world; ++r) {
+    const HostEntry& host = hosts[static_cast<size_t>(r)];
     config.rank = r;
     std::string remote = "cd " + shell_quote(cwd) + " && exec env";
     for (const auto& [key, value] : comm::config_to_env(config)) {
@@ -162,10 +170,13 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
       remote += " " + key + "=" + shell_quote(value);
     }
     for (const auto& w : command_words) remote += " " + w;
-    pids.push_back(spawn({options.ssh_command, "-o", "BatchMode=yes", hosts[static_cast<size_t>(r)].ssh, remote}));
-    names.push_back("rank " + std::to_string(r) + " (" + hosts[static_cast<size_t>(r)].ssh + ")");
+    // The same command line either way, so a rank here sees what a remote one sees.
+    pids.push_back(host.local ? spawn({"/bin/sh", "-c", remote})
+                              : spawn({options.ssh_command, "-o", "BatchMode=yes", host.ssh, remote}));
+    names.push_back("rank " + std::to_string(r) + " (" + host.ssh + (host.local ? ", this machine" : "") + ")");
+    ssh_hosts.push_back(host.local ? "" : host.ssh);
   }
-  return supervise(pids, names);
+  return supervise(pids, names, ssh_hosts);
 }
 
 int launch_local(int world, const LaunchOptions& options) {

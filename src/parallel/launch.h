@@ -14,6 +14,7 @@ namespace orchard::parallel {
 struct HostEntry {
   std::string ssh;                     // how to reach the host ("user@mac-1", or an address)
   std::vector<std::string> endpoints;  // "ip:port" per interface, for the comm layer
+  bool local = false;                  // this machine: its rank starts here, without ssh
 };
 
 // Reads an MLX-shaped hostfile (see comm/bootstrap.h for the accepted shapes).
@@ -27,7 +28,8 @@ struct LaunchOptions {
 };
 
 // Runs `command` on every host; returns the job's exit code (0 when every rank exited 0, else
-// the first failure's code). Prints which rank failed and why on stderr.
+// the first failure's code). Prints which rank failed and why on stderr (exit 255 from ssh: that
+// ssh could not reach the host, and what to check).
 int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& options);
 
 // Runs `command` as `world` ranks on this machine (exec'd children).

@@ -38,6 +38,12 @@ TEST(WorldFeed, CompletesMissingTotalsAndKeepsTheCoordinators) {
   EXPECT_EQ(t["jobs_per_min"], 1.5);
   EXPECT_TRUE(t["credits_by_seat"].is_object());
 
+  // Without the coordinator's output figure there is none: the nodes' tok_s are the speeds of
+  // their last jobs, not output now.
+  json bare = {{"nodes", {node("a", true, 64, 3, 10), node("c", true, 16, 0, 2.5)}}};
+  world::WorldFeed::complete_totals(bare, 0);
+  EXPECT_FALSE(bare["totals"].contains("tok_s")) << bare["totals"].dump();
+
   json junk = "not an object";
   world::WorldFeed::complete_totals(junk, 0);
   EXPECT_TRUE(junk["nodes"].is_array());

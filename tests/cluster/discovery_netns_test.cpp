@@ -191,7 +191,9 @@ class NetnsSplitJob : public Namespaces {
     model_ = (dir_ / "tiny.gguf").string();
     ASSERT_EQ(sh(orchard_binary() + " make-model --arch llama --shape tiny --type q8_0 -o " + model_), 0);
     ssh_ = (dir_ / "ssh.sh").string();
+    // It notes each host it is asked to reach in ssh.log.
     std::ofstream(ssh_) << "#!/bin/sh\n# ssh -o BatchMode=yes HOST COMMAND, HOST an address of a namespace\nshift 2\n"
+                        << "echo \"$1\" >> " << (dir_ / "ssh.log").string() << "\n"
                         << "case \"$1\" in 10.77.5.1) ns=" << ns("a") << ";; 10.77.5.2) ns=" << ns("b")
                         << ";; *) echo \"no machine at $1\" >&2; exit 255;; esac\nexec ip netns exec \"$ns\" sh -c \"$2\"\n";
     std::filesystem::permissions(ssh_, std::filesystem::perms::owner_all);
@@ -247,6 +249,23 @@ TEST_F(NetnsSplitJob, RunFromHostfileSplitsOverBothMachinesLikeOneRank) {
   ASSERT_TRUE(split.is_object()) << stderr_text;
   EXPECT_NE(stderr_text.find("starting 2 rank(s), pipeline: 10.77.5.1, 10.77.5.2"), std::string::npos) << stderr_text;
   EXPECT_EQ(split["tokens"], reference["tokens"]) << stderr_text;
+}
+
+// The machine the command is typed on is one of the discovered ones: its rank starts there
+// without ssh (which it may not run a server for); the other is reached over ssh.
+TEST_F(NetnsSplitJob, DiscoveredRunStartsThisMachinesRankWithoutSsh) {
+  const std::string log = (dir_ / "discover.err").string();
+  const nlohmann::json split = nlohmann::json::parse(
+      capture(on_a("run -m " + model_ + " -p '" + kPrompt + "' -n 24 --temp 0 --json --strategy pipeline --discover" +
+                   cluster_args() + " 2>" + log)),
+      nullptr, false);
+  std::ifstream err(log);
+  const std::string stderr_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(split.is_object()) << stderr_text;
+  EXPECT_EQ(split["tokens"], alone()["tokens"]) << stderr_text;
+  std::ifstream ssh_log(dir_ / "ssh.log");
+  const std::string reached((std::istreambuf_iterator<char>(ssh_log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(reached, "10.77.5.2\n") << "ssh was asked to reach: " << reached;
 }
 
 TEST_F(NetnsSplitJob, AutoStrategyFollowsThePlanOfTheDiscoveredMachines) {

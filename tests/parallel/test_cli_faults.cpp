@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli_process.h"
 #include "model/model_files.h"
 
 namespace orchard {
@@ -40,55 +41,15 @@ std::vector<pid_t> children_of(pid_t parent) {
 
 bool alive(pid_t pid) { return kill(pid, 0) == 0; }
 
-struct Finished {
-  int exit_code;
-  std::string stderr_text;
-  double seconds;
-};
-
-// Starts argv with stderr to a file; returns its pid.
-pid_t start(const std::vector<std::string>& argv, const std::string& stderr_path, const std::string& stdout_path) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    freopen(stderr_path.c_str(), "w", stderr);
-    freopen(stdout_path.c_str(), "w", stdout);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::seconds limit) {
-  const auto begin = std::chrono::steady_clock::now();
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() - begin > limit) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      ADD_FAILURE() << "still running after " << limit.count() << " s";
-      break;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  std::ifstream err(stderr_path);
-  std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count()};
-}
+using testing::Finished;
+using testing::start;
+using testing::wait_for;
 
 // Runs argv to the end and parses what it printed as JSON (a discarded value when it isn't).
 nlohmann::json run_json(const std::vector<std::string>& argv) {
-  // Per process: ctest runs this file's tests at the same time.
-  const std::string tag = std::to_string(getpid());
-  const std::string err = ::testing::TempDir() + "/run-err-" + tag + ".txt", out = ::testing::TempDir() + "/run-out-" + tag + ".txt";
-  Finished f = wait_for(start(argv, err, out), err, 60s);
-  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
-  std::ifstream o(out);
-  std::string text((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
-  return nlohmann::json::parse(text, nullptr, false);
+  testing::Ran r = testing::run_to_end(argv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out, nullptr, false);
 }
 
 class RankKilled : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};

@@ -73,13 +73,11 @@ void WorldFeed::complete_totals(nlohmann::json& doc, double jobs_per_min) {
   if (!doc.contains("totals") || !doc["totals"].is_object()) doc["totals"] = nlohmann::json::object();
   auto& totals = doc["totals"];
   int64_t online = 0, memory = 0, jobs = 0;
-  double tok_s = 0;
   for (const auto& n : doc["nodes"]) {
     jobs += static_cast<int64_t>(number_or(n, "jobs_served", 0));
     if (!n.is_object() || !n.value("online", false)) continue;
     ++online;
     memory += static_cast<int64_t>(number_or(n, "memory_bytes", 0));
-    tok_s += number_or(n, "tok_s", 0);
   }
   auto fill = [&](const char* key, const nlohmann::json& value) {
     if (!totals.contains(key) || totals[key].is_null()) totals[key] = value;
@@ -88,7 +86,6 @@ void WorldFeed::complete_totals(nlohmann::json& doc, double jobs_per_min) {
   fill("online", online);
   fill("memory_bytes", memory);
   fill("jobs_served", jobs);
-  fill("tok_s", tok_s);
   fill("jobs_per_min", jobs_per_min);
   fill("queue", 0);
   fill("credits_by_seat", nlohmann::json::object());

@@ -39,7 +39,9 @@ struct FeedOptions {
 // Totals the page needs that the coordinator may leave out are derived (see docs/world.md):
 //   nodes, online, memory_bytes (online machines), jobs_served: from "nodes";
 //   jobs_per_min: growth of the sum of jobs_served over the last minute;
-//   tok_s: the sum of the online nodes' tok_s; queue: 0; credits_by_seat: {}.
+//   queue: 0; credits_by_seat: {}. tok_s (output over the last minute) only the coordinator
+//   knows: a node's tok_s is the speed of its last job, and summing those would report output
+//   from machines that are idle.
 // The coordinator's own figures always win. Thread-safe.
 class WorldFeed {
  public:

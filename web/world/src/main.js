@@ -57,7 +57,7 @@ function showTooltip(node, dot) {
       <dt>Region</dt><dd>${esc(node.region || "not shared")}</dd>
       ${node.pod ? `<dt>Pod</dt><dd>${esc(node.pod)}</dd>` : ""}
       <dt>Jobs served</dt><dd>${formatNumber(node.jobs_served)}</dd>
-      <dt>Speed</dt><dd>${formatNumber(node.tok_s, 1)} tok/s</dd>
+      <dt>Last job</dt><dd>${formatNumber(node.tok_s, 1)} tok/s</dd>
       <dt>Uptime</dt><dd>${up === null ? "–" : formatDuration(up)}</dd>
     </dl>
     <p class="tt-id">${esc(shortId(node.id))}${state.pinned ? " · pinned" : ""}</p>`;
@@ -91,7 +91,9 @@ function renderTotals() {
   $("stat-online").textContent = formatNumber(t.online ?? nodes.filter((n) => n.online).length);
   $("stat-nodes").textContent = `of ${formatNumber(t.nodes ?? nodes.length)} registered`;
   $("stat-memory").textContent = formatBytes(t.memory_bytes ?? 0);
-  $("stat-toks").textContent = formatNumber(t.tok_s ?? 0, 1);
+  // The network's output over the last minute, as the coordinator counts it; never a sum of the
+  // machines' last-job speeds (the table's column), which would claim output nobody is producing.
+  $("stat-toks").textContent = t.tok_s == null ? "–" : formatNumber(t.tok_s, 1);
   $("stat-jobs").textContent = formatNumber(t.jobs_per_min ?? 0, 1);
   $("stat-served").textContent = `${formatNumber(t.jobs_served ?? 0)} served in all`;
   $("stat-queue").textContent = formatNumber(t.queue ?? 0);

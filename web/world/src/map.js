@@ -36,6 +36,10 @@ export function dotRadius(memoryBytes) {
   return Math.min(20, 2.5 + 0.75 * Math.sqrt(gb));
 }
 
+// The smallest dot on screen, in CSS pixels of radius: the map shrinks with the window (on a phone
+// a map unit is 0.4 px), and a 16 GB machine must stay a dot one can see and tap.
+export const MIN_DOT_PX = 3;
+
 function el(name, attrs = {}, parent = null) {
   const e = document.createElementNS(SVG, name);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -65,10 +69,27 @@ export class WorldMap {
     this.podLayer = el("g", { class: "pods" }, svg);
     this.dotLayer = el("g", { class: "dots" }, svg);
     this.trayLabel = el("text", { class: "tray-label", x: 14, y: this.height - 30 }, svg);
+    // The minimum size is in screen pixels: lay the dots out again when the map's width changes.
+    this.lastNodes = null;
+    this.lastWidth = 0;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver(() => {
+        const w = svg.getBoundingClientRect().width;
+        if (this.lastNodes && Math.abs(w - this.lastWidth) > 1) this.update(this.lastNodes);
+      }).observe(svg);
+    }
+  }
+
+  // A machine's radius in map units: by memory, at least MIN_DOT_PX on screen.
+  radiusOf(memoryBytes) {
+    const width = this.svg.getBoundingClientRect().width || W;
+    return Math.max(dotRadius(memoryBytes), (MIN_DOT_PX * W) / width);
   }
 
   // Places the online machines; returns {placed, regions, unplaced}.
   update(nodes) {
+    this.lastNodes = nodes;
+    this.lastWidth = this.svg.getBoundingClientRect().width;
     const online = nodes.filter((n) => n.online);
     const groups = new Map(); // region name -> nodes
     const unplaced = [];
@@ -85,17 +106,17 @@ export class WorldMap {
       // Pod members next to each other, then a sunflower spiral so no two dots sit on one spot.
       members.sort((a, b) => String(a.pod || "~").localeCompare(String(b.pod || "~")) || String(a.id).localeCompare(String(b.id)));
       // Neighbours on a sunflower spiral sit about `spacing` apart: just more than the widest dot.
-      const spacing = members.reduce((s, n) => Math.max(s, dotRadius(n.memory_bytes)), 0) * 2.1;
+      const spacing = members.reduce((s, n) => Math.max(s, this.radiusOf(n.memory_bytes)), 0) * 2.1;
       members.forEach((n, i) => {
         const rr = spacing * Math.sqrt(i);
         const a = i * 2.399963;
-        pos.set(n.id, [cx + rr * Math.cos(a), cy + rr * Math.sin(a), dotRadius(n.memory_bytes)]);
+        pos.set(n.id, [cx + rr * Math.cos(a), cy + rr * Math.sin(a), this.radiusOf(n.memory_bytes)]);
       });
     }
     // Machines whose region is not on the list wait in a tray under the map.
     let x = 20;
     for (const n of unplaced.sort((a, b) => String(a.id).localeCompare(String(b.id)))) {
-      const r = dotRadius(n.memory_bytes);
+      const r = this.radiusOf(n.memory_bytes);
       pos.set(n.id, [x + r, this.height - 14, r]);
       x += 2 * r + 4;
     }
@@ -144,7 +165,6 @@ export class WorldMap {
       c.setAttribute("r", p[2].toFixed(1));
       c.setAttribute("fill", classColor(cls));
       c.setAttribute("data-chip-class", cls);
-      c.classList.toggle("busy", Number(n.tok_s) > 0);
       c.setAttribute("aria-label", `${esc(n.chip || "Unknown chip")}, ${Math.round((n.memory_bytes || 0) / GiB)} GB, ${esc(n.region || "region not shared")}`);
     }
     for (const [id, c] of this.dots) {

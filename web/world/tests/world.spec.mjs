@@ -7,7 +7,8 @@
 // The network: 8 agents with different chips, regions and seats (one in a region not on the map,
 // one that stops before the page opens), one of them holding a tiny model that serves three real
 // jobs (jobs served, tokens/s, credits); and two pods of two machines each, registered by this
-// test over the signed node API because the agent cannot declare a pod yet. A machine joins by
+// test over the signed node API so that they can claim hardware this machine is not and leave on
+// cue (`orchard node --pod` declares a real pod, whose leader starts ranks over ssh). A machine joins by
 // starting an agent and leaves by stopping one (SIGTERM: the agent withdraws).
 //
 // Checks: the page loads with no console errors and asks nothing of any host but the
@@ -102,6 +103,11 @@ const port = await new Promise((resolveStart, reject) => {
   });
 });
 const base = `http://127.0.0.1:${port}`;
+// The radius on screen, in CSS px, of the smallest dot (from its r: a dot popping in is scaled).
+const smallestDotPx = (p) => p.$eval("#map", (svg) => {
+  const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  return Math.min(...[...svg.querySelectorAll("circle.dot")].map((c) => c.r.baseVal.value * scale));
+});
 const getWorld = async () => (await fetch(`${base}/v1/world`)).json();
 
 // A node key as the agent keeps it: hex of libsodium's secret key (seed, then public key), 0600.
@@ -264,6 +270,9 @@ try {
   check((await page.textContent("#stat-toks")).trim() === formatNumber(t.tok_s, 1) &&
     (await page.textContent("#stat-jobs")).trim() === formatNumber(t.jobs_per_min, 1) &&
     (await page.textContent("#stat-queue")).trim() === "0", "tokens/s, jobs/min and queue are the coordinator's");
+  check((await page.textContent("#l-toks + .value + .sub")).includes("last minute") &&
+    (await page.textContent("#machines thead")).includes("Last job tok/s"),
+    "the header's tokens/s says it is the last minute's output, the table's column that it is a last job's speed");
   check((await page.$$("#map .pod path.pod-link")).length === 2, "two pods drawn as links");
   check((await page.textContent("#map .tray-label")) === "Region not shared (1)", "a machine in an unknown region sits in the tray");
   const lb = await page.$$eval("#leaderboard li .seat", (xs) => xs.map((x) => x.firstChild.textContent.trim()));
@@ -325,6 +334,8 @@ try {
   check(overflow <= 0, `phone: no sideways scrolling (overflow ${overflow} px)`);
   const mapWidth = await phone.$eval("#map", (m) => m.getBoundingClientRect().width);
   check(mapWidth > 300 && mapWidth <= 390, `phone: the map fits the screen (${Math.round(mapWidth)} px)`);
+  const smallest = await smallestDotPx(phone);
+  check(smallest >= 2.9, `phone: the smallest machine (8 GB) is a dot of ${smallest.toFixed(1)} px radius (>= 3)`);
   await phone.tap(dot(agents.find((a) => a.name === "toronto-m1ultra").key.id));
   check(/M1 Ultra/.test(await phone.textContent("#tooltip")), "phone: tapping a dot shows its details");
   await phone.screenshot({ path: join(outDir, "world-phone.png"), fullPage: true });

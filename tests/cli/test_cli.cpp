@@ -1,0 +1,253 @@
+// The CLI as a new user meets it: edge values of flags give results or errors that name the
+// flag, never a crash; commands say what they did and what to do next.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_process.h"
+#include "model/gguf/reader.h"
+#include "model/model_files.h"
+
+namespace orchard {
+namespace {
+
+using testing::Ran;
+using testing::run_to_end;
+
+std::vector<std::string> orchard(std::vector<std::string> args) {
+  args.insert(args.begin(), ORCHARD_BINARY);
+  return args;
+}
+
+// --- bench: -p 0 measures generation alone, -n 0 the prompt alone, on one rank and split.
+
+class BenchOneTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BenchOneTest, ZeroPromptOrZeroGenerationMeasuresTheOther) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string world = GetParam();
+  for (const auto& [p, n] : {std::pair{"0", "16"}, std::pair{"16", "0"}}) {
+    std::vector<std::string> args = {"bench", "-m", model, "-p", p, "-n", n, "-r", "1", "-t", "1"};
+    if (world != "1") args.insert(args.end(), {"--world", world, "--strategy", "pipeline"});
+    args.push_back("--json");
+    Ran r = run_to_end(orchard(args));
+    ASSERT_EQ(r.exit_code, 0) << "-p " << p << " -n " << n << ": " << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ranks"], std::stoi(world));
+    const bool prompt = std::string(p) != "0";
+    // The test that did not run has no rate; the one that ran has a positive one.
+    EXPECT_EQ(j["prompt_tok_s"].is_null(), !prompt) << r.out;
+    EXPECT_EQ(j["gen_tok_s"].is_null(), prompt) << r.out;
+    EXPECT_GT(j[prompt ? "prompt_tok_s" : "gen_tok_s"].get<double>(), 0) << r.out;
+
+    // The text line leaves the test that did not run out, rather than print 0.00 tok/s.
+    args.pop_back();
+    r = run_to_end(orchard(args));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find("pp16") != std::string::npos, prompt) << r.out;
+    EXPECT_EQ(r.out.find("tg16") != std::string::npos, !prompt) << r.out;
+    EXPECT_EQ(r.out.find(" 0.00 tok/s"), std::string::npos) << r.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(World, BenchOneTest, ::testing::Values("1", "2"),
+                         [](const auto& info) { return "world" + info.param; });
+
+TEST(Bench, NothingToMeasureIsAnError) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"bench", "-m", model, "-p", "0", "-n", "0"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("-p 0 and -n 0 leave nothing to measure"), std::string::npos) << r.err;
+}
+
+// --- numeric flags out of range are errors that name the flag and its range.
+
+TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "-m", model, "-p", "Hi", "--top-k", "-5"}, "--top-k: must be 0 or more, got -5"},
+      {{"run", "-m", model, "-p", "Hi", "--top-p", "1.5"}, "--top-p: must be from 0 to 1, got 1.5"},
+      {{"run", "-m", model, "-p", "Hi", "--repeat-penalty", "0"}, "--repeat-penalty: must be more than 0, got 0"},
+      {{"run", "-m", model, "-p", "Hi", "-n", "0"}, "--max-tokens: must be 1 or more, got 0"},
+      {{"run", "-m", model, "-p", "Hi", "--world", "0"}, "--world: must be from 1 to 1024, got 0"},
+      {{"bench", "-m", model, "-r", "0"}, "--repetitions: must be 1 or more, got 0"},
+      {{"bench", "-m", model, "-p", "-1"}, "--prompt-tokens: must be 0 or more, got -1"},
+      {{"serve", "-m", model, "--port", "70000"}, "--port: must be from 0 to 65535, got 70000"},
+      {{"serve", "-m", model, "--parallel", "0"}, "--parallel: must be from 1 to 1024, got 0"},
+      {{"make-model", "-o", "/dev/null", "--threads", "-2"}, "--threads: must be 0 or more, got -2"},
+      {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
+      {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
+  };
+  for (const auto& [args, message] : cases) {
+    Ran r = run_to_end(orchard(args));
+    EXPECT_NE(r.exit_code, 0) << args[0] << " " << message;
+    EXPECT_LT(r.exit_code, 128) << "a crash: " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << "want '" << message << "', got: " << r.err;
+  }
+  // --help says the range next to the flag.
+  Ran help = run_to_end(orchard({"run", "--help"}));
+  EXPECT_NE(help.out.find("from 0 to 1"), std::string::npos) << help.out;
+}
+
+TEST(FlagRanges, TpOrPpOutsideHybridIsAnError) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "tensor", "--tp", "3"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--tp and --pp shape a hybrid split; --strategy tensor does not take them"), std::string::npos) << r.err;
+  r = run_to_end(orchard({"bench", "-m", model, "-p", "8", "-n", "2", "--world", "2", "--strategy", "pipeline", "--pp", "2"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--strategy pipeline does not take them"), std::string::npos) << r.err;
+}
+
+// --- a sampled run without --seed draws one and says it; with it, the run repeats.
+
+// The seed a run printed ("seed N (repeat with --seed N)"), or "" when it printed none.
+std::string printed_seed(const std::string& err) {
+  const size_t at = err.find("seed ");
+  if (at == std::string::npos) return "";
+  const std::string seed = err.substr(at + 5, err.find(' ', at + 5) - at - 5);
+  EXPECT_NE(err.find("(repeat with --seed " + seed + ")"), std::string::npos) << err;
+  return seed;
+}
+
+TEST(RunSeed, SampledRunsDrawASeedThatRepeatsThem) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> sampled = {"run", "-m", model, "-p", "Once upon", "-n", "24", "--temp", "1.5",
+                                            "--top-k", "0", "--top-p", "1", "--min-p", "0", "-t", "1", "--json"};
+  Ran first = run_to_end(orchard(sampled)), second = run_to_end(orchard(sampled));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::string seed = printed_seed(first.err), other = printed_seed(second.err);
+  ASSERT_FALSE(seed.empty()) << first.err;
+  EXPECT_NE(seed, other) << "two runs drew the same seed";
+  EXPECT_EQ(nlohmann::json::parse(first.out)["seed"].get<uint64_t>(), std::stoull(seed));
+
+  // The printed seed repeats the run, here and split over two ranks (which share rank 0's seed).
+  std::vector<std::string> again = sampled;
+  again.insert(again.end(), {"--seed", seed});
+  Ran repeat = run_to_end(orchard(again));
+  ASSERT_EQ(repeat.exit_code, 0) << repeat.err;
+  EXPECT_EQ(printed_seed(repeat.err), "") << "--seed given: nothing to say";
+  EXPECT_EQ(nlohmann::json::parse(repeat.out)["tokens"], nlohmann::json::parse(first.out)["tokens"]);
+  std::vector<std::string> split = sampled;
+  split.insert(split.end(), {"--world", "2", "--strategy", "pipeline"});
+  Ran drawn_split = run_to_end(orchard(split));
+  ASSERT_EQ(drawn_split.exit_code, 0) << drawn_split.err;
+  std::vector<std::string> single = sampled;
+  single.insert(single.end(), {"--seed", printed_seed(drawn_split.err)});
+  EXPECT_EQ(nlohmann::json::parse(drawn_split.out)["tokens"], nlohmann::json::parse(run_to_end(orchard(single)).out)["tokens"]);
+
+  // Greedy needs no seed.
+  Ran greedy = run_to_end(orchard({"run", "-m", model, "-p", "Once upon", "-n", "4", "-t", "1"}));
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_EQ(printed_seed(greedy.err), "") << greedy.err;
+}
+
+// --- messages say what is wrong and what to do.
+
+TEST(Messages, SplitFlagsSayWhichFlagToGive) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  // Ranks started by a launcher, with no --strategy: each says which one to pass.
+  Ran r = run_to_end(orchard({"launch", "-n", "2", "--", "orchard", "run", "-m", model, "-p", "Hi", "-n", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("this process is one of 2 ranks a launcher started but --strategy is single (one rank): pass "
+                       "--strategy pipeline, tensor, hybrid (with --tp or --pp)"),
+            std::string::npos)
+      << r.err;
+  r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--world 2 but --strategy is single (one rank): pass --strategy pipeline, tensor, hybrid (with "
+                       "--tp or --pp) or auto"),
+            std::string::npos)
+      << r.err;
+  r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "hybrid"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--strategy hybrid needs --tp N (ranks per tensor group) or --pp N (pipeline stages), N dividing "
+                       "the world of 2 ranks"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(Messages, PlanForMoreMachinesThanItKnowsSaysHowToGiveThem) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  Ran r = run_to_end(orchard({"plan", "-m", model, "--world", "2"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--world 2 asks for 2 machines, but the planner knows only this machine: give it more with "
+                       "--hostfile hosts.json, --discover"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("fit"), std::string::npos) << "not a question of fitting: " << r.err;
+  // Two ranks of this machine are what --machines 2 plans for.
+  r = run_to_end(orchard({"plan", "-m", model, "--world", "2", "--machines", "2", "--threads", "1"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(Messages, SshThatCannotReachAHostSaysSo) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string dir = ::testing::TempDir(), tag = std::to_string(getpid());
+  const std::string ssh = dir + "/unreachable-ssh-" + tag + ".sh", hosts = dir + "/unreachable-hosts-" + tag + ".json";
+  // What ssh does when no server answers: a message of its own and exit code 255.
+  std::ofstream(ssh) << "#!/bin/sh\necho \"ssh: connect to host $3 port 22: Connection refused\" >&2\nexit 255\n";
+  std::filesystem::permissions(ssh, std::filesystem::perms::owner_all);
+  std::ofstream(hosts) << R"([{"ssh": "mac-1", "ips": ["127.0.0.1"]}, {"ssh": "mac-2", "ips": ["127.0.0.1"]}])";
+  Ran r = run_to_end(orchard({"launch", "--hostfile", hosts, "--ssh", ssh, "--port", std::to_string(38000 + getpid() % 1000),
+                              "--", "orchard", "run", "-m", model, "-p", "Hi", "--strategy", "pipeline"}));
+  EXPECT_EQ(r.exit_code, 255);
+  EXPECT_NE(r.err.find("ssh could not reach mac-"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(try: ssh -o BatchMode=yes mac-"), std::string::npos) << r.err;
+}
+
+// --- units in names: bench-comm's bus bandwidth in gigabytes/s, link caps in gigabits/s.
+
+TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {
+  // 1 Gbit/s is 0.125 GB/s: a 1 MiB all-reduce of two ranks sends 1 MiB per rank through the cap,
+  // so its bus bandwidth is at most 0.125 GB/s (it would read 8 times more in gigabits).
+  for (const std::string flag : {"--link-gbit-s", "--link-gbps"}) {  // the old name still works
+    Ran r = run_to_end(orchard({"bench-comm", "--world", "2", "--sizes", "1M", "--iters", "5", flag, "1", "--json"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto result = nlohmann::json::parse(r.out)["results"][0];
+    EXPECT_FALSE(result.contains("busbw_gbps")) << result.dump();
+    const double gb_s = result["busbw_gb_s"].get<double>();
+    EXPECT_LE(gb_s, 0.125 * 1.02) << flag;
+    EXPECT_GE(gb_s, 0.125 / 4) << flag;
+  }
+  Ran help = run_to_end(orchard({"bench-comm", "--help"}));
+  EXPECT_NE(help.out.find("--link-gbit-s"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("gigabits/s"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("busbw_gb_s (bus bandwidth, gigabytes/s)"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("--link-gbps"), std::string::npos) << "the old name is hidden: " << help.out;
+}
+
+// --- make-model says what it wrote.
+
+TEST(MakeModel, SaysWhatItWrote) {
+  const std::string path = ::testing::TempDir() + "/cli-made-" + std::to_string(getpid()) + ".gguf";
+  Ran r = run_to_end(orchard({"make-model", "--arch", "llama", "--shape", "tiny", "--type", "f32", "--threads", "1", "-o", path}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Parameters by hand from the shape's metadata: embeddings and output head, the final norm,
+  // and per layer two norms, Q/K/V/O and the three FFN matrices.
+  const auto file = model::gguf::Reader::open(path);
+  auto meta = [&](const std::string& key) { return file.get("llama." + key).as_int(key); };
+  const int64_t embd = meta("embedding_length"), layers = meta("block_count"), ff = meta("feed_forward_length");
+  const int64_t heads = meta("attention.head_count"), kv_heads = meta("attention.head_count_kv");
+  const int64_t vocab = static_cast<int64_t>(file.get("tokenizer.ggml.tokens").as_array("tokens").items.size());
+  const int64_t kv_dim = embd / heads * kv_heads;
+  const int64_t parameters = 2 * vocab * embd + embd + layers * (2 * embd + 2 * embd * embd + 2 * embd * kv_dim + 3 * embd * ff);
+  const auto bytes = std::filesystem::file_size(path);
+  EXPECT_NE(r.out.find("wrote " + path + ": llama, shape tiny (" + std::to_string(layers) + " layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("type f32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" " + std::to_string(parameters) + " parameters"), std::string::npos) << r.out << "want " << parameters;
+  // F32: four bytes a parameter.
+  EXPECT_NE(r.out.find(fmt::format("{:.3g} MB of weights", parameters * 4 / 1e6)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" " + std::to_string(bytes) + " bytes in all"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace orchard

@@ -1,0 +1,80 @@
+#pragma once
+// The orchard binary as a user runs it, for tests: start a command with its stdout and stderr
+// going to files, wait for it under a deadline (killed after), read what it printed.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace orchard::testing {
+
+struct Finished {
+  int exit_code;  // 128 + signal when a signal ended it (139: SIGSEGV)
+  std::string stderr_text;
+  double seconds;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Starts argv with stderr and stdout to files; returns its pid.
+inline pid_t start(const std::vector<std::string>& argv, const std::string& stderr_path, const std::string& stdout_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(stderr_path.c_str(), "w", stderr) || !freopen(stdout_path.c_str(), "w", stdout)) _exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for pid, killing it (and failing the test) after `limit`.
+inline Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::seconds limit) {
+  using namespace std::chrono_literals;
+  const auto begin = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - begin > limit) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "still running after " << limit.count() << " s";
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_text(stderr_path),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count()};
+}
+
+struct Ran {
+  int exit_code;
+  std::string out, err;
+};
+
+// Runs argv to the end (at most `limit`) and returns its exit code and what it printed.
+inline Ran run_to_end(const std::vector<std::string>& argv, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  // Per process and call: ctest runs a file's tests at the same time.
+  static int calls = 0;
+  const std::string tag = std::to_string(getpid()) + "-" + std::to_string(calls++);
+  const std::string err = ::testing::TempDir() + "/cli-err-" + tag + ".txt";
+  const std::string out = ::testing::TempDir() + "/cli-out-" + tag + ".txt";
+  Finished f = wait_for(start(argv, err, out), err, limit);
+  Ran r{f.exit_code, read_text(out), f.stderr_text};
+  std::remove(err.c_str());
+  std::remove(out.c_str());
+  return r;
+}
+
+}  // namespace orchard::testing
