@@ -242,10 +242,10 @@ TEST(MakeModel, SaysWhatItWrote) {
   const auto bytes = std::filesystem::file_size(path);
   EXPECT_NE(r.out.find("wrote " + path + ": llama, shape tiny (" + std::to_string(layers) + " layers"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("type f32"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" " + std::to_string(parameters) + " parameters"), std::string::npos) << r.out << "want " << parameters;
+  EXPECT_NE(r.out.find(fmt::format(" {} parameters", parameters)), std::string::npos) << r.out << "want " << parameters;
   // F32: four bytes a parameter.
   EXPECT_NE(r.out.find(fmt::format("{:.3g} MB of weights", parameters * 4 / 1e6)), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" " + std::to_string(bytes) + " bytes in all"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format(" {} bytes in all", bytes)), std::string::npos) << r.out;
   std::filesystem::remove(path);
 }
 

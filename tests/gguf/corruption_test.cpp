@@ -99,7 +99,7 @@ TEST(GgufCorruption, BadDimensions) {
 }
 
 TEST(GgufCorruption, UnknownTensorTypeNamesTensorAndCode) {
-  expect_error(one_tensor({4}, 99, 0, 16).data(), {"tensor 'w'", "type code 99"});
+  expect_error(one_tensor({4}, 99, 0, 16).data(), {"tensor 'w'", "type code 99", "expected one of f32 (0)", "iq4_xs (23)"});
   expect_error(one_tensor({256}, 15, 0, 292).data(), {"type code 15"});  // q8_K: activations only
 }
 

@@ -317,7 +317,9 @@ void Reader::parse_all() {
     }
     uint32_t code = p.read<uint32_t>("type");
     auto type = core::tensor_type_from_code(code);
-    if (!type) p.fail("tensor '{}' has unknown or unsupported type code {}, expected a type Orchard reads", info.name, code);
+    if (!type)
+      p.fail("tensor '{}' has unknown or unsupported type code {}, expected one of {}", info.name, code,
+             core::supported_types_list());
     info.type = *type;
     const core::TypeTraits& traits = core::type_traits(info.type);
     if (info.shape[0] % traits.block_elements != 0)
