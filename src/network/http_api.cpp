@@ -170,7 +170,7 @@ struct HttpApi::Impl {
     server.Post("/v1/nodes/hand-back", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   json b = parse_body(req);
-                  coordinator.hand_back(id, b.at("job"), b.at("attempt"));
+                  coordinator.hand_back(id, b.at("job"), b.at("attempt"), b.value("reason", ""));
                   send_json(res, {{"ok", true}});
                 }));
     server.Get("/v1/ledger", wrap([this](const httplib::Request& req, httplib::Response& res) {

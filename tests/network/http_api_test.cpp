@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "network/audit.h"
 #include "network/coordinator.h"
 #include "network/http_api.h"
 #include "network/identity.h"
@@ -23,7 +24,9 @@ class EchoEngine : public Engine {
  public:
   explicit EchoEngine(bool honest = true) : honest_(honest) {}
   json models() override {
-    return json::array({{{"name", "echo"}, {"bytes", 1000000000}, {"kv_bytes_per_token", 1000}, {"context_length", 512}}});
+    // 40 GB: the speed a dedicated M2 Ultra owes for its premium (see docs/network.md) is then 6
+    // tok/s, which the echo reaches on a loaded test machine.
+    return json::array({{{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 1000}, {"context_length", 512}}});
   }
   EngineResult run(const std::string&, const json& request, const std::function<bool(const std::string&)>& on_text) override {
     std::string prompt = request.contains("prompt") ? request["prompt"].get<std::string>()
@@ -56,6 +59,16 @@ class EchoEngine : public Engine {
   bool honest_;
 };
 
+// A machine without models: every job it is given fails here.
+class EmptyEngine : public Engine {
+ public:
+  json models() override { return json::array(); }
+  EngineResult run(const std::string& model, const json&, const std::function<bool(const std::string&)>&) override {
+    throw Error("no model " + model + " here");
+  }
+  std::optional<CheckResult> check(const std::string&, const json&) override { return std::nullopt; }
+};
+
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -70,6 +83,7 @@ class HttpApiTest : public ::testing::Test {
   virtual CoordinatorOptions options() {
     CoordinatorOptions o;
     o.seed = 1;
+    o.verify_fraction = 0;  // the default checks one job in twenty: these tests count credits paid at once
     return o;
   }
   void TearDown() override {
@@ -79,7 +93,8 @@ class HttpApiTest : public ::testing::Test {
     server_.join();
   }
 
-  void start_agent(bool honest = true) {
+  void start_agent(bool honest = true) { start_agent(std::make_shared<EchoEngine>(honest)); }
+  void start_agent(std::shared_ptr<Engine> engine, const std::string& chip = "M2 Ultra") {
     char tmpl[] = "/tmp/orchard-key-XXXXXX";
     int fd = ::mkstemp(tmpl);
     ::close(fd);
@@ -87,12 +102,11 @@ class HttpApiTest : public ::testing::Test {
     NodeAgentOptions o;
     o.network_url = url_;
     o.key_file = tmpl;
-    o.chip = "M2 Ultra";
+    o.chip = chip;
     o.memory_bytes = 64'000'000'000;
     o.idle.dedicated = true;
     o.poll_wait_ms = 1000;
-    auto engine = std::make_unique<EchoEngine>(honest);
-    agents_.emplace_back([this, o, e = std::shared_ptr<Engine>(std::move(engine))]() mutable {
+    agents_.emplace_back([this, o, e = std::move(engine)]() mutable {
       struct Shared : Engine {
         std::shared_ptr<Engine> e;
         json models() override { return e->models(); }
@@ -270,8 +284,8 @@ TEST_F(HttpApiTest, AJobRunsOnANodeAndIsPaidOnce) {
   EXPECT_EQ(sum, 0);
   EXPECT_TRUE(consistent);
   std::string node = world["nodes"][0]["id"];
-  // 6 tokens x 1 GB x dedicated Ultra (2x) = 0.012 credits
-  EXPECT_EQ(store_->balance(ledger::node_account(node)), 12000);
+  // 6 tokens x 40 GB x dedicated Ultra (2x) = 0.48 credits
+  EXPECT_EQ(store_->balance(ledger::node_account(node)), 480000);
 }
 
 TEST_F(HttpApiTest, ChatCompletionsSpeakOpenAI) {
@@ -348,16 +362,243 @@ TEST_F(CheckedHttpApiTest, ALyingNodeLosesItsCreditsAndIsBanned) {
     if (n.banned) {
       ++banned;
       EXPECT_GE(n.mismatches, 2);  // jobs it held when banned are checked too
-      // It earned only check fees, never a job's credits.
-      for (const StatementLine& l : store_->statement(ledger::node_account(n.id), 100))
-        EXPECT_TRUE(l.txn_id.starts_with("settle:chk-")) << l.txn_id;
+      // It earned only check fees, never a job's credits, and paid a fine of twice each caught
+      // job's credits: its balance is below what its checks earned.
+      int64_t fees = 0, fines = 0;
+      for (const StatementLine& l : store_->statement(ledger::node_account(n.id), 100)) {
+        EXPECT_TRUE(l.txn_id.starts_with("settle:chk-") || l.txn_id.starts_with("fine:job-")) << l.txn_id;
+        (l.txn_id.starts_with("fine:") ? fines : fees) += l.amount;
+        if (l.txn_id.starts_with("fine:")) {
+          const std::string job = l.txn_id.substr(5);
+          EXPECT_EQ(-l.amount, ledger::kFineMultiple * store_->escrowed(job)) << job;
+          EXPECT_EQ(store_->get_job(job)->verify_state, "mismatch");
+        }
+      }
+      EXPECT_LT(fines, 0);
+      EXPECT_EQ(store_->balance(ledger::node_account(n.id)), fees + fines);
     }
   }
   EXPECT_EQ(banned, mismatch >= 2 ? 1 : 0);
   EXPECT_EQ(store_->balance(ledger::kEscrow), 0);
-  auto [sum, consistent] = store_->audit();
-  EXPECT_EQ(sum, 0);
-  EXPECT_TRUE(consistent);
+  AuditReport audit = audit_ledger(*store_);
+  EXPECT_TRUE(audit.ok()) << audit.sum << " " << (audit.problems.empty() ? "" : audit.problems[0]);
+}
+
+// An attacker's node, signing as any stranger's would, completes a job with made-up counts: what
+// is billed and paid is what the coordinator counts (the token ids it was sent, within the job's
+// max_tokens and its prompt's bound), and every made-up count is refused with 400 naming it.
+TEST_F(HttpApiTest, PayFollowsCountedTokensNotClaims) {
+  EXPECT_EQ(CoordinatorOptions{}.verify_fraction, 0.05);  // spot checks are on unless turned off
+  NodeKey attacker = NodeKey::generate();
+  signed_call(attacker, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000}, {"chip", "M2 Ultra"}, {"seat", "dedicated"},
+                   {"models", {{{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  auto res = client().Post("/v1/jobs", R"({"model":"echo","prompt":"hello","max_tokens":4})", "application/json");
+  ASSERT_EQ(res->status, 201) << res->body;
+  const std::string id = json::parse(res->body)["id"];
+  json job = signed_call(attacker, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+  ASSERT_TRUE(job.is_object());
+  auto complete = [&](const json& result) {
+    try {
+      signed_call(attacker, url_, "POST", "/v1/nodes/complete", {{"job", id}, {"attempt", job["attempt"]}, {"result", result}},
+                  5000);
+      return std::make_pair(200, std::string());
+    } catch (const ApiError& e) {
+      return std::make_pair(e.status(), std::string(e.what()));
+    }
+  };
+  const json ids3 = {1, 2, 3}, ids4 = {5, 6, 7, 8};
+  struct Lie {
+    json result;
+    const char* names;
+  };
+  for (const Lie& lie : std::vector<Lie>{
+           {{{"text", "x"}, {"prompt_tokens", 3}, {"completion_tokens", 1'000'000'000'000}}, "completion_tokens"},
+           {{{"text", "x"}, {"prompt_tokens", -5}, {"completion_tokens", 2}}, "prompt_tokens"},
+           {{{"text", "x"}, {"prompt_tokens", 3}, {"completion_tokens", "9"}}, "completion_tokens"},
+           {{{"text", "x"}, {"prompt_tokens", 3}, {"completion_tokens", 1e300}}, "completion_tokens"},
+           {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", {1, 2, 3, 4, 5}}}, "output_ids"},
+           {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", ids4}, {"completion_tokens", 40}}, "completion_tokens"},
+           {{{"text", "x"}, {"prompt_ids", json(std::vector<int>(100, 7))}, {"output_ids", ids4}}, "prompt_ids"},
+           {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", {1, -2}}}, "output_ids"},
+           {{{"text", "x"}, {"output_ids", ids4}}, "prompt_ids"},
+           {{{"text", "x"}, {"prompt_tokens", 400}, {"completion_tokens", 4}}, "prompt_tokens"},
+       }) {
+    auto [status, message] = complete(lie.result);
+    EXPECT_EQ(status, 400) << lie.result.dump();
+    EXPECT_NE(message.find(lie.names), std::string::npos) << message;
+  }
+  // Still leased: the honest report is accepted and billed at the counted 3 + 4 tokens.
+  ASSERT_EQ(complete({{"text", "hello"}, {"prompt_ids", ids3}, {"output_ids", ids4}, {"prompt_tokens", 3}}).first, 200);
+  json done = wait_done(id);
+  EXPECT_EQ(done["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(done["usage"]["completion_tokens"], 4);
+  // 7 tokens x 40 GB x dedicated Ultra (2x) = 0.56 credits
+  EXPECT_EQ(store_->balance(ledger::node_account(attacker.public_hex())), 560000);
+  EXPECT_EQ(store_->get_key(store_->get_job(id)->key_id)->tokens_used, 7);
+  AuditReport audit = audit_ledger(*store_);
+  EXPECT_TRUE(audit.ok()) << (audit.problems.empty() ? "" : audit.problems[0]);
+  EXPECT_EQ(audit.payments_checked, 1);
+
+  // A payment the rules do not make (as a tampered database would hold) is found although the
+  // books still sum to zero.
+  auto queued = client().Post("/v1/jobs", R"({"model":"echo","prompt":"hi","max_tokens":1})", "application/json");
+  const std::string queued_id = json::parse(queued->body)["id"];
+  const std::string key_id = store_->get_job(id)->key_id;
+  store_->post(ledger::settle_job(queued_id, key_id, attacker.public_hex(), 1'000'000'000, false), 0);
+  store_->post(ledger::settle_job("job-none", key_id, attacker.public_hex(), 5, false), 0);
+  audit = audit_ledger(*store_);
+  EXPECT_EQ(audit.sum, 0);
+  EXPECT_TRUE(audit.consistent);
+  ASSERT_EQ(audit.problems.size(), 2u);
+  const std::string problems = audit.problems[0] + "\n" + audit.problems[1];
+  EXPECT_NE(problems.find("settle:job-none: no job job-none"), std::string::npos) << problems;
+  EXPECT_NE(problems.find("settle:" + queued_id + ": job " + queued_id + " is"), std::string::npos) << problems;
+}
+
+// Ten submissions at once against a 30-token quota: each reserves its prompt's bound ("hi": 2
+// bytes + 4 markers) plus max_tokens 4 = 10 tokens, so three are accepted and seven refused.
+// The reservation is released at a cancel and settled at the counted tokens at completion.
+TEST_F(HttpApiTest, ConcurrentSubmissionsCannotRunPastTheQuota) {
+  NodeKey node = NodeKey::generate();
+  signed_call(node, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000},
+                   {"models", {{{"name", "echo"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  const std::string secret = coordinator_->add_key("small", 30, 0);
+  auto submit = [&](const std::string& body) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_bearer_token_auth(secret.c_str());
+    auto res = c.Post("/v1/jobs", body, "application/json");
+    return std::make_pair(res ? res->status : 0, res ? res->body : std::string());
+  };
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::vector<std::string> accepted;
+  int refused = 0;
+  for (int i = 0; i < 10; ++i)
+    threads.emplace_back([&] {
+      auto [status, body] = submit(R"({"model":"echo","prompt":"hi","max_tokens":4})");
+      std::lock_guard lock(mu);
+      if (status == 201) accepted.push_back(json::parse(body)["id"]);
+      refused += status == 429;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(accepted.size(), 3u);
+  EXPECT_EQ(refused, 7);
+  auto over = submit(R"({"model":"echo","prompt":"hi","max_tokens":4})");
+  EXPECT_EQ(over.first, 429);
+  EXPECT_NE(over.second.find("0 of its quota of 30 tokens left (0 used, 30 reserved"), std::string::npos) << over.second;
+
+  // A cancel gives its reservation back.
+  httplib::Client owner("127.0.0.1", port_);
+  owner.set_bearer_token_auth(secret.c_str());
+  ASSERT_EQ(owner.Delete(("/v1/jobs/" + accepted[0]).c_str())->status, 200);
+  EXPECT_EQ(submit(R"({"model":"echo","prompt":"hi","max_tokens":4})").first, 201);
+  EXPECT_EQ(submit(R"({"model":"echo","prompt":"hi","max_tokens":4})").first, 429);
+
+  // A completion settles at what was counted: 3 prompt + 2 generated tokens of the 10 reserved,
+  // which leaves 5 tokens: a job needing 5 (empty prompt: 4 markers, max_tokens 1) fits, 6 do not.
+  json job = signed_call(node, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+  ASSERT_TRUE(job.is_object());
+  signed_call(node, url_, "POST", "/v1/nodes/complete",
+              {{"job", job["id"]}, {"attempt", job["attempt"]},
+               {"result", {{"text", "hi hi"}, {"prompt_ids", {1, 2, 3}}, {"output_ids", {0, 1}}}}},
+              5000);
+  EXPECT_EQ(submit(R"({"model":"echo","prompt":"x","max_tokens":1})").first, 429);
+  EXPECT_EQ(submit(R"({"model":"echo","prompt":"","max_tokens":1})").first, 201);
+}
+
+// Two nodes, one without the model (placement may still pick it: a model not on disk only halves
+// a unit's score): all four jobs finish, and the node without it hands back at most the jobs it
+// was given before its first hand-back said it lacks the model (its queue holds two).
+TEST_F(HttpApiTest, PlacementNeverPingPongsAJobANodeCannotRun) {
+  start_agent();
+  start_agent(std::make_shared<EmptyEngine>());
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/world")->body)["totals"]["online"] != 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto res = c.Post("/v1/jobs", R"({"model":"echo","prompt":"x","max_tokens":2})", "application/json");
+    ASSERT_EQ(res->status, 201) << res->body;
+    ids.push_back(json::parse(res->body)["id"]);
+  }
+  int64_t attempts = 0;
+  for (const std::string& id : ids) {
+    json j = wait_done(id);
+    ASSERT_FALSE(j.is_null());
+    EXPECT_EQ(j["state"], "completed") << j.dump();
+    attempts += j["attempts"].get<int64_t>();
+  }
+  const int64_t hand_backs = attempts - 4;
+  EXPECT_LE(hand_backs, 2);
+  for (const NodeRecord& n : store_->list_nodes()) {
+    if (n.jobs_served == 0 && hand_backs > 0) {
+      EXPECT_LT(n.reputation, 1.0);  // the node without the model
+    }
+  }
+}
+
+// A job handed back by the only node that could hold its model fails at once with the reason, and
+// gives its quota reservation back; the hand-back costs the node reputation.
+TEST_F(HttpApiTest, AJobNoNodeCanRunFailsWithAReason) {
+  NodeKey node = NodeKey::generate();
+  signed_call(node, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000},
+                   {"models", {{{"name", "solo"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  const std::string secret = coordinator_->add_key("q", 20, 0);
+  httplib::Client c("127.0.0.1", port_);
+  c.set_bearer_token_auth(secret.c_str());
+  auto res = c.Post("/v1/jobs", R"({"model":"solo","prompt":"hello","max_tokens":8})", "application/json");
+  ASSERT_EQ(res->status, 201) << res->body;  // reserves 5 + 4 + 8 = 17 of 20
+  EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"solo","prompt":"hello","max_tokens":8})", "application/json")->status, 429);
+  const std::string id = json::parse(res->body)["id"];
+  json job = signed_call(node, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+  ASSERT_TRUE(job.is_object());
+  signed_call(node, url_, "POST", "/v1/nodes/hand-back",
+              {{"job", id}, {"attempt", job["attempt"]}, {"reason", kModelMissing}}, 5000);
+  json failed = json::parse(c.Get(("/v1/jobs/" + id).c_str())->body);
+  EXPECT_EQ(failed["state"], "failed");
+  EXPECT_NE(failed.value("error", "").find("no node can run it"), std::string::npos) << failed.dump();
+  EXPECT_NE(failed.value("error", "").find(kModelMissing), std::string::npos) << failed.dump();
+  EXPECT_DOUBLE_EQ(store_->get_node(node.public_hex())->reputation, 0.9);
+  EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"solo","prompt":"hello","max_tokens":8})", "application/json")->status, 201);
+}
+
+// Two nodes claim a dedicated "Apple M3 Ultra" (the top multiplier, 2x). The one that takes a
+// second over four tokens of a 40 GB model (4 tok/s; the chip would give 819 GB/s x 0.6 / 40 GB =
+// 12 tok/s, and the premium needs half of that) is paid the shared rate; the one that delivers at
+// once is paid the premium.
+TEST_F(HttpApiTest, TheSeatPremiumFollowsMeasuredDelivery) {
+  auto serve_one = [&](const NodeKey& node, std::chrono::milliseconds work) {
+    signed_call(node, url_, "POST", "/v1/nodes/register",
+                json{{"memory_bytes", 64'000'000'000}, {"chip", "Apple M3 Ultra"}, {"seat", "dedicated"},
+                     {"models", {{{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+                5000);
+    auto res = client().Post("/v1/jobs", R"({"model":"echo","prompt":"hello","max_tokens":4})", "application/json");
+    EXPECT_EQ(res->status, 201) << res->body;
+    json job = signed_call(node, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+    EXPECT_TRUE(job.is_object());
+    std::this_thread::sleep_for(work);
+    // Its own claims of speed count for nothing.
+    signed_call(node, url_, "POST", "/v1/nodes/complete",
+                {{"job", job["id"]}, {"attempt", job["attempt"]},
+                 {"result", {{"text", "hello"}, {"prompt_ids", {1, 2, 3}}, {"output_ids", {5, 6, 7, 8}}, {"tok_s", 1e6}}}},
+                5000);
+    // Gone, so the next job goes to the next node.
+    signed_call(node, url_, "POST", "/v1/nodes/heartbeat", {{"offering", false}}, 5000);
+    return store_->balance(ledger::node_account(node.public_hex()));
+  };
+  NodeKey slow = NodeKey::generate(), fast = NodeKey::generate();
+  // 7 tokens x 40 GB at 1x = 0.28 credits; at 2x = 0.56.
+  EXPECT_EQ(serve_one(slow, std::chrono::milliseconds(1000)), 280000);
+  EXPECT_EQ(serve_one(fast, std::chrono::milliseconds(0)), 560000);
+  EXPECT_LT(store_->get_node(slow.public_hex())->tok_s, 4.1);  // the World shows the measured speed
+  AuditReport audit = audit_ledger(*store_);
+  EXPECT_TRUE(audit.ok()) << (audit.problems.empty() ? "" : audit.problems[0]);
 }
 
 }  // namespace

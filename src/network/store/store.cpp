@@ -390,4 +390,15 @@ std::pair<int64_t, bool> Store::audit() {
   return {sum, mismatched == 0 && unbalanced == 0};
 }
 
+std::vector<ledger::Txn> Store::transactions() {
+  std::lock_guard lock(*mu_);
+  std::vector<ledger::Txn> out;
+  for (const Row& r : db_->query("SELECT t.id, t.job_id, t.memo, e.account, e.amount FROM ledger_txns t "
+                                 "JOIN ledger_entries e ON e.txn_id = t.id ORDER BY t.id, e.account")) {
+    if (out.empty() || out.back().id != r.str(0)) out.push_back(ledger::Txn{r.str(0), r.str(1), r.str(2), {}});
+    out.back().entries.push_back({r.str(3), r.i64(4)});
+  }
+  return out;
+}
+
 }  // namespace orchard::network

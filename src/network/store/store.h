@@ -138,6 +138,8 @@ class Store {
   // Sum of all balances (0 when the books balance) and whether every balance equals the sum of
   // its entries.
   std::pair<int64_t, bool> audit();
+  // Every transaction with its entries, in id order (the payment audit reads them all).
+  std::vector<ledger::Txn> transactions();
 
  private:
   template <typename F>
