@@ -178,6 +178,35 @@ TEST_F(HttpApiTest, RefusesUnsignedForgedReplayedAndStaleNodeRequests) {
   EXPECT_EQ(post(moved, body), 401);  // signed for another path
 }
 
+// A captured signed request sent again with the node id upper-cased (the hex decoder takes either
+// case, so its signature still verifies) is the same request: refused as a replay.
+TEST_F(HttpApiTest, AnUpperCasedReplayIsRefused) {
+  NodeKey key = NodeKey::generate();
+  signed_call(key, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 1'000'000'000}, {"models", json::array()}}, 5000);
+  httplib::Client c("127.0.0.1", port_);
+  const std::string body = R"({"offering":true})";
+  SignedHeaders h = sign_request(key, "POST", "/v1/nodes/heartbeat", body, wall_clock_ms());
+  auto post = [&](const std::string& node) {
+    httplib::Headers headers = {{kNodeHeader, node}, {kTimestampHeader, h.timestamp}, {kNonceHeader, h.nonce},
+                                {kSignatureHeader, h.signature}};
+    return c.Post("/v1/nodes/heartbeat", headers, body, "application/json");
+  };
+  std::string upper = h.node;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  ASSERT_NE(upper, h.node);
+  EXPECT_EQ(post(h.node)->status, 200);
+  auto replay = post(upper);
+  EXPECT_EQ(replay->status, 401);
+  EXPECT_NE(replay->body.find("replayed"), std::string::npos) << replay->body;
+  // Signed fresh with an upper-cased id, a request is this node's, not a stranger's.
+  SignedHeaders fresh = sign_request(key, "GET", "/v1/ledger", "", wall_clock_ms());
+  auto ledger = c.Get("/v1/ledger", {{kNodeHeader, upper}, {kTimestampHeader, fresh.timestamp},
+                                     {kNonceHeader, fresh.nonce}, {kSignatureHeader, fresh.signature}});
+  ASSERT_EQ(ledger->status, 200) << ledger->body;
+  EXPECT_EQ(json::parse(ledger->body)["id"], key.public_hex());
+}
+
 // `orchard node --pod` members name their places in a shared hostfile, not each other's keys:
 // the pod forms from the places, in their order, and only among members holding the same file.
 TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
