@@ -254,17 +254,30 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
         throw ApiError(400, "[network] each message needs a string \"role\" and \"content\"");
-  json request = {{"max_tokens", body.value("max_tokens", kDefaultMaxTokens)},
-                  {"temperature", body.value("temperature", 1.0)},
-                  {"top_p", body.value("top_p", 1.0)},
-                  {"top_k", body.value("top_k", 0)},
+  // Absent or null: the default. Anything else must be a number in range.
+  auto number = [&](const char* name, double fallback, double lo, double hi, bool integer) {
+    if (!body.contains(name) || body[name].is_null()) return fallback;
+    const json& v = body[name];
+    if (!v.is_number() || (integer && !v.is_number_integer()) || !(v.get<double>() >= lo && v.get<double>() <= hi))
+      throw ApiError(400, fmt::format("[network] \"{}\" must be {} in [{}, {}], not {}", name,
+                                      integer ? "an integer" : "a number", lo, hi, v.dump()));
+    return v.get<double>();
+  };
+  const int64_t max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
+  uint64_t seed = rng_() >> 1;
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    if (!body["seed"].is_number_integer()) throw ApiError(400, "[network] \"seed\" must be an integer");
+    // Any 64-bit integer, negative ones as their two's complement (as `orchard serve` takes them).
+    seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+  }
+  json request = {{"max_tokens", max_tokens},
+                  {"temperature", number("temperature", 1.0, 0, 2, false)},
+                  {"top_p", number("top_p", 1.0, 0, 1, false)},
+                  {"top_k", static_cast<int64_t>(number("top_k", 0, 0, std::numeric_limits<int32_t>::max(), true))},
                   // A fixed seed makes a re-run after a lost lease produce the same text.
-                  {"seed", body.value("seed", static_cast<uint64_t>(rng_() >> 1))}};
+                  {"seed", seed}};
   if (has_messages) request["messages"] = body["messages"];
   else request["prompt"] = body["prompt"];
-  int64_t max_tokens = request["max_tokens"].get<int64_t>();
-  if (max_tokens < 1 || max_tokens > kMaxMaxTokens)
-    throw ApiError(400, fmt::format("[network] max_tokens must be in [1, {}]", kMaxMaxTokens));
 
   std::lock_guard lock(mu_);
   std::string model = body["model"].get<std::string>();
@@ -443,8 +456,17 @@ void Coordinator::register_node(const std::string& node_id, const json& d) {
       !d.contains("models") || !d["models"].is_array())
     throw ApiError(400, "[network] a node description needs memory_bytes and models");
   for (const auto& m : d["models"])
-    if (!m.is_object() || !m.contains("name") || !m.contains("bytes") || !m["bytes"].is_number_integer())
-      throw ApiError(400, "[network] each model needs a name and bytes");
+    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("bytes") ||
+        !m["bytes"].is_number_integer() || (m.contains("kv_bytes_per_token") && !m["kv_bytes_per_token"].is_number_integer()) ||
+        (m.contains("context_length") && !m["context_length"].is_number_integer()))
+      throw ApiError(400, "[network] each model needs a string name and integer bytes (and kv_bytes_per_token, "
+                          "context_length, when given)");
+  for (const char* name : {"chip", "seat", "region", "name"})
+    if (d.contains(name) && !d[name].is_string())
+      throw ApiError(400, fmt::format("[network] a node description's \"{}\" must be a string", name));
+  if ((d.contains("memory_bandwidth_gbs") && !d["memory_bandwidth_gbs"].is_number()) ||
+      (d.contains("offering") && !d["offering"].is_boolean()))
+    throw ApiError(400, "[network] a node description needs memory_bandwidth_gbs as a number and offering as a boolean");
   if (d.contains("pod")) check_pod(d["pod"]);
   const int64_t now = clock_();
   std::string seat = d.value("seat", "shared") == "dedicated" ? "dedicated" : "shared";
@@ -567,6 +589,8 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
   if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
   NodeState& n = it->second;
   if (n.banned) throw ApiError(403, "[network] this node is banned");
+  if (!state.is_object() || (state.contains("offering") && !state["offering"].is_boolean()))
+    throw ApiError(400, "[network] a heartbeat needs \"offering\" as a boolean");
   bool was_online = n.online;
   n.online = true;
   n.last_seen = clock_();

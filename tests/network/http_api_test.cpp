@@ -630,5 +630,70 @@ TEST_F(HttpApiTest, TheSeatPremiumFollowsMeasuredDelivery) {
   EXPECT_TRUE(audit.ok()) << (audit.problems.empty() ? "" : audit.problems[0]);
 }
 
+// Every bad input is a 4xx with a message in the error shape `orchard serve` answers with
+// ({"error": {"message", "type", "param", "code"}}, string codes), never a 500; a body is judged by
+// its content, not its Content-Type.
+TEST_F(HttpApiTest, BadInputGetsA4xxInOneErrorShape) {
+  NodeKey node = NodeKey::generate();
+  signed_call(node, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000},
+                   {"models", {{{"name", "echo"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  auto c = client();
+  auto expect_error = [](const httplib::Result& res, int status, const std::string& words) {
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << res->body;
+    json e = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << res->body;
+    EXPECT_TRUE(e["error"]["type"].is_string()) << res->body;
+    EXPECT_TRUE(e["error"]["code"].is_string()) << res->body;
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(words), std::string::npos) << res->body;
+  };
+  for (auto [body, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":"echo","prompt":"x","max_tokens":"9"})", "max_tokens"},
+           {R"({"model":"echo","prompt":"x","max_tokens":9.5})", "max_tokens"},
+           {R"({"model":"echo","prompt":"x","max_tokens":0})", "max_tokens"},
+           {R"({"model":"echo","prompt":"x","temperature":1e999})", "not JSON"},
+           {R"({"model":"echo","prompt":"x","temperature":"hot"})", "temperature"},
+           {R"({"model":"echo","prompt":"x","top_k":-1})", "top_k"},
+           {R"({"model":"echo","prompt":"x","seed":"s"})", "seed"},
+           {R"([1, 2])", "object"},
+       })
+    expect_error(c.Post("/v1/jobs", body, "application/json"), 400, words);
+  expect_error(c.Post("/v1/chat/completions", R"({"model":"echo","messages":[{"role":"user","content":"x"}],"stream":"yes"})",
+                      "application/json"),
+               400, "bad request");
+  expect_error(c.Get("/v1/nowhere"), 404, "no route");
+  httplib::Client stranger("127.0.0.1", port_);
+  stranger.set_bearer_token_auth("ok-wrong");
+  auto unknown = stranger.Get("/v1/models");
+  expect_error(unknown, 401, "unknown API key");
+  EXPECT_EQ(json::parse(unknown->body)["error"]["code"], "invalid_api_key");
+  // 8 KiB of JSON sent as a form (as curl -d does) is judged by its content.
+  const json big = {{"model", "echo"}, {"prompt", std::string(8192, 'a')}, {"max_tokens", 1}};
+  auto form = c.Post("/v1/jobs", big.dump(), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 201) << form->body;
+  // Nodes' requests too: fields missing or of the wrong type are named.
+  for (auto [path, body, words] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"/v1/nodes/complete", json{{"attempt", 1}, {"result", json::object()}}, "\"job\""},
+           {"/v1/nodes/complete", json{{"job", "j"}, {"attempt", "1"}, {"result", json::object()}}, "\"attempt\""},
+           {"/v1/nodes/complete", json{{"job", "j"}, {"attempt", 1}, {"result", "done"}}, "\"result\""},
+           {"/v1/nodes/progress", json{{"job", "j"}, {"attempt", 1}, {"offset", -1}}, "\"offset\""},
+           {"/v1/nodes/hand-back", json{{"job", 7}, {"attempt", 1}}, "\"job\""},
+           {"/v1/nodes/poll", json{{"wait_ms", "soon"}}, "\"wait_ms\""},
+           {"/v1/nodes/heartbeat", json{{"offering", "yes"}}, "offering"},
+           {"/v1/nodes/register", json{{"memory_bytes", 1}, {"models", json::array()}, {"seat", 2}}, "seat"},
+       }) {
+    try {
+      signed_call(node, url_, "POST", path, body, 5000);
+      ADD_FAILURE() << path << " accepted " << body.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << path << " " << body.dump() << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace orchard::network

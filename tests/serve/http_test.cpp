@@ -24,11 +24,12 @@ using nlohmann::json;
 // The whole server stack on a free port of 127.0.0.1.
 class TestServer {
  public:
-  TestServer(Engine& engine, SchedulerOptions scheduler_options = {})
+  TestServer(Engine& engine, SchedulerOptions scheduler_options = {}, std::vector<std::string> api_keys = {})
       : scheduler_(engine, metrics_, scheduler_options),
         service_(engine, scheduler_, metrics_,
                  pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture)),
-        http_(service_, metrics_, {.threads = 16, .max_body_bytes = 1 << 20, .probe_interval = 50ms}) {
+        http_(service_, metrics_,
+              {.threads = 16, .max_body_bytes = 1 << 20, .probe_interval = 50ms, .api_keys = std::move(api_keys)}) {
     port_ = http_.bind("127.0.0.1", 0);
     scheduler_.start();
     thread_ = std::thread([this] { http_.listen(); });
@@ -291,6 +292,53 @@ TEST(HttpFake, DisconnectingClientsFreeTheirSlot) {
   EXPECT_EQ(server.metrics().requests_with_status(429), 2);
   json done = post(server, "/v1/completions", {{"prompt", {3}}, {"max_tokens", 3}, {"temperature", 0}});
   EXPECT_EQ(done["choices"][0]["text"], "bcd");
+}
+
+// Every bad input is a 4xx with a message, never a 500; a body is judged by its content (JSON),
+// not by its Content-Type (curl -d sends JSON as a form, which httplib alone caps at 8 KiB).
+TEST(HttpFake, BadInputIsA4xxAndBodiesAreJudgedByTheirContent) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine);
+  auto c = server.client();
+  auto overflow = c.Post("/v1/completions", R"({"prompt":[3],"max_tokens":2,"temperature":1e999})", "application/json");
+  ASSERT_TRUE(overflow);
+  EXPECT_EQ(overflow->status, 400) << overflow->body;
+  EXPECT_EQ(json::parse(overflow->body)["error"]["code"], "invalid_json");
+  const json body = {{"prompt", {3}}, {"max_tokens", 2}, {"temperature", 0}, {"user", std::string(8192, 'u')}};
+  auto form = c.Post("/v1/completions", body.dump(), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  ASSERT_EQ(form->status, 200) << form->body;
+  EXPECT_EQ(json::parse(form->body)["choices"][0]["text"], "bc");
+  auto multipart = c.Post("/v1/completions", "--x\r\n", "multipart/form-data; boundary=x");
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 415);
+  EXPECT_EQ(json::parse(multipart->body)["error"]["code"], "unsupported_media_type");
+}
+
+// `orchard serve --api-key`: every route but /health wants an OpenAI-style bearer key.
+TEST(HttpFake, AnApiKeyIsRequiredWhenOneIsSet) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {"sk-one", "sk-two"});
+  const std::string body = R"({"prompt":[3],"max_tokens":2,"temperature":0})";
+  auto c = server.client();
+  auto none = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer");
+  json e = json::parse(none->body);
+  EXPECT_EQ(e["error"]["type"], "authentication_error");
+  EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  c.set_bearer_token_auth("sk-on");
+  EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
+  c.set_bearer_token_auth("sk-one-more");
+  EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
+  c.set_bearer_token_auth("sk-two");
+  auto ok = c.Post("/v1/completions", body, "application/json");
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], "bc");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // The HTTP layer, thin: routes of the OpenAI API onto the Service, server-sent events for
 // streamed answers, and noticing clients that go away (their job is cancelled, freeing its slot).
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics
+// Bodies are judged by their content (JSON) whatever their Content-Type says.
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "serve/metrics.h"
 #include "serve/openai/service.h"
@@ -22,6 +24,9 @@ struct HttpOptions {
   // How often an answer in progress writes to its client even when there is nothing new (an SSE
   // comment, or whitespace before a JSON body): a write is how a closed connection shows.
   std::chrono::milliseconds probe_interval{500};
+  // When not empty, every route but /health wants `Authorization: Bearer KEY` with one of these
+  // (401 otherwise), as OpenAI's API does.
+  std::vector<std::string> api_keys;
 };
 
 class HttpServer {
