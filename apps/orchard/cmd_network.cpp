@@ -78,7 +78,8 @@ void add_network_command(CLI::App& app) {
     std::printf("%s\n", secret.c_str());
   });
   CLI::App* audit = cmd->add_subcommand(
-      "audit", "Check that the ledger balances and every payment matches a job's counted tokens; print job counts");
+      "audit", "Check that the ledger balances and every payment matches a job's counted tokens; print job counts "
+      "(clients' jobs, and spot checks apart)");
   audit->add_option("--db", o->db, "sqlite://PATH (default) or postgresql://...")->capture_default_str();
   audit->callback([o] {
     network::Store store = network::Store::open(o->db);
@@ -88,9 +89,13 @@ void add_network_command(CLI::App& app) {
                           {"consistent", report.consistent},
                           {"payments_checked", report.payments_checked},
                           {"problems", report.problems}};
+    // Clients' jobs by state, and the spot checks apart.
+    out["checks"] = nlohmann::json::object();
     for (auto state : {network::JobState::Queued, network::JobState::Leased, network::JobState::Completed,
-                       network::JobState::Failed, network::JobState::Cancelled})
-      out[network::job_state_name(state)] = store.count_jobs(state);
+                       network::JobState::Failed, network::JobState::Cancelled}) {
+      out[network::job_state_name(state)] = store.count_jobs(state, "generate");
+      out["checks"][network::job_state_name(state)] = store.count_jobs(state, "verify");
+    }
     std::printf("%s\n", out.dump().c_str());
     if (!report.ok())
       throw Error(error_message("network", "the ledger does not hold: sum {}, {} problem(s)", report.sum,

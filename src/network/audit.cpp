@@ -42,6 +42,10 @@ AuditReport audit_ledger(Store& store) {
     if (it == jobs.end()) it = jobs.emplace(id, store.get_job(id)).first;
     return it->second;
   };
+  // Read while the coordinator runs: completed jobs first, so each has its settlement in the
+  // transactions read next (a job completes in the transaction that settles it), and jobs only
+  // move forward.
+  const std::vector<JobRecord> completed = store.jobs_in_state(JobState::Completed);
   std::map<std::string, int64_t> escrowed;  // job -> what its settlement put in escrow
   std::map<std::string, ledger::Txn> by_id;
   for (ledger::Txn& t : store.transactions()) by_id.emplace(t.id, std::move(t));
@@ -105,7 +109,7 @@ AuditReport audit_ledger(Store& store) {
                             ledger::kFineMultiple, held));
     }
   }
-  for (const JobRecord& j : store.jobs_in_state(JobState::Completed))
+  for (const JobRecord& j : completed)
     if (!by_id.count("settle:" + j.id)) problem(fmt::format("job {} completed without a settlement", j.id));
   return report;
 }

@@ -755,11 +755,11 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
             ok ? ledger::release_escrow(original->id, original->node_id, held)
                : ledger::refund_escrow(original->id, original->key_id, held)};
   if (!ok) c.txns.push_back(ledger::fine_node(original->id, original->node_id, ledger::kFineMultiple * held));
+  c.checked_state = ok ? "ok" : "mismatch";
   CompleteOutcome outcome = store_.complete_job(check.id, node_id, attempt, c, clock_());
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
-    store_.set_verify_state(original->id, ok ? "ok" : "mismatch");
     credits_by_seat_[verifier->second.seat] += pay;
     if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
     Live& live = live_[check.id];
