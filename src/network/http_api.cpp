@@ -20,6 +20,8 @@ namespace {
 
 // Long-polls and streams hold a server thread each: enough threads for many nodes and clients.
 constexpr size_t kServerThreads = 128;
+// Nodes behind one NAT share an address: each holds a long poll and sends heartbeats.
+constexpr size_t kConnectionsPerAddress = 256;
 constexpr int64_t kMaxPollMs = 30000;
 constexpr auto kStreamStep = std::chrono::seconds(15);  // an SSE comment keeps idle streams alive
 constexpr auto kChatDeadline = std::chrono::minutes(10);
@@ -68,12 +70,13 @@ std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::
 struct HttpApi::Impl {
   Coordinator& coordinator;
   RequestGuard guard;
-  httplib::Server server;
+  serve::http::GuardedServer server;
   std::atomic<bool> stopping{false};
   // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
   std::unique_ptr<world::WorldSampler> world_feed;
 
-  Impl(Coordinator& c, int64_t window_ms) : coordinator(c), guard(window_ms, wall_clock_ms()) {}
+  Impl(Coordinator& c, int64_t window_ms, serve::http::GuardOptions connections)
+      : coordinator(c), guard(window_ms, wall_clock_ms()), server(connections) {}
 
   // Wraps a handler: ApiError and Error become JSON error responses.
   template <typename F>
@@ -128,7 +131,6 @@ struct HttpApi::Impl {
   }
 
   void routes() {
-    server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
     // A response goes out as headers then body: with Nagle's algorithm the body waits for the
     // client's delayed ACK (40 ms on Linux) on every keep-alive request.
     server.set_tcp_nodelay(true);
@@ -268,8 +270,16 @@ struct HttpApi::Impl {
   }
 };
 
-HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms) : impl_(std::make_unique<Impl>(coordinator, window_ms)) {
+HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms, serve::http::GuardOptions connections)
+    : impl_(std::make_unique<Impl>(coordinator, window_ms, connections)) {
   impl_->routes();
+}
+
+serve::http::GuardOptions HttpApi::default_connections() {
+  serve::http::GuardOptions o;
+  o.threads = kServerThreads;
+  o.max_per_address = kConnectionsPerAddress;
+  return o;
 }
 
 HttpApi::~HttpApi() {
@@ -279,7 +289,7 @@ HttpApi::~HttpApi() {
 
 int HttpApi::bind(const std::string& host, int port) {
   int bound = port == 0 ? impl_->server.bind_to_any_port(host) : (impl_->server.bind_to_port(host, port) ? port : -1);
-  if (bound < 0) throw Error(error_message("network", "cannot listen on {}:{}", host, port));
+  if (bound < 0) throw Error(error_message("network", "cannot listen on {}:{} (in use, or not an address of this machine?)", host, port));
   return bound;
 }
 

@@ -12,6 +12,7 @@
 #include "network/http_api.h"
 #include "network/identity.h"
 #include "network/node_agent.h"
+#include "serve/slow_clients.h"
 
 namespace orchard::network {
 namespace {
@@ -693,6 +694,43 @@ TEST_F(HttpApiTest, BadInputGetsA4xxInOneErrorShape) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   }
+}
+
+// The coordinator under a slow-loris: 200 sockets trickling headers (more than a small server's
+// 16 handler threads) wait in its poller, so /health and a client's request are answered at once
+// all along, and each trickler is closed when its head is not in after head_timeout. A second
+// coordinator on the same port does not start.
+TEST_F(HttpApiTest, SlowClientsStarveNoOneAndAPortInUseIsAnError) {
+  serve::http::GuardOptions connections = HttpApi::default_connections();
+  connections.threads = 16;
+  connections.head_timeout = std::chrono::milliseconds(1500);
+  connections.max_per_address = 1000;
+  HttpApi api(*coordinator_, 60000, connections);
+  const int port = api.bind("127.0.0.1", 0);
+  std::thread serving([&] { api.serve(); });
+  {
+    orchard::testing::SlowLoris loris(port, 200);
+    for (int second = 0; second < 3; ++second) {
+      auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
+      ASSERT_TRUE(health);
+      EXPECT_EQ(health->status, 200);
+      EXPECT_LT(health->seconds, 1.0);
+      httplib::Client c("127.0.0.1", port);
+      c.set_bearer_token_auth(secret_.c_str());
+      const auto start = std::chrono::steady_clock::now();
+      auto models = c.Get("/v1/models");
+      ASSERT_TRUE(models);
+      EXPECT_EQ(models->status, 200);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      loris.trickle();
+    }
+    EXPECT_EQ(loris.closed_by_server(), 200);
+  }
+  HttpApi second(*coordinator_);
+  EXPECT_THROW(second.bind("127.0.0.1", port), Error);
+  api.stop();
+  serving.join();
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "serve/fake_engine.h"
 #include "serve/local_engine.h"
 #include "serve/openai/routes.h"
+#include "serve/slow_clients.h"
 
 namespace orchard::serve {
 namespace {
@@ -24,12 +25,17 @@ using nlohmann::json;
 // The whole server stack on a free port of 127.0.0.1.
 class TestServer {
  public:
-  TestServer(Engine& engine, SchedulerOptions scheduler_options = {}, std::vector<std::string> api_keys = {})
+  TestServer(Engine& engine, SchedulerOptions scheduler_options = {}, std::vector<std::string> api_keys = {},
+             http::GuardOptions connections = {})
       : scheduler_(engine, metrics_, scheduler_options),
         service_(engine, scheduler_, metrics_,
                  pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture)),
         http_(service_, metrics_,
-              {.threads = 16, .max_body_bytes = 1 << 20, .probe_interval = 50ms, .api_keys = std::move(api_keys)}) {
+              {.threads = 16,
+               .max_body_bytes = 1 << 20,
+               .probe_interval = 50ms,
+               .api_keys = std::move(api_keys),
+               .connections = connections}) {
     port_ = http_.bind("127.0.0.1", 0);
     scheduler_.start();
     thread_ = std::thread([this] { http_.listen(); });
@@ -339,6 +345,51 @@ TEST(HttpFake, AnApiKeyIsRequiredWhenOneIsSet) {
   ASSERT_EQ(ok->status, 200) << ok->body;
   EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], "bc");
   EXPECT_EQ(c.Get("/v1/models")->status, 200);
+}
+
+// 200 sockets trickle a request's headers a byte at a time (more than the server's 16 handler
+// threads): they wait in the server's poller, not in its threads, so /health is answered at once
+// all along; each is answered 408 and closed when its head is not in after head_timeout.
+TEST(HttpFake, SlowClientsStarveNoOne) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {}, {.head_timeout = 1500ms, .max_per_address = 1000});
+  orchard::testing::SlowLoris loris(server.port(), 200);
+  for (int second = 0; second < 3; ++second) {
+    auto health = orchard::testing::timed_get("127.0.0.1", server.port(), "/health", 5);
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_LT(health->seconds, 1.0);
+    if (second == 0) {
+      EXPECT_EQ(loris.closed_by_server(), 0);
+    }
+    std::this_thread::sleep_for(1s);
+    loris.trickle();
+  }
+  EXPECT_EQ(loris.closed_by_server(), 200);  // past head_timeout: all answered 408 and closed
+}
+
+// One address may hold max_per_address connections; more are refused at once (503), while
+// another address is still served.
+TEST(HttpFake, ConnectionsPerAddressAreCapped) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {}, {.max_per_address = 8});
+  orchard::testing::SlowLoris loris(server.port(), 20);
+  EXPECT_TRUE(eventually([&] { return loris.closed_by_server() == 12; }));
+  auto other = orchard::testing::timed_get("127.0.0.2", server.port(), "/health", 5);
+  if (!other) GTEST_SKIP() << "127.0.0.2 is not a local address here (macOS without an alias)";
+  EXPECT_EQ(other->status, 200);
+}
+
+// httplib sets SO_REUSEPORT by default, with which a second server on a port starts and takes half
+// the requests: binding a port in use must fail.
+TEST(HttpFake, APortInUseIsAnErrorAtStart) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer first(engine);
+  Metrics metrics;
+  Scheduler scheduler(engine, metrics, {});
+  openai::Service service(engine, scheduler, metrics, ChatFamily::ChatML);
+  openai::HttpServer second(service, metrics, {});
+  EXPECT_THROW(second.bind("127.0.0.1", first.port()), Error);
 }
 
 }  // namespace

@@ -100,11 +100,18 @@ void answer(Service& service, Endpoint endpoint, const httplib::Request& req, ht
 
 }  // namespace
 
+namespace {
+
+http::GuardOptions with_threads(http::GuardOptions o, int threads) {
+  o.threads = static_cast<size_t>(std::max(threads, 1));
+  return o;
+}
+
+}  // namespace
+
 HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& options)
-    : server_(std::make_unique<httplib::Server>()) {
+    : server_(std::make_unique<http::GuardedServer>(with_threads(options.connections, options.threads))) {
   httplib::Server& svr = *server_;
-  const int threads = options.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(options.max_body_bytes);
   // Headers and body are separate writes: without NODELAY the body of each keep-alive answer
   // (and each SSE event) can wait for the client's delayed ACK.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/http_options.h"
 #include "serve/metrics.h"
 #include "serve/openai/service.h"
 
@@ -19,7 +20,7 @@ class Server;
 namespace orchard::serve::openai {
 
 struct HttpOptions {
-  int threads = 16;                          // connections served at once (idle keep-alive ones included)
+  int threads = 16;                          // requests handled at once (connections waiting for one take none)
   size_t max_body_bytes = size_t{8} << 20;   // larger bodies get 413
   // How often an answer in progress writes to its client even when there is nothing new (an SSE
   // comment, or whitespace before a JSON body): a write is how a closed connection shows.
@@ -27,6 +28,7 @@ struct HttpOptions {
   // When not empty, every route but /health wants `Authorization: Bearer KEY` with one of these
   // (401 otherwise), as OpenAI's API does.
   std::vector<std::string> api_keys;
+  http::GuardOptions connections;  // timeouts and caps (its threads: `threads`)
 };
 
 class HttpServer {
