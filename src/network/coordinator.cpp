@@ -5,6 +5,7 @@
 #include <limits>
 #include <fmt/format.h>
 
+#include "network/identity.h"
 #include "network/ledger.h"
 #include "network/regions.h"
 
@@ -451,7 +452,13 @@ void Coordinator::on_nodes_changed(std::function<void()> hook) {
   nodes_changed_ = std::move(hook);
 }
 
-void Coordinator::register_node(const std::string& node_id, const json& d) {
+void Coordinator::register_node(const std::string& node_id, const json& description) {
+  json d = description;
+  // Members named by key are ids as the signature check makes them: lower-case hex.
+  if (d.is_object() && d.contains("pod") && d["pod"].is_object() && d["pod"].contains("members") &&
+      d["pod"]["members"].is_array())
+    for (json& m : d["pod"]["members"])
+      if (m.is_string()) m = canonical_node_id(m.get<std::string>());
   if (!d.is_object() || !d.contains("memory_bytes") || !d["memory_bytes"].is_number_integer() ||
       !d.contains("models") || !d["models"].is_array())
     throw ApiError(400, "[network] a node description needs memory_bytes and models");

@@ -206,6 +206,15 @@ TEST_F(HttpApiTest, AnUpperCasedReplayIsRefused) {
                                      {kNonceHeader, fresh.nonce}, {kSignatureHeader, fresh.signature}});
   ASSERT_EQ(ledger->status, 200) << ledger->body;
   EXPECT_EQ(json::parse(ledger->body)["id"], key.public_hex());
+  // A pod's members named by upper-cased keys are the same nodes.
+  NodeKey other = NodeKey::generate();
+  std::string other_upper = other.public_hex();
+  for (char& ch : other_upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const json pod = {{"id", "duo"}, {"members", {upper, other_upper}}};
+  for (const NodeKey* k : {&key, &other})
+    signed_call(*k, url_, "POST", "/v1/nodes/register",
+                json{{"memory_bytes", 1'000'000'000}, {"models", json::array()}, {"pod", pod}}, 5000);
+  EXPECT_EQ(json::parse(client().Get("/v1/world")->body)["totals"]["pods"], 1);
 }
 
 // `orchard node --pod` members name their places in a shared hostfile, not each other's keys:
