@@ -5,6 +5,7 @@
 #include "apps/orchard/commands.h"
 #include "apps/orchard/signal_stopper.h"
 #include "core/error.h"
+#include "network/audit.h"
 #include "network/coordinator.h"
 #include "network/http_api.h"
 
@@ -59,7 +60,8 @@ void add_network_command(CLI::App& app) {
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any)")->capture_default_str();
   cmd->add_option("--lease", o->lease_s, "Seconds a node holds a job without reporting")->capture_default_str();
-  cmd->add_option("--verify-fraction", o->core.verify_fraction, "Share of jobs checked on a second node")
+  cmd->add_option("--verify-fraction", o->core.verify_fraction, "Share of verifiable jobs checked on a second node")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--ban-after", o->core.ban_after_mismatches, "Failed checks that ban a node")->capture_default_str();
   auto quota = std::make_shared<int64_t>(0);
@@ -75,21 +77,29 @@ void add_network_command(CLI::App& app) {
     auto [key, secret] = store.create_key(o->key_name, *quota, *rate, network::wall_clock_ms());
     std::printf("%s\n", secret.c_str());
   });
-  CLI::App* audit = cmd->add_subcommand("audit", "Check that the ledger balances; print job counts");
+  CLI::App* audit = cmd->add_subcommand(
+      "audit", "Check that the ledger balances and every payment matches a job's counted tokens; print job counts "
+      "(clients' jobs, and spot checks apart)");
   audit->add_option("--db", o->db, "sqlite://PATH (default) or postgresql://...")->capture_default_str();
   audit->callback([o] {
     network::Store store = network::Store::open(o->db);
     store.migrate();
-    auto [sum, consistent] = store.audit();
-    std::printf("{\"sum\": %lld, \"consistent\": %s, \"queued\": %lld, \"leased\": %lld, \"completed\": %lld, "
-                "\"failed\": %lld, \"cancelled\": %lld}\n",
-                static_cast<long long>(sum), consistent ? "true" : "false",
-                static_cast<long long>(store.count_jobs(network::JobState::Queued)),
-                static_cast<long long>(store.count_jobs(network::JobState::Leased)),
-                static_cast<long long>(store.count_jobs(network::JobState::Completed)),
-                static_cast<long long>(store.count_jobs(network::JobState::Failed)),
-                static_cast<long long>(store.count_jobs(network::JobState::Cancelled)));
-    if (sum != 0 || !consistent) throw Error(error_message("network", "the ledger does not balance"));
+    network::AuditReport report = network::audit_ledger(store);
+    nlohmann::json out = {{"sum", report.sum},
+                          {"consistent", report.consistent},
+                          {"payments_checked", report.payments_checked},
+                          {"problems", report.problems}};
+    // Clients' jobs by state, and the spot checks apart.
+    out["checks"] = nlohmann::json::object();
+    for (auto state : {network::JobState::Queued, network::JobState::Leased, network::JobState::Completed,
+                       network::JobState::Failed, network::JobState::Cancelled}) {
+      out[network::job_state_name(state)] = store.count_jobs(state, "generate");
+      out["checks"][network::job_state_name(state)] = store.count_jobs(state, "verify");
+    }
+    std::printf("%s\n", out.dump().c_str());
+    if (!report.ok())
+      throw Error(error_message("network", "the ledger does not hold: sum {}, {} problem(s)", report.sum,
+                                report.problems.size()));
   });
   cmd->callback([o, cmd, add_key, audit] {
     if (cmd->got_subcommand(add_key) || cmd->got_subcommand(audit)) return;

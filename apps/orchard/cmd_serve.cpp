@@ -1,6 +1,8 @@
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -31,7 +33,27 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string chat_template = "auto";
+  std::string api_key, api_key_file;
+  std::vector<std::string> api_keys;  // read from the two above before the model loads
 };
+
+// The keys clients must send: --api-key, and the lines of --api-key-file (blank lines and lines
+// starting with # skipped). Throws Error for a key file that cannot be read or holds no key.
+std::vector<std::string> read_api_keys(const ServeOptions& o) {
+  std::vector<std::string> keys;
+  if (!o.api_key.empty()) keys.push_back(o.api_key);
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    if (!in) throw Error(error_message("serve", "cannot read the API key file {}", o.api_key_file));
+    const size_t before = keys.size();
+    for (std::string line; std::getline(in, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    if (keys.size() == before) throw Error(error_message("serve", "the API key file {} holds no key", o.api_key_file));
+  }
+  return keys;
+}
 
 // Runs the server on `engine` (the whole model here, or rank 0 of a split) until SIGINT/SIGTERM.
 void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::optional<serve::ChatFamily> forced) {
@@ -45,6 +67,7 @@ void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::op
   // Every request a slot or the queue holds keeps an HTTP thread; a few more answer /health,
   // /metrics and requests that are refused.
   http.threads = engine.n_slots() + o.scheduler.max_queue + 8;
+  http.api_keys = o.api_keys;
   serve::openai::HttpServer server(service, metrics, http);
   const int port = server.bind(o.host, o.port);
   scheduler.start();
@@ -64,6 +87,7 @@ void serve_model(ServeOptions& o) {
   // A client that hangs up must cost its write, not the process.
   std::signal(SIGPIPE, SIG_IGN);
 
+  o.api_keys = read_api_keys(o);
   std::optional<serve::ChatFamily> forced;
   if (o.chat_template != "auto") {
     forced = serve::parse_chat_family(o.chat_template);
@@ -139,6 +163,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("--alias", o->engine.alias, "Model id clients use (default: the file name without .gguf)");
   cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "Require this key from clients (Authorization: Bearer KEY); /health stays open");
+  cmd->add_option("--api-key-file", o->api_key_file, "Require one of the keys in this file (one per line)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");
   add_split_flags(cmd, o->split);

@@ -1,15 +1,34 @@
 #include "network/coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <fmt/format.h>
 
+#include "network/identity.h"
 #include "network/ledger.h"
 #include "network/regions.h"
 
 namespace orchard::network {
 
 using nlohmann::json;
+
+int64_t prompt_token_bound(const json& request) {
+  // Every token of a prompt stands for at least one byte of its text, except the markers a
+  // template adds: a few around a plain prompt (BOS), a few per chat message (its turn's header and
+  // end) and the assistant turn's header.
+  constexpr int64_t kPromptMarkers = 4, kMessageMarkers = 16, kChatMarkers = 32;
+  int64_t bound = 0;
+  if (request.contains("prompt") && request["prompt"].is_string())
+    bound += static_cast<int64_t>(request["prompt"].get<std::string>().size()) + kPromptMarkers;
+  if (request.contains("messages") && request["messages"].is_array()) {
+    bound += kChatMarkers;
+    for (const auto& m : request["messages"])
+      if (m.is_object())
+        bound += static_cast<int64_t>(m.value("content", "").size() + m.value("role", "").size()) + kMessageMarkers;
+  }
+  return bound;
+}
 
 int64_t wall_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -21,19 +40,91 @@ namespace {
 constexpr int64_t kDefaultMaxTokens = 256;
 constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
+// Leases a job gets before it fails: enough for nodes that vanish or are called back by their
+// owners, few enough that a job nothing can run ends with a reason instead of circling.
+constexpr int64_t kMaxAttempts = 8;
+// A node's delivered speed is its recent jobs' counted tokens over their time, each older job
+// weighing this much less; its seat premium needs at least kDeliveryFloor of the speed its chip
+// would give (the engine reaches about 0.6 of peak bandwidth, placement's estimate; half of that
+// leaves room for prompt processing and the network).
+constexpr double kDeliveryDecay = 0.8;
+constexpr double kDeliveryFloor = 0.5;
 
 // Drops the completions that left the throughput window.
 void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t now) {
   while (!completed.empty() && completed.front().first <= now - kThroughputWindowMs) completed.pop_front();
 }
 
-// A job's context estimate: its prompt in bytes (never fewer tokens than bytes) plus max_tokens.
+// A job's context estimate: the most its prompt can be plus max_tokens.
 int64_t context_estimate(const json& request) {
-  int64_t bytes = 0;
-  if (request.contains("prompt")) bytes += static_cast<int64_t>(request["prompt"].get<std::string>().size());
-  if (request.contains("messages"))
-    for (const auto& m : request["messages"]) bytes += static_cast<int64_t>(m.value("content", "").size()) + 16;
-  return bytes + request.value("max_tokens", kDefaultMaxTokens);
+  return prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
+}
+
+ApiError bad_result(const std::string& what) { return ApiError(400, "[network] a job's result needs " + what); }
+
+bool non_negative(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+
+// A count a node reports: absent (nullopt) or a non-negative integer below any real job's size.
+std::optional<int64_t> reported_count(const json& result, const char* name) {
+  if (!result.contains(name)) return std::nullopt;
+  const json& v = result[name];
+  if (!non_negative(v) || v.get<uint64_t>() > static_cast<uint64_t>(kMaxMaxTokens) * 1024)
+    throw bad_result(fmt::format("\"{}\" as a non-negative integer of sane size, not {}", name, v.dump()));
+  return v.get<int64_t>();
+}
+
+// Token ids a node reports: absent (nullopt) or a list of non-negative 32-bit integers.
+std::optional<size_t> reported_ids(const json& result, const char* name) {
+  if (!result.contains(name)) return std::nullopt;
+  const json& v = result[name];
+  if (!v.is_array()) throw bad_result(fmt::format("\"{}\" as a list of token ids", name));
+  for (const json& id : v)
+    if (!non_negative(id) || id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+      throw bad_result(fmt::format("\"{}\" as a list of token ids (non-negative integers), not {}", name, id.dump()));
+  return v.size();
+}
+
+struct Counted {
+  int64_t prompt = 0, completion = 0;
+  bool verifiable = false;  // token ids came with it: a check can confirm every counted token
+};
+
+// What the coordinator bills and pays for a completion: the number of token ids the node sent
+// (claimed counts must agree with them), never more than the job asked for (max_tokens) and its
+// prompt could be (prompt_token_bound). A completion without ids (an engine that cannot tell) is
+// counted by its claims under the same bounds. Throws ApiError 400 naming the field.
+Counted count_tokens(const json& request, const json& result) {
+  if (!result.is_object()) throw bad_result("to be an object");
+  if (result.contains("text") && !result["text"].is_string()) throw bad_result("\"text\" as a string");
+  if (result.contains("finish_reason") &&
+      (!result["finish_reason"].is_string() || (result["finish_reason"] != "stop" && result["finish_reason"] != "length")))
+    throw bad_result("\"finish_reason\" of \"stop\" or \"length\"");
+  if (result.contains("tok_s") && (!result["tok_s"].is_number() || !(result["tok_s"].get<double>() >= 0) ||
+                                   !std::isfinite(result["tok_s"].get<double>())))
+    throw bad_result("\"tok_s\" as a non-negative number");
+  const auto prompt_claim = reported_count(result, "prompt_tokens");
+  const auto completion_claim = reported_count(result, "completion_tokens");
+  const auto prompt_ids = reported_ids(result, "prompt_ids");
+  const auto output_ids = reported_ids(result, "output_ids");
+  if (prompt_ids.has_value() != output_ids.has_value()) throw bad_result("both \"prompt_ids\" and \"output_ids\", or neither");
+  Counted c;
+  c.verifiable = output_ids.has_value();
+  c.prompt = prompt_ids ? static_cast<int64_t>(*prompt_ids) : prompt_claim.value_or(0);
+  c.completion = output_ids ? static_cast<int64_t>(*output_ids) : completion_claim.value_or(0);
+  if (prompt_ids && prompt_claim && *prompt_claim != c.prompt)
+    throw bad_result(fmt::format("\"prompt_tokens\" equal to the {} \"prompt_ids\" sent, not {}", c.prompt, *prompt_claim));
+  if (output_ids && completion_claim && *completion_claim != c.completion)
+    throw bad_result(fmt::format("\"completion_tokens\" equal to the {} \"output_ids\" sent, not {}", c.completion,
+                                 *completion_claim));
+  const int64_t max_tokens = request.value("max_tokens", kDefaultMaxTokens);
+  if (c.completion > max_tokens)
+    throw bad_result(fmt::format("at most the job's max_tokens ({}) generated tokens in \"{}\", not {}", max_tokens,
+                                 output_ids ? "output_ids" : "completion_tokens", c.completion));
+  const int64_t prompt_bound = prompt_token_bound(request);
+  if (c.prompt > prompt_bound)
+    throw bad_result(fmt::format("at most {} prompt tokens in \"{}\" (the prompt's bytes and template), not {}",
+                                 prompt_bound, prompt_ids ? "prompt_ids" : "prompt_tokens", c.prompt));
+  return c;
 }
 
 // Throws ApiError 400 unless `pod` is {"id", "members": [node ids]} or {"id", "size", "rank",
@@ -109,8 +200,12 @@ void Coordinator::recover() {
   for (const auto& [id, n] : nodes_)
     if (n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]))
       form_pod_locked(n.description["pod"]);
-  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) queue_.push_back({std::move(j), std::nullopt});
+  for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) {
+    reserve_locked(j);
+    queue_.push_back({std::move(j), std::nullopt});
+  }
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
+    reserve_locked(j);
     // Its holder may still finish it; if not, the lease expires and the job returns. A job that
     // its holder alone cannot hold runs on the pod the holder leads, which stays busy with it.
     const int64_t need = models_.count(j.model) ? demand_for(j).need_bytes : 0;
@@ -118,6 +213,24 @@ void Coordinator::recover() {
     live_[j.id].unit = unit;
     placement_.job_started(unit);
   }
+}
+
+void Coordinator::reserve_locked(const JobRecord& job) {
+  Live& live = live_[job.id];
+  if (job.kind != "generate" || live.reserved > 0) return;  // checks are not billed to a key's quota
+  json request = json::parse(job.request, nullptr, false);
+  live.key_id = job.key_id;
+  live.reserved = prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
+  reserved_[job.key_id] += live.reserved;
+}
+
+void Coordinator::release_locked(const std::string& job_id) {
+  auto it = live_.find(job_id);
+  if (it == live_.end() || it->second.reserved == 0) return;
+  int64_t& left = reserved_[it->second.key_id];
+  left -= it->second.reserved;
+  if (left == 0) reserved_.erase(it->second.key_id);
+  it->second.reserved = 0;
 }
 
 KeyRecord Coordinator::authenticate(const std::string& secret) {
@@ -142,24 +255,47 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
         throw ApiError(400, "[network] each message needs a string \"role\" and \"content\"");
-  json request = {{"max_tokens", body.value("max_tokens", kDefaultMaxTokens)},
-                  {"temperature", body.value("temperature", 1.0)},
-                  {"top_p", body.value("top_p", 1.0)},
-                  {"top_k", body.value("top_k", 0)},
+  // Absent or null: the default. Anything else must be a number in range.
+  auto number = [&](const char* name, double fallback, double lo, double hi, bool integer) {
+    if (!body.contains(name) || body[name].is_null()) return fallback;
+    const json& v = body[name];
+    if (!v.is_number() || (integer && !v.is_number_integer()) || !(v.get<double>() >= lo && v.get<double>() <= hi))
+      throw ApiError(400, fmt::format("[network] \"{}\" must be {} in [{}, {}], not {}", name,
+                                      integer ? "an integer" : "a number", lo, hi, v.dump()));
+    return v.get<double>();
+  };
+  const int64_t max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
+  uint64_t seed = rng_() >> 1;
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    if (!body["seed"].is_number_integer()) throw ApiError(400, "[network] \"seed\" must be an integer");
+    // Any 64-bit integer, negative ones as their two's complement (as `orchard serve` takes them).
+    seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+  }
+  json request = {{"max_tokens", max_tokens},
+                  {"temperature", number("temperature", 1.0, 0, 2, false)},
+                  {"top_p", number("top_p", 1.0, 0, 1, false)},
+                  {"top_k", static_cast<int64_t>(number("top_k", 0, 0, std::numeric_limits<int32_t>::max(), true))},
                   // A fixed seed makes a re-run after a lost lease produce the same text.
-                  {"seed", body.value("seed", static_cast<uint64_t>(rng_() >> 1))}};
+                  {"seed", seed}};
   if (has_messages) request["messages"] = body["messages"];
   else request["prompt"] = body["prompt"];
-  int64_t max_tokens = request["max_tokens"].get<int64_t>();
-  if (max_tokens < 1 || max_tokens > kMaxMaxTokens)
-    throw ApiError(400, fmt::format("[network] max_tokens must be in [1, {}]", kMaxMaxTokens));
 
   std::lock_guard lock(mu_);
   std::string model = body["model"].get<std::string>();
   auto m = models_.find(model);
   if (m == models_.end()) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
-  if (key.quota_tokens > 0 && key.tokens_used >= key.quota_tokens)
-    throw ApiError(429, fmt::format("[network] key '{}' used its quota of {} tokens", key.name, key.quota_tokens));
+  // The job reserves the most it can cost (its prompt's bound and max_tokens) until it settles at
+  // what was counted, or is cancelled or fails: jobs submitted at once cannot run past the quota.
+  const int64_t need = prompt_token_bound(request) + max_tokens;
+  if (key.quota_tokens > 0) {
+    const int64_t used = store_.get_key(key.id).value_or(key).tokens_used;  // now, under the lock
+    const int64_t reserved = reserved_[key.id];
+    if (used + reserved + need > key.quota_tokens)
+      throw ApiError(429, fmt::format("[network] key '{}' has {} of its quota of {} tokens left ({} used, {} reserved "
+                                      "by its jobs in flight); this job may take {}",
+                                      key.name, std::max<int64_t>(0, key.quota_tokens - used - reserved),
+                                      key.quota_tokens, used, reserved, need));
+  }
   const int64_t now = clock_();
   if (key.rate_per_min > 0) {
     // Token bucket: rate_per_min submissions a minute, bursts up to the same number.
@@ -179,7 +315,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   job.request = request.dump();
   job.created_at = job.updated_at = now;
   store_.insert_job(job);
-  live_[job.id];
+  reserve_locked(job);
   queue_.push_back({job, std::nullopt});
   dispatch_locked();
   return job_to_json(*store_.get_job(job.id));
@@ -219,6 +355,7 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
   if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
   std::lock_guard lock(mu_);
   if (store_.cancel_job(id, clock_())) {
+    release_locked(id);
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == id; }),
                  queue_.end());
     Live& live = live_[id];
@@ -315,13 +452,28 @@ void Coordinator::on_nodes_changed(std::function<void()> hook) {
   nodes_changed_ = std::move(hook);
 }
 
-void Coordinator::register_node(const std::string& node_id, const json& d) {
+void Coordinator::register_node(const std::string& node_id, const json& description) {
+  json d = description;
+  // Members named by key are ids as the signature check makes them: lower-case hex.
+  if (d.is_object() && d.contains("pod") && d["pod"].is_object() && d["pod"].contains("members") &&
+      d["pod"]["members"].is_array())
+    for (json& m : d["pod"]["members"])
+      if (m.is_string()) m = canonical_node_id(m.get<std::string>());
   if (!d.is_object() || !d.contains("memory_bytes") || !d["memory_bytes"].is_number_integer() ||
       !d.contains("models") || !d["models"].is_array())
     throw ApiError(400, "[network] a node description needs memory_bytes and models");
   for (const auto& m : d["models"])
-    if (!m.is_object() || !m.contains("name") || !m.contains("bytes") || !m["bytes"].is_number_integer())
-      throw ApiError(400, "[network] each model needs a name and bytes");
+    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("bytes") ||
+        !m["bytes"].is_number_integer() || (m.contains("kv_bytes_per_token") && !m["kv_bytes_per_token"].is_number_integer()) ||
+        (m.contains("context_length") && !m["context_length"].is_number_integer()))
+      throw ApiError(400, "[network] each model needs a string name and integer bytes (and kv_bytes_per_token, "
+                          "context_length, when given)");
+  for (const char* name : {"chip", "seat", "region", "name"})
+    if (d.contains(name) && !d[name].is_string())
+      throw ApiError(400, fmt::format("[network] a node description's \"{}\" must be a string", name));
+  if ((d.contains("memory_bandwidth_gbs") && !d["memory_bandwidth_gbs"].is_number()) ||
+      (d.contains("offering") && !d["offering"].is_boolean()))
+    throw ApiError(400, "[network] a node description needs memory_bandwidth_gbs as a number and offering as a boolean");
   if (d.contains("pod")) check_pod(d["pod"]);
   const int64_t now = clock_();
   std::string seat = d.value("seat", "shared") == "dedicated" ? "dedicated" : "shared";
@@ -341,6 +493,7 @@ void Coordinator::register_node(const std::string& node_id, const json& d) {
   std::lock_guard lock(mu_);
   NodeState& n = nodes_[node_id];
   n.description = d;
+  n.lacks.clear();  // it describes its models anew
   n.seat = seat;
   n.online = true;
   n.offering = d.value("offering", true);
@@ -412,6 +565,7 @@ void Coordinator::update_node_locked(const std::string& node_id) {
     n.tier = ledger::tier_name(chip->tier);
     if (chip->memory_bandwidth_gbs > 0) bandwidth = chip->memory_bandwidth_gbs;
   }
+  n.bandwidth_gbs = bandwidth;
   NodeSpec spec{node_id, d.value("memory_bytes", int64_t{0}), bandwidth, {}, n.reliability};
   if (d.contains("models"))
     for (const auto& m : d["models"]) {
@@ -442,6 +596,8 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
   if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
   NodeState& n = it->second;
   if (n.banned) throw ApiError(403, "[network] this node is banned");
+  if (!state.is_object() || (state.contains("offering") && !state["offering"].is_boolean()))
+    throw ApiError(400, "[network] a heartbeat needs \"offering\" as a boolean");
   bool was_online = n.online;
   n.online = true;
   n.last_seen = clock_();
@@ -452,7 +608,7 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
     while (!n.inbox.empty()) {
       json j = n.inbox.front();
       n.inbox.pop_front();
-      if (store_.requeue_job(j["id"], node_id, j["attempt"], clock_())) requeue_locked(j["id"], node_id, false);
+      if (store_.requeue_job(j["id"], node_id, j["attempt"], clock_())) requeue_locked(j["id"], node_id, Requeue::Withdrawn);
     }
   }
   refresh_availability_locked(node_id);
@@ -477,8 +633,10 @@ json Coordinator::poll(const std::string& node_id, std::chrono::steady_clock::ti
   if (n.inbox.empty()) return nullptr;
   json j = n.inbox.front();
   n.inbox.pop_front();
-  // The lease counts from pickup: time spent in the inbox is not the node's.
+  // The lease counts from pickup: time spent in the inbox is not the node's (nor is it in the
+  // speed the node is paid by).
   store_.renew_lease(j["id"], node_id, j["attempt"], clock_() + options_.lease_ms);
+  live_[j["id"].get<std::string>()].picked_up_at = clock_();
   return j;
 }
 
@@ -503,16 +661,32 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (job->kind == "verify") return complete_check_locked(node_id, *job, attempt, result);
   auto node = nodes_.find(node_id);
   if (node == nodes_.end()) throw ApiError(404, "[network] unknown node");
+  const Counted counted = count_tokens(json::parse(job->request, nullptr, false), result);
   Completion c;
-  c.prompt_tokens = result.value("prompt_tokens", int64_t{0});
-  c.completion_tokens = result.value("completion_tokens", int64_t{0});
-  c.tok_s = result.value("tok_s", 0.0);
-  c.result = json{{"text", result.value("text", "")}, {"finish_reason", result.value("finish_reason", "stop")}}.dump();
+  c.prompt_tokens = counted.prompt;
+  c.completion_tokens = counted.completion;
   const ModelInfo& model = models_[job->model];
-  int64_t amount = ledger::job_credits(c.prompt_tokens + c.completion_tokens, model.bytes,
-                                       ledger::parse_seat(node->second.seat), ledger::parse_tier(node->second.tier));
-  bool verifiable = result.contains("prompt_ids") && result.contains("output_ids");
-  bool check = verifiable && options_.verify_fraction > 0 &&
+  // Delivery as the coordinator saw it: counted tokens over the time from pickup to this report.
+  NodeState& n = node->second;
+  const int64_t picked_up_at = live_[job_id].picked_up_at;
+  const double seconds = picked_up_at > 0 ? static_cast<double>(std::max<int64_t>(1, clock_() - picked_up_at)) / 1000 : 0;
+  const double delivered_tokens = n.delivered_tokens * kDeliveryDecay + (seconds > 0 ? counted.completion : 0);
+  const double delivered_seconds = n.delivered_seconds * kDeliveryDecay + seconds;
+  c.tok_s = seconds > 0 ? static_cast<double>(counted.completion) / seconds : 0;
+  // A seat's premium over the shared rate is paid while the node delivers at least kDeliveryFloor
+  // of what its claimed chip would for this model: claiming an Ultra earns nothing by itself.
+  const double claimed = expected_tok_s(model.bytes, n.bandwidth_gbs, 1, 0);
+  const bool delivers = delivered_seconds > 0 && delivered_tokens / delivered_seconds >= kDeliveryFloor * claimed;
+  const double multiplier =
+      delivers ? ledger::seat_multiplier(ledger::parse_seat(n.seat), ledger::parse_tier(n.tier)) : 1.0;
+  // The rate goes with the result, so `orchard network audit` can recompute every payment.
+  c.result = json{{"text", result.value("text", "")},
+                  {"finish_reason", result.value("finish_reason", "stop")},
+                  {"model_bytes", model.bytes},
+                  {"multiplier", multiplier}}
+                 .dump();
+  int64_t amount = ledger::job_credits(c.prompt_tokens + c.completion_tokens, model.bytes, multiplier);
+  bool check = counted.verifiable && options_.verify_fraction > 0 &&
                std::uniform_real_distribution<double>(0, 1)(rng_) < options_.verify_fraction;
   c.txns = {ledger::settle_job(job_id, job->key_id, node_id, amount, check)};
   if (check) c.verify_state = "pending";
@@ -520,6 +694,9 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this job is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
+    release_locked(job_id);  // the store counted the job's tokens as used
+    n.delivered_tokens = delivered_tokens;
+    n.delivered_seconds = delivered_seconds;
     Live& live = live_[job_id];
     if (!live.unit.empty()) placement_.job_finished(live.unit);
     live.unit.clear();
@@ -562,25 +739,34 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
   auto original = store_.get_job(check.verify_of);
   auto verifier = nodes_.find(node_id);
   if (!original || verifier == nodes_.end()) throw ApiError(404, "[network] no such job");
-  bool ok = result.value("ok", false);
+  if (!result.is_object() || !result.contains("ok") || !result["ok"].is_boolean())
+    throw ApiError(400, "[network] a check's result needs \"ok\" as a boolean");
+  auto integer = [&](const char* name, int64_t fallback) {
+    return result.contains(name) && result[name].is_number_integer() ? result[name].get<int64_t>() : fallback;
+  };
+  bool ok = result["ok"].get<bool>();
   const ModelInfo& model = models_[check.model];
   int64_t held = store_.escrowed(original->id);
-  int64_t pay = static_cast<int64_t>(
-      static_cast<double>(ledger::job_credits(original->prompt_tokens + original->completion_tokens, model.bytes,
-                                              ledger::parse_seat(verifier->second.seat),
-                                              ledger::parse_tier(verifier->second.tier))) *
-      ledger::kVerifyRate);
+  const double multiplier =
+      ledger::seat_multiplier(ledger::parse_seat(verifier->second.seat), ledger::parse_tier(verifier->second.tier));
+  int64_t pay = ledger::verifier_pay(original->prompt_tokens + original->completion_tokens, model.bytes, multiplier);
   Completion c;
-  c.result = result.dump();
+  c.result = json{{"ok", ok},
+                  {"checked", integer("checked", 0)},
+                  {"mismatch_at", integer("mismatch_at", -1)},
+                  {"model_bytes", model.bytes},
+                  {"multiplier", multiplier}}
+                 .dump();
   c.prompt_tokens = original->prompt_tokens + original->completion_tokens;
   c.txns = {ledger::pay_verifier(check.id, node_id, pay),
             ok ? ledger::release_escrow(original->id, original->node_id, held)
                : ledger::refund_escrow(original->id, original->key_id, held)};
+  if (!ok) c.txns.push_back(ledger::fine_node(original->id, original->node_id, ledger::kFineMultiple * held));
+  c.checked_state = ok ? "ok" : "mismatch";
   CompleteOutcome outcome = store_.complete_job(check.id, node_id, attempt, c, clock_());
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
-    store_.set_verify_state(original->id, ok ? "ok" : "mismatch");
     credits_by_seat_[verifier->second.seat] += pay;
     if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
     Live& live = live_[check.id];
@@ -588,6 +774,7 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
     live_.erase(check.id);
     if (!ok) {
       NodeState& producer = nodes_[original->node_id];
+      credits_by_seat_[producer.seat] -= ledger::kFineMultiple * held;
       producer.reliability = next_reliability(producer.reliability, Outcome::FailedCheck);
       producer.mismatches++;
       producer.banned = producer.mismatches >= options_.ban_after_mismatches;
@@ -600,7 +787,7 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
         json j = producer.inbox.front();
         producer.inbox.pop_front();
         if (store_.requeue_job(j["id"], original->node_id, j["attempt"], clock_()))
-          requeue_locked(j["id"], original->node_id, false);
+          requeue_locked(j["id"], original->node_id, Requeue::Withdrawn);
       }
     }
     changed_.notify_all();
@@ -609,15 +796,19 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
   return {{"ok", true}, {"credits", pay}};
 }
 
-void Coordinator::hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt) {
+void Coordinator::hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt,
+                            const std::string& reason) {
   std::lock_guard lock(mu_);
   if (store_.requeue_job(job_id, node_id, attempt, clock_())) {
-    requeue_locked(job_id, node_id, false);
+    if (reason == kModelMissing)
+      if (auto job = store_.get_job(job_id)) nodes_[node_id].lacks.insert(job->model);
+    live_[job_id].hand_backs.push_back(fmt::format("{}: {}", node_id.substr(0, 12), reason.empty() ? "no reason" : reason));
+    requeue_locked(job_id, node_id, Requeue::HandedBack);
     dispatch_locked();
   }
 }
 
-void Coordinator::requeue_locked(const std::string& job_id, const std::string& node_id, bool lost) {
+void Coordinator::requeue_locked(const std::string& job_id, const std::string& node_id, Requeue why) {
   Live& live = live_[job_id];
   if (!live.unit.empty()) placement_.job_finished(live.unit);
   live.unit.clear();
@@ -626,16 +817,58 @@ void Coordinator::requeue_locked(const std::string& job_id, const std::string& n
     n->second.inbox.erase(std::remove_if(n->second.inbox.begin(), n->second.inbox.end(),
                                          [&](const json& j) { return j["id"] == job_id; }),
                           n->second.inbox.end());
-    if (lost) {
-      n->second.reliability = next_reliability(n->second.reliability, Outcome::LostLease);
-      n->second.jobs_failed++;
+    if (why != Requeue::Withdrawn) {
+      // A node that gave a job back is not offered it again (the next attempt goes elsewhere), and
+      // its word that it could run it cost its reputation a little; a lost lease costs more.
+      if (why == Requeue::HandedBack) live.refused_by.insert(node_id);
+      n->second.reliability =
+          next_reliability(n->second.reliability, why == Requeue::LeaseLost ? Outcome::LostLease : Outcome::HandedBack);
+      n->second.jobs_failed += why == Requeue::LeaseLost;
       store_.update_node_trust(node_id, n->second.reliability, n->second.mismatches, n->second.banned,
                                n->second.jobs_failed);
       placement_.set_reliability(node_id, n->second.reliability);
     }
   }
+  auto job = store_.get_job(job_id);
+  if (!job || job->state != JobState::Queued) return;
+  if (job->kind == "generate") {
+    std::string why_not;
+    if (job->attempt >= kMaxAttempts)
+      why_not = fmt::format("gave up after {} attempts", job->attempt);
+    else if (!runnable_locked(*job))
+      why_not = fmt::format("no node can run it: every node that could hold model '{}' handed it back", job->model);
+    if (!why_not.empty()) {
+      std::string reasons;
+      for (const std::string& h : live.hand_backs) reasons += (reasons.empty() ? "" : "; ") + h;
+      fail_locked(job_id, fmt::format("[network] {} (hand-backs: {})", why_not, reasons.empty() ? "none" : reasons));
+      return;
+    }
+  }
   // Back at the front: it has waited longest.
-  if (auto job = store_.get_job(job_id); job && job->state == JobState::Queued) queue_.push_front({*job, std::nullopt});
+  queue_.push_front({*job, std::nullopt});
+}
+
+bool Coordinator::runnable_locked(const JobRecord& job) const {
+  if (!models_.count(job.model)) return false;
+  const int64_t need = demand_for(job).need_bytes;
+  auto live = live_.find(job.id);
+  for (const auto& [id, n] : nodes_) {
+    if (n.banned || n.lacks.count(job.model) || (live != live_.end() && live->second.refused_by.count(id))) continue;
+    // A pod's member may run it with its pod, whatever its own memory.
+    if (n.description.value("memory_bytes", int64_t{0}) >= need || n.description.contains("pod")) return true;
+  }
+  return false;
+}
+
+void Coordinator::fail_locked(const std::string& job_id, const std::string& error) {
+  if (!store_.fail_job(job_id, error, clock_())) return;
+  release_locked(job_id);
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == job_id; }),
+               queue_.end());
+  Live& live = live_[job_id];
+  live.done = true;
+  live.finish_reason = "failed";
+  changed_.notify_all();
 }
 
 Demand Coordinator::demand_for(const JobRecord& job) const {
@@ -645,6 +878,9 @@ Demand Coordinator::demand_for(const JobRecord& job) const {
   Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}};
   if (!job.verify_of.empty())
     if (auto original = store_.get_job(job.verify_of)) d.exclude.insert(original->node_id);
+  if (auto live = live_.find(job.id); live != live_.end()) d.exclude.insert(live->second.refused_by.begin(), live->second.refused_by.end());
+  for (const auto& [id, n] : nodes_)
+    if (n.lacks.count(job.model)) d.exclude.insert(id);
   return d;
 }
 
@@ -698,7 +934,7 @@ void Coordinator::dispatch_locked() {
 void Coordinator::tick() {
   std::lock_guard lock(mu_);
   const int64_t now = clock_();
-  for (auto& [job_id, node_id] : store_.expire_leases(now)) requeue_locked(job_id, node_id, true);
+  for (auto& [job_id, node_id] : store_.expire_leases(now)) requeue_locked(job_id, node_id, Requeue::LeaseLost);
   for (auto& [id, n] : nodes_) {
     if (n.online && n.last_seen < now - options_.offline_after_ms) {
       n.online = false;

@@ -12,8 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "core/error.h"
 #include "network/catalog.h"
@@ -35,7 +38,7 @@ class ApiError : public Error {
 struct CoordinatorOptions {
   int64_t lease_ms = 15000;          // a job's lease: renewed by the holder's progress reports
   int64_t offline_after_ms = 15000;  // a node unheard of this long is offline
-  double verify_fraction = 0.0;      // share of verifiable jobs checked on a second node
+  double verify_fraction = 0.05;     // share of verifiable jobs checked on a second node
   int64_t ban_after_mismatches = 3;
   int64_t default_quota_tokens = 0;  // for new keys; 0: unlimited
   int64_t default_rate_per_min = 0;
@@ -43,6 +46,13 @@ struct CoordinatorOptions {
 };
 
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch
+
+// A hand-back's reason when the node does not have the job's model.
+inline constexpr const char* kModelMissing = "model_missing";
+
+// The most prompt tokens a job's request can stand for: its text's bytes plus the markers a
+// template adds. Nodes are paid and clients billed for no more (and quotas reserve this much).
+int64_t prompt_token_bound(const nlohmann::json& request);
 int64_t wall_clock_ms();
 
 struct Output {
@@ -60,7 +70,9 @@ class Coordinator {
   // Clients. authenticate throws ApiError 401; the others take the authenticated key.
   KeyRecord authenticate(const std::string& secret);
   // body: {"model", "messages" | "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"}.
-  // Returns the job as job_json. 400 bad request, 404 unknown model, 429 quota or rate.
+  // Returns the job as job_json. 400 bad request, 404 unknown model, 429 quota or rate: a job
+  // reserves prompt_token_bound + max_tokens of its key's quota until it settles at the counted
+  // tokens, or is cancelled or fails.
   nlohmann::json submit(const KeyRecord& key, const nlohmann::json& body);
   nlohmann::json job_json(const KeyRecord& key, const std::string& id);  // 404 for another key's job
   nlohmann::json cancel(const KeyRecord& key, const std::string& id);
@@ -90,11 +102,19 @@ class Coordinator {
   void progress(const std::string& node_id, const std::string& job_id, int64_t attempt, size_t offset,
                 const std::string& text);
   // result: {"text", "finish_reason", "prompt_tokens", "completion_tokens", "tok_s",
-  // ["prompt_ids", "output_ids"]} or for checks {"ok", "checked", "mismatch_at"}.
+  // ["prompt_ids", "output_ids"]} or for checks {"ok", "checked", "mismatch_at"}. What is billed
+  // and paid is counted here: the ids sent (claimed counts must agree), at most the job's
+  // max_tokens and prompt_token_bound; 400 naming the field otherwise. A failed check refunds the
+  // client and fines the producer ledger::kFineMultiple times the job's credits.
   // Idempotent for the same attempt; 409 for a lost lease.
   nlohmann::json complete(const std::string& node_id, const std::string& job_id, int64_t attempt,
                           const nlohmann::json& result);
-  void hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt);
+  // The node gives the job back (reason: kModelMissing, or any words). It is not offered that job
+  // again, nor any job of a model it says it lacks (until it registers again); a hand-back costs
+  // reputation. A job handed back by every node that could hold it, or leased kMaxAttempts times,
+  // fails with the reason.
+  void hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt,
+                 const std::string& reason = "");
   nlohmann::json node_status(const std::string& node_id);  // record, balance, statement
 
   // Expires leases and silent nodes, and places what waits. Call about once a second.
@@ -112,6 +132,8 @@ class Coordinator {
   struct NodeState {
     nlohmann::json description;
     std::string seat, tier, chip;
+    double bandwidth_gbs = 0;  // the catalog's for its chip, else its claim
+    double delivered_tokens = 0, delivered_seconds = 0;  // recent jobs, decayed: what its seat premium follows
     bool online = false, offering = false, banned = false;
     bool visible = false;      // online && offering && !banned, as last refreshed
     int64_t online_since = 0;  // when it last became visible
@@ -119,12 +141,18 @@ class Coordinator {
     double reliability = 1;
     int64_t mismatches = 0, jobs_failed = 0;
     std::deque<nlohmann::json> inbox;  // leased to this node, not yet picked up
+    std::set<std::string> lacks;       // models it handed a job back for not having
   };
   struct Live {
     std::string text;
     bool done = false;
     std::string finish_reason;
     std::string unit;  // the placement unit holding it while leased
+    std::string key_id;
+    int64_t picked_up_at = 0;  // by its holder, on the coordinator's clock (0: before a restart)
+    int64_t reserved = 0;  // of its key's quota, until it settles, is cancelled or fails
+    std::unordered_set<std::string> refused_by;  // nodes that handed it back: not offered it again
+    std::vector<std::string> hand_backs;         // "node: reason", for the error if it fails
   };
   struct Bucket {
     double tokens = 0;
@@ -132,8 +160,13 @@ class Coordinator {
   };
 
   void recover();  // rebuilds memory from the store after a start
+  void reserve_locked(const JobRecord& job);        // holds the job's most tokens against its key's quota
+  void release_locked(const std::string& job_id);  // gives that back (settled, cancelled or failed)
   void dispatch_locked();
-  void requeue_locked(const std::string& job_id, const std::string& node_id, bool lost);
+  enum class Requeue { Withdrawn, HandedBack, LeaseLost };  // the owner came back; the node gave it up; it went silent
+  void requeue_locked(const std::string& job_id, const std::string& node_id, Requeue why);
+  bool runnable_locked(const JobRecord& job) const;  // some node not ruled out could hold it
+  void fail_locked(const std::string& job_id, const std::string& error);
   void form_pod_locked(const nlohmann::json& pod);  // pod: as checked at registration
   void update_node_locked(const std::string& node_id);
   void refresh_availability_locked(const std::string& node_id);
@@ -159,6 +192,7 @@ class Coordinator {
   std::deque<QueuedJob> queue_;  // queued jobs, oldest first (no database read per dispatch)
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, Bucket> rate_;
+  std::unordered_map<std::string, int64_t> reserved_;  // key id -> tokens its unsettled jobs may take
   std::mt19937_64 rng_;
   std::function<void()> nodes_changed_;
   std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute

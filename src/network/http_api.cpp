@@ -3,10 +3,14 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <fmt/format.h>
+#include <limits>
 #include <thread>
 
 #include "network/identity.h"
 #include "network/world/world_routes.h"
+#include "serve/http_guard.h"
+#include "serve/openai/schema.h"
 
 namespace orchard::network {
 
@@ -16,9 +20,12 @@ namespace {
 
 // Long-polls and streams hold a server thread each: enough threads for many nodes and clients.
 constexpr size_t kServerThreads = 128;
+// Nodes behind one NAT share an address: each holds a long poll and sends heartbeats.
+constexpr size_t kConnectionsPerAddress = 256;
 constexpr int64_t kMaxPollMs = 30000;
 constexpr auto kStreamStep = std::chrono::seconds(15);  // an SSE comment keeps idle streams alive
 constexpr auto kChatDeadline = std::chrono::minutes(10);
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
 void send_json(httplib::Response& res, const json& body, int status = 200) {
   res.status = status;
@@ -26,16 +33,34 @@ void send_json(httplib::Response& res, const json& body, int status = 200) {
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
-  // The OpenAI error shape, so OpenAI clients show the message.
-  const char* type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error" : "invalid_request_error";
-  send_json(res, {{"error", {{"message", message}, {"type", type}, {"code", status}}}}, status);
+  // The OpenAI error shape `orchard serve` answers with, so OpenAI clients show the message.
+  res.status = status;
+  res.set_content(serve::openai::error_body(serve::openai::api_error(status, message)), "application/json");
 }
 
 json parse_body(const httplib::Request& req) {
   if (req.body.empty()) return json::object();
   json j = json::parse(req.body, nullptr, false);
   if (j.is_discarded()) throw ApiError(400, "[network] the body is not JSON");
+  if (!j.is_object()) throw ApiError(400, fmt::format("[network] the body must be a JSON object, not {}", j.type_name()));
   return j;
+}
+
+ApiError bad_field(const char* name, const char* expected) {
+  return ApiError(400, fmt::format("[network] the body needs \"{}\" as {}", name, expected));
+}
+
+std::string string_field(const json& body, const char* name) {
+  if (!body.contains(name) || !body[name].is_string()) throw bad_field(name, "a string");
+  return body[name].get<std::string>();
+}
+
+int64_t integer_field(const json& body, const char* name, int64_t lo, int64_t hi) {
+  if (!body.contains(name) || !body[name].is_number_integer() ||
+      (body[name].is_number_unsigned() && body[name].get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+      body[name].get<int64_t>() < lo || body[name].get<int64_t>() > hi)
+    throw bad_field(name, fmt::format("an integer in [{}, {}]", lo, hi).c_str());
+  return body[name].get<int64_t>();
 }
 
 std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
@@ -45,12 +70,13 @@ std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::
 struct HttpApi::Impl {
   Coordinator& coordinator;
   RequestGuard guard;
-  httplib::Server server;
+  serve::http::GuardedServer server;
   std::atomic<bool> stopping{false};
   // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
   std::unique_ptr<world::WorldSampler> world_feed;
 
-  Impl(Coordinator& c, int64_t window_ms) : coordinator(c), guard(window_ms, wall_clock_ms()) {}
+  Impl(Coordinator& c, int64_t window_ms, serve::http::GuardOptions connections)
+      : coordinator(c), guard(window_ms, wall_clock_ms()), server(connections) {}
 
   // Wraps a handler: ApiError and Error become JSON error responses.
   template <typename F>
@@ -60,6 +86,9 @@ struct HttpApi::Impl {
         f(req, res);
       } catch (const ApiError& e) {
         send_error(res, e.status(), e.what());
+      } catch (const json::exception& e) {
+        // A value of the wrong type reached a handler: the request's fault, whatever field it was.
+        send_error(res, 400, fmt::format("[network] bad request: {}", e.what()));
       } catch (const std::exception& e) {
         send_error(res, 500, e.what());
       }
@@ -102,10 +131,17 @@ struct HttpApi::Impl {
   }
 
   void routes() {
-    server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
     // A response goes out as headers then body: with Nagle's algorithm the body waits for the
     // client's delayed ACK (40 ms on Linux) on every keep-alive request.
     server.set_tcp_nodelay(true);
+    // Unknown routes and bodies over the limit get the same error shape as everything else.
+    server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      send_error(res, res.status,
+                 res.status == 404   ? fmt::format("[network] no route {} {}", req.method, req.path)
+                 : res.status == 413 ? std::string("[network] the request body is too large")
+                                     : fmt::format("[network] HTTP status {}", res.status));
+    });
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"ok", true}}); });
     server.Get("/v1/world", wrap([this](const httplib::Request&, httplib::Response& res) {
                  send_json(res, coordinator.world());
@@ -117,7 +153,7 @@ struct HttpApi::Impl {
                  client(req);
                  send_json(res, coordinator.models());
                }));
-    server.Post("/v1/jobs", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/jobs", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   send_json(res, coordinator.submit(client(req), parse_body(req)), 201);
                 }));
     server.Get(R"(/v1/jobs/([A-Za-z0-9-]+))", wrap([this](const httplib::Request& req, httplib::Response& res) {
@@ -136,41 +172,46 @@ struct HttpApi::Impl {
                    return s;
                  });
                }));
-    server.Post("/v1/chat/completions", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/chat/completions", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   chat(req, res);
                 }));
     // Nodes
-    server.Post("/v1/nodes/register", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/register", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   coordinator.register_node(id, parse_body(req));
                   send_json(res, {{"ok", true}, {"id", id}});
                 }));
-    server.Post("/v1/nodes/heartbeat", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/heartbeat", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   send_json(res, coordinator.heartbeat(id, parse_body(req)));
                 }));
-    server.Post("/v1/nodes/poll", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/poll", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
-                  int64_t wait = std::clamp<int64_t>(parse_body(req).value("wait_ms", int64_t{20000}), 0, kMaxPollMs);
+                  json b = parse_body(req);
+                  int64_t wait = b.contains("wait_ms") ? integer_field(b, "wait_ms", 0, kMaxPollMs) : 20000;
                   json job = coordinator.poll(id, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait));
                   send_json(res, {{"job", job}});
                 }));
-    server.Post("/v1/nodes/progress", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/progress", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   json b = parse_body(req);
-                  coordinator.progress(id, b.at("job"), b.at("attempt"), b.value("offset", size_t{0}),
-                                       b.value("text", ""));
+                  coordinator.progress(id, string_field(b, "job"), integer_field(b, "attempt", 1, kMaxInt),
+                                       b.contains("offset") ? integer_field(b, "offset", 0, kMaxInt) : 0,
+                                       b.contains("text") ? string_field(b, "text") : "");
                   send_json(res, {{"ok", true}});
                 }));
-    server.Post("/v1/nodes/complete", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/complete", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   json b = parse_body(req);
-                  send_json(res, coordinator.complete(id, b.at("job"), b.at("attempt"), b.at("result")));
+                  if (!b.contains("result") || !b["result"].is_object()) throw bad_field("result", "an object");
+                  send_json(res, coordinator.complete(id, string_field(b, "job"), integer_field(b, "attempt", 1, kMaxInt),
+                                                      b["result"]));
                 }));
-    server.Post("/v1/nodes/hand-back", wrap([this](const httplib::Request& req, httplib::Response& res) {
+    serve::http::post(server, "/v1/nodes/hand-back", wrap([this](const httplib::Request& req, httplib::Response& res) {
                   std::string id = node(req);
                   json b = parse_body(req);
-                  coordinator.hand_back(id, b.at("job"), b.at("attempt"));
+                  coordinator.hand_back(id, string_field(b, "job"), integer_field(b, "attempt", 1, kMaxInt),
+                                        b.contains("reason") ? string_field(b, "reason").substr(0, 200) : "");
                   send_json(res, {{"ok", true}});
                 }));
     server.Get("/v1/ledger", wrap([this](const httplib::Request& req, httplib::Response& res) {
@@ -229,8 +270,16 @@ struct HttpApi::Impl {
   }
 };
 
-HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms) : impl_(std::make_unique<Impl>(coordinator, window_ms)) {
+HttpApi::HttpApi(Coordinator& coordinator, int64_t window_ms, serve::http::GuardOptions connections)
+    : impl_(std::make_unique<Impl>(coordinator, window_ms, connections)) {
   impl_->routes();
+}
+
+serve::http::GuardOptions HttpApi::default_connections() {
+  serve::http::GuardOptions o;
+  o.threads = kServerThreads;
+  o.max_per_address = kConnectionsPerAddress;
+  return o;
 }
 
 HttpApi::~HttpApi() {
@@ -240,7 +289,7 @@ HttpApi::~HttpApi() {
 
 int HttpApi::bind(const std::string& host, int port) {
   int bound = port == 0 ? impl_->server.bind_to_any_port(host) : (impl_->server.bind_to_port(host, port) ? port : -1);
-  if (bound < 0) throw Error(error_message("network", "cannot listen on {}:{}", host, port));
+  if (bound < 0) throw Error(error_message("network", "cannot listen on {}:{} (in use, or not an address of this machine?)", host, port));
   return bound;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <fmt/format.h>
 #include <fstream>
 
@@ -98,9 +99,18 @@ SignedHeaders sign_request(const NodeKey& key, std::string_view method, std::str
   return h;
 }
 
-std::string RequestGuard::check(const SignedHeaders& h, std::string_view method, std::string_view path,
+std::string canonical_node_id(std::string_view id) {
+  std::string out(id);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string RequestGuard::check(SignedHeaders& h, std::string_view method, std::string_view path,
                                 std::string_view body, int64_t now_ms) {
   if (h.node.empty() || h.timestamp.empty() || h.nonce.empty() || h.signature.empty()) return "unsigned request";
+  // The hex decoder takes either case: one key must be one id, or a replay with the id's case
+  // changed would pass as new, and the node's records would split.
+  h.node = canonical_node_id(h.node);
   int64_t ts = 0;
   try {
     ts = std::stoll(h.timestamp);

@@ -26,6 +26,9 @@ class NodeKey {
   std::string secret_;  // crypto_sign_SECRETKEYBYTES raw bytes
 };
 
+// A node id as the coordinator keys it: lower-case hex.
+std::string canonical_node_id(std::string_view id);
+
 bool verify_signature(const std::string& public_hex, std::string_view message, const std::string& signature_hex);
 
 std::string canonical_request(std::string_view method, std::string_view path, int64_t timestamp_ms,
@@ -50,8 +53,9 @@ SignedHeaders sign_request(const NodeKey& key, std::string_view method, std::str
 class RequestGuard {
  public:
   RequestGuard(int64_t window_ms, int64_t created_ms) : window_ms_(window_ms), created_ms_(created_ms) {}
-  // "" when accepted, else why not (for a 401 body).
-  std::string check(const SignedHeaders& h, std::string_view method, std::string_view path, std::string_view body,
+  // "" when accepted, else why not (for a 401 body). Canonicalises h.node first (lower-case hex):
+  // signature and replay checks, and the caller, see one id per key.
+  std::string check(SignedHeaders& h, std::string_view method, std::string_view path, std::string_view body,
                     int64_t now_ms);
 
  private:

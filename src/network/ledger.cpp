@@ -42,8 +42,23 @@ double seat_multiplier(Seat seat, Tier tier) {
 double model_size_factor(int64_t model_bytes) { return std::max(0.05, static_cast<double>(model_bytes) / 1e9); }
 
 int64_t job_credits(int64_t tokens, int64_t model_bytes, Seat seat, Tier tier) {
-  return std::llround(static_cast<double>(tokens) * model_size_factor(model_bytes) * seat_multiplier(seat, tier) * 1e6 /
+  return job_credits(tokens, model_bytes, seat_multiplier(seat, tier));
+}
+
+int64_t job_credits(int64_t tokens, int64_t model_bytes, double multiplier) {
+  return std::llround(static_cast<double>(tokens) * model_size_factor(model_bytes) * multiplier * 1e6 /
                       1000.0);  // 1 credit per 1000 tokens of a 1 GB model
+}
+
+int64_t verifier_pay(int64_t job_tokens, int64_t model_bytes, double multiplier) {
+  return static_cast<int64_t>(static_cast<double>(job_credits(job_tokens, model_bytes, multiplier)) * kVerifyRate);
+}
+
+bool is_seat_multiplier(double m) {
+  for (Seat s : {Seat::Shared, Seat::Dedicated})
+    for (Tier t : {Tier::Base, Tier::Pro, Tier::Max, Tier::Ultra})
+      if (seat_multiplier(s, t) == m) return true;
+  return false;
 }
 
 std::string key_account(const std::string& key_id) { return "key:" + key_id; }
@@ -72,6 +87,10 @@ Txn refund_escrow(const std::string& job_id, const std::string& key_id, int64_t 
 Txn pay_verifier(const std::string& verify_job_id, const std::string& node_id, int64_t amount) {
   return Txn{"settle:" + verify_job_id, verify_job_id, "verification pass",
              {{kTrustFund, -amount}, {node_account(node_id), amount}}};
+}
+
+Txn fine_node(const std::string& job_id, const std::string& node_id, int64_t amount) {
+  return Txn{"fine:" + job_id, job_id, "check failed: fined", {{node_account(node_id), -amount}, {kTrustFund, amount}}};
 }
 
 bool Book::post(const Txn& txn) {

@@ -25,8 +25,16 @@ double seat_multiplier(Seat seat, Tier tier);
 double model_size_factor(int64_t model_bytes);
 // tokens served (prompt + generated) x size factor x seat multiplier, in micro-credits.
 int64_t job_credits(int64_t tokens, int64_t model_bytes, Seat seat, Tier tier);
+int64_t job_credits(int64_t tokens, int64_t model_bytes, double multiplier);
+// Whether `m` is a multiplier seat_multiplier gives for some seat and tier (the audit's check).
+bool is_seat_multiplier(double m);
 // A verification pass is one prompt-processing pass: paid at this fraction of a job's rate.
 inline constexpr double kVerifyRate = 0.1;
+int64_t verifier_pay(int64_t job_tokens, int64_t model_bytes, double multiplier);
+// A node whose job fails its check never gets that job's credits (they go back to the client) and
+// is fined this many times them on top, paid to the trust fund that pays checkers: a caught job
+// costs its node three times what it would have earned (and strikes lead to a ban).
+inline constexpr int64_t kFineMultiple = 2;
 
 inline constexpr const char* kEscrow = "escrow";          // credits held until a check passes
 inline constexpr const char* kTrustFund = "network:trust";  // pays the verifying nodes
@@ -52,6 +60,7 @@ Txn settle_job(const std::string& job_id, const std::string& key_id, const std::
 Txn release_escrow(const std::string& job_id, const std::string& node_id, int64_t amount);
 Txn refund_escrow(const std::string& job_id, const std::string& key_id, int64_t amount);
 Txn pay_verifier(const std::string& verify_job_id, const std::string& node_id, int64_t amount);
+Txn fine_node(const std::string& job_id, const std::string& node_id, int64_t amount);
 
 // An in-memory book with the same rules as the store's (simulation, tests).
 class Book {

@@ -306,10 +306,25 @@ struct NodeAgent::Impl {
     const int64_t attempt = job["attempt"];
     const std::string model = job["model"];
     const json& request = job["request"];
+    auto hand_back = [&](const std::string& reason) {
+      try {
+        call("/v1/nodes/hand-back", {{"job", id}, {"attempt", attempt}, {"reason", reason.substr(0, 200)}});
+      } catch (const Error& e) {
+        spdlog::warn("[network] hand-back of {}: {} (its lease will expire)", id, e.what());
+      }
+    };
+    // Said at once, so the coordinator offers this machine no more jobs of that model.
+    bool have_model = false;
+    for (const auto& m : description.value("models", json::array())) have_model = have_model || m.value("name", "") == model;
+    if (!have_model) {
+      spdlog::warn("[network] job {} needs model '{}', which is not here; handing it back", id, model);
+      hand_back(kModelMissing);
+      return;
+    }
     if (job.value("kind", "generate") == "verify") {
       auto r = engine->check(model, request);
       if (!r) {
-        call("/v1/nodes/hand-back", {{"job", id}, {"attempt", attempt}});
+        hand_back("this engine cannot check");
         return;
       }
       report("/v1/nodes/complete",
@@ -340,6 +355,7 @@ struct NodeAgent::Impl {
     // The coordinator names every machine of the unit it chose: more than one is this pod.
     const bool on_pod = pod_engine && job.contains("nodes") && job["nodes"].size() > 1;
     EngineResult r;
+    std::string failure;
     try {
       r = (on_pod ? *pod_engine : *engine).run(model, request, [&](const std::string& text) {
         pending += text;
@@ -352,16 +368,12 @@ struct NodeAgent::Impl {
       });
     } catch (const Error& e) {
       spdlog::error("[network] job {} failed here: {}; handing it back", id, e.what());
-      withdrawn = true;
+      failure = std::string("failed here: ") + e.what();
     }
     if (lost) return;
-    if (withdrawn) {
-      // The owner came back: the job goes to another machine, not lost.
-      try {
-        call("/v1/nodes/hand-back", {{"job", id}, {"attempt", attempt}});
-      } catch (const Error& e) {
-        spdlog::warn("[network] hand-back of {}: {} (its lease will expire)", id, e.what());
-      }
+    if (withdrawn || !failure.empty()) {
+      // The owner came back, or this machine could not run it: the job goes to another machine.
+      hand_back(!failure.empty() ? failure : stop ? "the agent is stopping" : "the owner came back");
       return;
     }
     flush(false);

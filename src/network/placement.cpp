@@ -27,6 +27,7 @@ double next_reliability(double r, Outcome outcome) {
     case Outcome::Served: return std::min(1.0, 0.9 * r + 0.1);
     case Outcome::LostLease: return std::max(0.01, 0.7 * r);
     case Outcome::FailedCheck: return std::max(0.01, 0.3 * r);
+    case Outcome::HandedBack: return std::max(0.01, 0.9 * r);
   }
   return r;
 }

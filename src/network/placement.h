@@ -60,9 +60,9 @@ struct Choice {
 // that one machine cannot.
 double expected_tok_s(int64_t model_bytes, double bandwidth_gbs, int members, double link_latency_us);
 
-// Reliability after an outcome: served jobs pull it back toward 1, lost leases and failed checks
-// push it down (a failed check much harder).
-enum class Outcome { Served, LostLease, FailedCheck };
+// Reliability after an outcome: served jobs pull it back toward 1, hand-backs, lost leases and
+// failed checks push it down (a hand-back least, a failed check much harder).
+enum class Outcome { Served, LostLease, FailedCheck, HandedBack };
 double next_reliability(double r, Outcome outcome);
 
 class Placement {

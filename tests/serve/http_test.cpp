@@ -14,6 +14,7 @@
 #include "serve/fake_engine.h"
 #include "serve/local_engine.h"
 #include "serve/openai/routes.h"
+#include "serve/slow_clients.h"
 
 namespace orchard::serve {
 namespace {
@@ -24,11 +25,17 @@ using nlohmann::json;
 // The whole server stack on a free port of 127.0.0.1.
 class TestServer {
  public:
-  TestServer(Engine& engine, SchedulerOptions scheduler_options = {})
+  TestServer(Engine& engine, SchedulerOptions scheduler_options = {}, std::vector<std::string> api_keys = {},
+             http::GuardOptions connections = {})
       : scheduler_(engine, metrics_, scheduler_options),
         service_(engine, scheduler_, metrics_,
                  pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture)),
-        http_(service_, metrics_, {.threads = 16, .max_body_bytes = 1 << 20, .probe_interval = 50ms}) {
+        http_(service_, metrics_,
+              {.threads = 16,
+               .max_body_bytes = 1 << 20,
+               .probe_interval = 50ms,
+               .api_keys = std::move(api_keys),
+               .connections = connections}) {
     port_ = http_.bind("127.0.0.1", 0);
     scheduler_.start();
     thread_ = std::thread([this] { http_.listen(); });
@@ -291,6 +298,98 @@ TEST(HttpFake, DisconnectingClientsFreeTheirSlot) {
   EXPECT_EQ(server.metrics().requests_with_status(429), 2);
   json done = post(server, "/v1/completions", {{"prompt", {3}}, {"max_tokens", 3}, {"temperature", 0}});
   EXPECT_EQ(done["choices"][0]["text"], "bcd");
+}
+
+// Every bad input is a 4xx with a message, never a 500; a body is judged by its content (JSON),
+// not by its Content-Type (curl -d sends JSON as a form, which httplib alone caps at 8 KiB).
+TEST(HttpFake, BadInputIsA4xxAndBodiesAreJudgedByTheirContent) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine);
+  auto c = server.client();
+  auto overflow = c.Post("/v1/completions", R"({"prompt":[3],"max_tokens":2,"temperature":1e999})", "application/json");
+  ASSERT_TRUE(overflow);
+  EXPECT_EQ(overflow->status, 400) << overflow->body;
+  EXPECT_EQ(json::parse(overflow->body)["error"]["code"], "invalid_json");
+  const json body = {{"prompt", {3}}, {"max_tokens", 2}, {"temperature", 0}, {"user", std::string(8192, 'u')}};
+  auto form = c.Post("/v1/completions", body.dump(), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  ASSERT_EQ(form->status, 200) << form->body;
+  EXPECT_EQ(json::parse(form->body)["choices"][0]["text"], "bc");
+  auto multipart = c.Post("/v1/completions", "--x\r\n", "multipart/form-data; boundary=x");
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 415);
+  EXPECT_EQ(json::parse(multipart->body)["error"]["code"], "unsupported_media_type");
+}
+
+// `orchard serve --api-key`: every route but /health wants an OpenAI-style bearer key.
+TEST(HttpFake, AnApiKeyIsRequiredWhenOneIsSet) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {"sk-one", "sk-two"});
+  const std::string body = R"({"prompt":[3],"max_tokens":2,"temperature":0})";
+  auto c = server.client();
+  auto none = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer");
+  json e = json::parse(none->body);
+  EXPECT_EQ(e["error"]["type"], "authentication_error");
+  EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  c.set_bearer_token_auth("sk-on");
+  EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
+  c.set_bearer_token_auth("sk-one-more");
+  EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
+  c.set_bearer_token_auth("sk-two");
+  auto ok = c.Post("/v1/completions", body, "application/json");
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["text"], "bc");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+}
+
+// 200 sockets trickle a request's headers a byte at a time (more than the server's 16 handler
+// threads): they wait in the server's poller, not in its threads, so /health is answered at once
+// all along; each is answered 408 and closed when its head is not in after head_timeout.
+TEST(HttpFake, SlowClientsStarveNoOne) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {}, {.head_timeout = 1500ms, .max_per_address = 1000});
+  orchard::testing::SlowLoris loris(server.port(), 200);
+  for (int second = 0; second < 3; ++second) {
+    auto health = orchard::testing::timed_get("127.0.0.1", server.port(), "/health", 5);
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_LT(health->seconds, 1.0);
+    if (second == 0) {
+      EXPECT_EQ(loris.closed_by_server(), 0);
+    }
+    std::this_thread::sleep_for(1s);
+    loris.trickle();
+  }
+  EXPECT_EQ(loris.closed_by_server(), 200);  // past head_timeout: all answered 408 and closed
+}
+
+// One address may hold max_per_address connections; more are refused at once (503), while
+// another address is still served.
+TEST(HttpFake, ConnectionsPerAddressAreCapped) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {}, {.max_per_address = 8});
+  orchard::testing::SlowLoris loris(server.port(), 20);
+  EXPECT_TRUE(eventually([&] { return loris.closed_by_server() == 12; }));
+  auto other = orchard::testing::timed_get("127.0.0.2", server.port(), "/health", 5);
+  if (!other) GTEST_SKIP() << "127.0.0.2 is not a local address here (macOS without an alias)";
+  EXPECT_EQ(other->status, 200);
+}
+
+// httplib sets SO_REUSEPORT by default, with which a second server on a port starts and takes half
+// the requests: binding a port in use must fail.
+TEST(HttpFake, APortInUseIsAnErrorAtStart) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer first(engine);
+  Metrics metrics;
+  Scheduler scheduler(engine, metrics, {});
+  openai::Service service(engine, scheduler, metrics, ChatFamily::ChatML);
+  openai::HttpServer second(service, metrics, {});
+  EXPECT_THROW(second.bind("127.0.0.1", first.port()), Error);
 }
 
 }  // namespace

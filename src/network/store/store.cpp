@@ -249,9 +249,11 @@ std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
   return out;
 }
 
-int64_t Store::count_jobs(JobState state) {
+int64_t Store::count_jobs(JobState state, const std::string& kind) {
   std::lock_guard lock(*mu_);
-  return db_->query("SELECT COUNT(*) FROM jobs WHERE state = $1", {std::string(job_state_name(state))})[0].i64(0);
+  return db_->query("SELECT COUNT(*) FROM jobs WHERE state = $1 AND ($2 = '' OR kind = $2)",
+                    {std::string(job_state_name(state)), kind})[0]
+      .i64(0);
 }
 
 std::optional<int64_t> Store::lease_job(const std::string& id, const std::string& node_id, int64_t expires,
@@ -318,6 +320,10 @@ CompleteOutcome Store::complete_job(const std::string& id, const std::string& no
       return same ? CompleteOutcome::AlreadyCompleted : CompleteOutcome::Refused;
     }
     for (const ledger::Txn& t : c.txns) post_locked(t, now);
+    // With the release, refund or fine it explains: an audit never sees one without the other.
+    if (!c.checked_state.empty())
+      db_->exec("UPDATE jobs SET verify_state = $2 WHERE id = (SELECT verify_of FROM jobs WHERE id = $1)",
+                {id, c.checked_state});
     auto job = db_->query("SELECT key_id, kind FROM jobs WHERE id = $1", {id});
     if (job[0].str(1) == "generate")
       db_->exec("UPDATE api_keys SET tokens_used = tokens_used + $2 WHERE id = $1",
@@ -339,11 +345,6 @@ bool Store::cancel_job(const std::string& id, int64_t now) {
   return db_->exec("UPDATE jobs SET state = 'cancelled', updated_at = $2, lease_expires = 0 WHERE id = $1 AND "
                    "state IN ('queued', 'leased')",
                    {id, now}) == 1;
-}
-
-void Store::set_verify_state(const std::string& id, const std::string& state) {
-  std::lock_guard lock(*mu_);
-  db_->exec("UPDATE jobs SET verify_state = $2 WHERE id = $1", {id, state});
 }
 
 bool Store::post(const ledger::Txn& txn, int64_t now) {
@@ -388,6 +389,17 @@ std::pair<int64_t, bool> Store::audit() {
       db_->query("SELECT COUNT(*) FROM (SELECT txn_id FROM ledger_entries GROUP BY txn_id HAVING SUM(amount) <> 0) u")[0]
           .i64(0);
   return {sum, mismatched == 0 && unbalanced == 0};
+}
+
+std::vector<ledger::Txn> Store::transactions() {
+  std::lock_guard lock(*mu_);
+  std::vector<ledger::Txn> out;
+  for (const Row& r : db_->query("SELECT t.id, t.job_id, t.memo, e.account, e.amount FROM ledger_txns t "
+                                 "JOIN ledger_entries e ON e.txn_id = t.id ORDER BY t.id, e.account")) {
+    if (out.empty() || out.back().id != r.str(0)) out.push_back(ledger::Txn{r.str(0), r.str(1), r.str(2), {}});
+    out.back().entries.push_back({r.str(3), r.i64(4)});
+  }
+  return out;
 }
 
 }  // namespace orchard::network

@@ -72,6 +72,7 @@ struct Completion {
   double tok_s = 0;
   std::vector<ledger::Txn> txns;     // posted in the same transaction
   std::string verify_state;          // set on the job ("" leaves it)
+  std::string checked_state;         // a check's verdict, set on the job it checked ("" leaves it)
 };
 
 enum class CompleteOutcome { Completed, AlreadyCompleted, Refused };
@@ -113,7 +114,7 @@ class Store {
   void insert_job(const JobRecord& job);
   std::optional<JobRecord> get_job(const std::string& id);
   std::vector<JobRecord> jobs_in_state(JobState state, int64_t limit = 1000000);
-  int64_t count_jobs(JobState state);
+  int64_t count_jobs(JobState state, const std::string& kind = "");  // kind "": every kind
   // queued -> leased by node; returns the new attempt number, or nullopt when not queued.
   std::optional<int64_t> lease_job(const std::string& id, const std::string& node_id, int64_t expires, int64_t now);
   bool renew_lease(const std::string& id, const std::string& node_id, int64_t attempt, int64_t expires);
@@ -128,7 +129,6 @@ class Store {
                                const Completion& c, int64_t now);
   bool fail_job(const std::string& id, const std::string& error, int64_t now);  // queued|leased -> failed
   bool cancel_job(const std::string& id, int64_t now);                          // queued|leased -> cancelled
-  void set_verify_state(const std::string& id, const std::string& state);
 
   // Ledger
   bool post(const ledger::Txn& txn, int64_t now);  // false: posted before (nothing changes)
@@ -138,6 +138,8 @@ class Store {
   // Sum of all balances (0 when the books balance) and whether every balance equals the sum of
   // its entries.
   std::pair<int64_t, bool> audit();
+  // Every transaction with its entries, in id order (the payment audit reads them all).
+  std::vector<ledger::Txn> transactions();
 
  private:
   template <typename F>

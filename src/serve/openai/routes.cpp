@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "serve/http_guard.h"
+
 namespace orchard::serve::openai {
 namespace {
 
@@ -69,6 +71,21 @@ void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::dur
       [s](bool) { s->job->cancel(); });
 }
 
+// Whether the request carries one of the keys. Every key is compared in full, so the time taken
+// does not tell how much of a guess was right.
+bool authorized(const httplib::Request& req, const std::vector<std::string>& keys) {
+  const std::string auth = req.get_header_value("Authorization");
+  if (!auth.starts_with("Bearer ")) return false;
+  const std::string_view given = std::string_view(auth).substr(7);
+  bool match = false;
+  for (const std::string& key : keys) {
+    unsigned char diff = given.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(key[i] ^ (i < given.size() ? given[i] : 0));
+    match = match || diff == 0;
+  }
+  return match;
+}
+
 void answer(Service& service, Endpoint endpoint, const httplib::Request& req, httplib::Response& res, Clock::duration probe) {
   try {
     auto started = std::make_shared<Started>(service.start(endpoint, req.body));
@@ -83,21 +100,36 @@ void answer(Service& service, Endpoint endpoint, const httplib::Request& req, ht
 
 }  // namespace
 
+namespace {
+
+http::GuardOptions with_threads(http::GuardOptions o, int threads) {
+  o.threads = static_cast<size_t>(std::max(threads, 1));
+  return o;
+}
+
+}  // namespace
+
 HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& options)
-    : server_(std::make_unique<httplib::Server>()) {
+    : server_(std::make_unique<http::GuardedServer>(with_threads(options.connections, options.threads))) {
   httplib::Server& svr = *server_;
-  const int threads = options.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(options.max_body_bytes);
   // Headers and body are separate writes: without NODELAY the body of each keep-alive answer
   // (and each SSE event) can wait for the client's delayed ACK.
   svr.set_tcp_nodelay(true);
   const Clock::duration probe = options.probe_interval;
 
-  svr.Post("/v1/chat/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
+  if (!options.api_keys.empty()) {
+    svr.set_pre_routing_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/health" || authorized(req, keys)) return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, api_error(401, "this server wants an API key: Authorization: Bearer KEY", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
+  http::post(svr, "/v1/chat/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
     answer(service, Endpoint::ChatCompletions, req, res, probe);
   });
-  svr.Post("/v1/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
+  http::post(svr, "/v1/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
     answer(service, Endpoint::Completions, req, res, probe);
   });
   svr.Get("/v1/models", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.models_body(), kJson); });

@@ -2,11 +2,14 @@
 // The HTTP layer, thin: routes of the OpenAI API onto the Service, server-sent events for
 // streamed answers, and noticing clients that go away (their job is cancelled, freeing its slot).
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics
+// Bodies are judged by their content (JSON) whatever their Content-Type says.
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "serve/http_options.h"
 #include "serve/metrics.h"
 #include "serve/openai/service.h"
 
@@ -17,11 +20,15 @@ class Server;
 namespace orchard::serve::openai {
 
 struct HttpOptions {
-  int threads = 16;                          // connections served at once (idle keep-alive ones included)
+  int threads = 16;                          // requests handled at once (connections waiting for one take none)
   size_t max_body_bytes = size_t{8} << 20;   // larger bodies get 413
   // How often an answer in progress writes to its client even when there is nothing new (an SSE
   // comment, or whitespace before a JSON body): a write is how a closed connection shows.
   std::chrono::milliseconds probe_interval{500};
+  // When not empty, every route but /health wants `Authorization: Bearer KEY` with one of these
+  // (401 otherwise), as OpenAI's API does.
+  std::vector<std::string> api_keys;
+  http::GuardOptions connections;  // timeouts and caps (its threads: `threads`)
 };
 
 class HttpServer {

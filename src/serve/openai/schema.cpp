@@ -215,11 +215,21 @@ ApiError invalid_request(std::string message, std::string param, std::string cod
   return ApiError(400, "invalid_request_error", std::move(message), std::move(param), std::move(code));
 }
 
+ApiError api_error(int status, std::string message, std::string code) {
+  const char* type = status == 401   ? "authentication_error"
+                     : status == 403 ? "permission_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 429 ? "rate_limit_error"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
+  return ApiError(status, type, std::move(message), {}, std::move(code));
+}
+
 ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or a number too large for a double (1e999)
     throw invalid_request(fmt::format("the body is not valid JSON: {}", e.what()), {}, "invalid_json");
   }
   if (!body.is_object()) throw invalid_request(fmt::format("the body must be a JSON object, not {}", body.type_name()));
@@ -245,8 +255,33 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
   return r;
 }
 
+namespace {
+
+const char* status_code(int status) {
+  switch (status) {
+    case 400: return "invalid_request";
+    case 401: return "invalid_api_key";
+    case 403: return "forbidden";
+    case 404: return "not_found";
+    case 409: return "conflict";
+    case 413: return "request_too_large";
+    case 415: return "unsupported_media_type";
+    case 429: return "rate_limit_exceeded";
+    case 502: return "bad_gateway";
+    case 503: return "unavailable";
+    case 504: return "timeout";
+    default: return status >= 500 ? "server_error" : "invalid_request";
+  }
+}
+
+}  // namespace
+
 std::string error_body(const ApiError& e) {
-  return dump({{"error", {{"message", e.message()}, {"type", e.type()}, {"param", null_or(e.param())}, {"code", null_or(e.code())}}}});
+  return dump({{"error",
+                {{"message", e.message()},
+                 {"type", e.type()},
+                 {"param", null_or(e.param())},
+                 {"code", e.code().empty() ? status_code(e.status()) : e.code()}}}});
 }
 
 namespace {

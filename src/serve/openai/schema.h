@@ -34,6 +34,9 @@ class ApiError : public Error {
 
 // 400 invalid_request_error naming the parameter.
 ApiError invalid_request(std::string message, std::string param = {}, std::string code = {});
+// An error of that status with OpenAI's type for it (authentication_error for 401,
+// rate_limit_error for 429, server_error from 500, ...); the code defaults to one for the status.
+ApiError api_error(int status, std::string message, std::string code = {});
 
 enum class Endpoint { ChatCompletions, Completions };
 
@@ -64,6 +67,9 @@ struct ResponseMeta {
   std::string model;
 };
 
+// {"error": {"message", "type", "param", "code"}}: the code is always a string (the error's, else
+// one for its status: "invalid_request", "invalid_api_key", "not_found", "rate_limit_exceeded", ...),
+// the shape `orchard serve` and the network coordinator both answer with.
 std::string error_body(const ApiError& error);
 // The whole answer of a request without "stream".
 std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,

@@ -1,0 +1,24 @@
+#pragma once
+// How the HTTP servers (serve::http::GuardedServer) treat connections: threads, timeouts, caps.
+// Apart from http_guard.h so that their users need not see cpp-httplib.
+#include <chrono>
+#include <cstddef>
+
+namespace orchard::serve::http {
+
+struct GuardOptions {
+  size_t threads = 16;  // requests handled at once (a streamed answer holds one for its length)
+  // A connection without a request in flight is closed after idle_timeout; a request's head must
+  // arrive within head_timeout of the connection's wait starting, and its body within
+  // body_timeout of the head.
+  std::chrono::milliseconds idle_timeout{5000};
+  std::chrono::milliseconds head_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};
+  std::chrono::milliseconds write_timeout{5000};  // each write to a client that reads nothing
+  size_t max_head_bytes = size_t{64} << 10;      // request line and headers; more gets 431
+  size_t max_per_address = 128;                  // open connections from one address; more are refused (503)
+  size_t max_connections = 4096;
+  size_t requests_per_connection = 100;          // keep-alive requests before the server closes it
+};
+
+}  // namespace orchard::serve::http
