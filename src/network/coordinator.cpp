@@ -803,7 +803,8 @@ void Coordinator::hand_back(const std::string& node_id, const std::string& job_i
     if (reason == kModelMissing)
       if (auto job = store_.get_job(job_id)) nodes_[node_id].lacks.insert(job->model);
     live_[job_id].hand_backs.push_back(fmt::format("{}: {}", node_id.substr(0, 12), reason.empty() ? "no reason" : reason));
-    requeue_locked(job_id, node_id, Requeue::HandedBack);
+    const bool cannot = reason == kModelMissing || reason.starts_with(kCannotRun);
+    requeue_locked(job_id, node_id, cannot ? Requeue::Refused : Requeue::HandedBack);
     dispatch_locked();
   }
 }
@@ -818,9 +819,10 @@ void Coordinator::requeue_locked(const std::string& job_id, const std::string& n
                                          [&](const json& j) { return j["id"] == job_id; }),
                           n->second.inbox.end());
     if (why != Requeue::Withdrawn) {
-      // A node that gave a job back is not offered it again (the next attempt goes elsewhere), and
-      // its word that it could run it cost its reputation a little; a lost lease costs more.
-      if (why == Requeue::HandedBack) live.refused_by.insert(node_id);
+      // A node that cannot run a job is not offered it again (the next attempt goes elsewhere);
+      // one that gave it up for a passing reason (its owner came back, a pod rank died) may get it
+      // again. Either costs its reputation a little; a lost lease costs more.
+      if (why == Requeue::Refused) live.refused_by.insert(node_id);
       n->second.reliability =
           next_reliability(n->second.reliability, why == Requeue::LeaseLost ? Outcome::LostLease : Outcome::HandedBack);
       n->second.jobs_failed += why == Requeue::LeaseLost;

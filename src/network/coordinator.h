@@ -47,8 +47,11 @@ struct CoordinatorOptions {
 
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch
 
-// A hand-back's reason when the node does not have the job's model.
+// Hand-back reasons that say the node cannot run the job (it is not offered it again): it does
+// not have the job's model; or any other reason that starts "cannot_run" (too little memory, an
+// engine that cannot check). Other reasons (the owner came back, a failure) may pass.
 inline constexpr const char* kModelMissing = "model_missing";
+inline constexpr const char* kCannotRun = "cannot_run";
 
 // The most prompt tokens a job's request can stand for: its text's bytes plus the markers a
 // template adds. Nodes are paid and clients billed for no more (and quotas reserve this much).
@@ -109,10 +112,10 @@ class Coordinator {
   // Idempotent for the same attempt; 409 for a lost lease.
   nlohmann::json complete(const std::string& node_id, const std::string& job_id, int64_t attempt,
                           const nlohmann::json& result);
-  // The node gives the job back (reason: kModelMissing, or any words). It is not offered that job
-  // again, nor any job of a model it says it lacks (until it registers again); a hand-back costs
-  // reputation. A job handed back by every node that could hold it, or leased kMaxAttempts times,
-  // fails with the reason.
+  // The node gives the job back (reason: kModelMissing, kCannotRun..., or any words). After one of
+  // the first two it is not offered that job again, nor after kModelMissing any job of that model
+  // (until it registers again); every hand-back costs reputation. A job that every node able to
+  // hold it cannot run, or that was leased kMaxAttempts times, fails with the reasons.
   void hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt,
                  const std::string& reason = "");
   nlohmann::json node_status(const std::string& node_id);  // record, balance, statement
@@ -163,7 +166,8 @@ class Coordinator {
   void reserve_locked(const JobRecord& job);        // holds the job's most tokens against its key's quota
   void release_locked(const std::string& job_id);  // gives that back (settled, cancelled or failed)
   void dispatch_locked();
-  enum class Requeue { Withdrawn, HandedBack, LeaseLost };  // the owner came back; the node gave it up; it went silent
+  // The owner came back before pickup; the node cannot run it; it gave it up; it went silent.
+  enum class Requeue { Withdrawn, Refused, HandedBack, LeaseLost };
   void requeue_locked(const std::string& job_id, const std::string& node_id, Requeue why);
   bool runnable_locked(const JobRecord& job) const;  // some node not ruled out could hold it
   void fail_locked(const std::string& job_id, const std::string& error);

@@ -324,7 +324,7 @@ struct NodeAgent::Impl {
     if (job.value("kind", "generate") == "verify") {
       auto r = engine->check(model, request);
       if (!r) {
-        hand_back("this engine cannot check");
+        hand_back(std::string(kCannotRun) + ": this engine cannot check");
         return;
       }
       report("/v1/nodes/complete",
