@@ -72,6 +72,7 @@ struct HttpApi::Impl {
   RequestGuard guard;
   serve::http::GuardedServer server;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> listening{false};  // serve() is running (see stop())
   // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
   std::unique_ptr<world::WorldSampler> world_feed;
 
@@ -293,10 +294,17 @@ int HttpApi::bind(const std::string& host, int port) {
   return bound;
 }
 
-void HttpApi::serve() { impl_->server.listen_after_bind(); }
+void HttpApi::serve() {
+  impl_->listening = true;
+  if (!impl_->stopping) impl_->server.listen_after_bind();
+  impl_->listening = false;
+}
 
 void HttpApi::stop() {
   impl_->stopping = true;
+  // httplib's stop() does nothing before its listen loop has started: wait for the loop if
+  // serve() is entering it, so a stop that comes early is not lost (serve() then sees stopping).
+  while (impl_->listening && !impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->server.stop();
 }
 

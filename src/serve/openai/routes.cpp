@@ -1,5 +1,7 @@
 #include "serve/openai/routes.h"
 
+#include <thread>
+
 #include <httplib.h>
 
 #include <fmt/format.h>
@@ -169,8 +171,18 @@ int HttpServer::bind(const std::string& host, int port) {
   return bound;
 }
 
-void HttpServer::listen() { server_->listen_after_bind(); }
+void HttpServer::listen() {
+  listening_ = true;
+  if (!stop_requested_) server_->listen_after_bind();
+  listening_ = false;
+}
 
-void HttpServer::stop() { server_->stop(); }
+void HttpServer::stop() {
+  stop_requested_ = true;
+  // Either listen() sees the request and returns, or it is (about to be) in httplib's loop,
+  // which stop() ends once it runs.
+  while (listening_ && !server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server_->stop();
+}
 
 }  // namespace orchard::serve::openai

@@ -3,6 +3,7 @@
 // streamed answers, and noticing clients that go away (their job is cancelled, freeing its slot).
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics
 // Bodies are judged by their content (JSON) whatever their Content-Type says.
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -41,11 +42,15 @@ class HttpServer {
   int bind(const std::string& host, int port);
   // Serves until stop(); needs bind() first.
   void listen();
-  // From any thread; listen() returns soon after.
+  // From any thread, also before listen() has started: listen() returns soon after, or at once.
   void stop();
 
  private:
   std::unique_ptr<httplib::Server> server_;
+  // httplib's stop() does nothing to a server whose listen loop has not started yet, so a stop
+  // that came first would be lost and listen() would serve forever.
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> listening_{false};
 };
 
 }  // namespace orchard::serve::openai
