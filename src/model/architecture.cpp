@@ -43,15 +43,14 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
   return out;
 }
 
-std::vector<TensorSpec> all_tensors(const ModelConfig& c) {
-  std::vector<TensorSpec> global = model_tensors(c);
-  std::vector<TensorSpec> out(global.begin(), global.begin() + 2);
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    auto layer = c.arch->layer_tensors(c, l);
-    out.insert(out.end(), std::make_move_iterator(layer.begin()), std::make_move_iterator(layer.end()));
-  }
-  out.insert(out.end(), global.begin() + 2, global.end());
-  return out;
+void for_each_tensor(const ModelConfig& c, const std::function<void(const TensorSpec&, int32_t layer)>& f) {
+  const std::vector<TensorSpec> global = model_tensors(c);
+  f(global[0], -1);
+  f(global[1], -1);
+  for (int32_t l = 0; l < c.n_layers; ++l)
+    for (const TensorSpec& t : c.arch->layer_tensors(c, l)) f(t, l);
+  f(global[2], -1);
+  f(global[3], -1);
 }
 
 namespace blocks {

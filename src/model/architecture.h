@@ -5,6 +5,7 @@
 // synthetic model writer and the shape checks all read that one table, so adding an
 // architecture is one file plus its tests.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -77,8 +78,9 @@ std::string supported_architectures();
 // The model-wide tensors (embedding, RoPE factors, output norm and head), in file order; the
 // output head is optional (absent: tied to the embedding).
 std::vector<TensorSpec> model_tensors(const ModelConfig& config);
-// Every tensor of the model: model_tensors with each layer's between the embedding and the output.
-std::vector<TensorSpec> all_tensors(const ModelConfig& config);
+// Calls f(tensor, layer) for every tensor of the model in file order: model_tensors (layer -1)
+// with each layer's between the RoPE factors and the output norm.
+void for_each_tensor(const ModelConfig& config, const std::function<void(const TensorSpec&, int32_t layer)>& f);
 
 // Shared blocks the architecture files build their layers from.
 namespace blocks {

@@ -14,9 +14,6 @@ struct ArchitectureDef;
 // its permuted q/k), NeoX rotates (i, i + d/2) (qwen2, qwen3).
 enum class RopeOrdering { Normal, NeoX };
 
-// How a mixture-of-experts layer turns router logits into expert weights.
-enum class ExpertGating { Softmax };
-
 struct ModelConfig {
   const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
   std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe"
@@ -33,7 +30,6 @@ struct ModelConfig {
   int32_t n_expert_used = 0;
   int32_t n_ff_exp = 0;
   int32_t n_dense_leading = 0;    // the first layers keep a dense FFN
-  ExpertGating expert_gating = ExpertGating::Softmax;
   bool expert_weights_norm = true;  // the chosen experts' weights are rescaled to sum to one
   int32_t vocab_size = 0;
   int32_t context_length = 0;     // trained context
@@ -50,8 +46,8 @@ struct ModelConfig {
   bool moe_layer(int32_t layer) const { return n_expert > 0 && layer >= n_dense_leading; }
 
   // Reads and checks the metadata. Unknown architecture: FormatError listing the supported
-  // ones; missing keys name the key; an unknown expert gating function names it; inconsistent numbers (heads not dividing, tensors of the
-  // wrong shape) name both sides.
+  // ones; missing keys name the key; an expert gating function other than softmax names it;
+  // inconsistent numbers (heads not dividing, tensors of the wrong shape) name both sides.
   static ModelConfig from_gguf(const gguf::Reader& file);
 };
 

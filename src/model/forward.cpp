@@ -295,7 +295,11 @@ void Forward::route(int32_t layer, const LayerWeights& w, int32_t n) {
     for (int32_t t = 0; t < n; ++t)
       routing_observer_(layer, row_sequence_[t], row_pos_[t],
                         std::span(&route_expert_[static_cast<size_t>(t) * used], static_cast<size_t>(used)));
-  // Group the choices by expert (a counting sort, so each expert's rows stay in order).
+}
+
+void Forward::group_by_expert(int32_t n) {
+  const int32_t n_expert = weights_.config().n_expert, used = weights_.config().n_expert_used;
+  // A counting sort, so each expert's rows stay in order.
   std::fill(expert_start_.begin(), expert_start_.end(), 0);
   const int32_t slots = n * used;
   for (int32_t i = 0; i < slots; ++i) ++expert_start_[static_cast<size_t>(route_expert_[i]) + 1];
@@ -333,6 +337,7 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     }
   } else {
     // A prompt (or a batch): one product per expert over the rows routed to it.
+    group_by_expert(n);
     for (int32_t e = 0; e < c.n_expert; ++e) {
       const int32_t begin = expert_start_[e], rows = expert_start_[e + 1] - begin;
       if (rows == 0) continue;

@@ -82,7 +82,10 @@ class Forward {
   // The mixture-of-experts FFN: routes every row, then runs each chosen expert once over all
   // the rows routed to it (a prompt's tokens grouped by expert), summing into proj_.
   void moe_block(int32_t layer, int32_t n);
+  // Each row's experts and weights into route_expert_/route_weight_.
   void route(int32_t layer, const LayerWeights& w, int32_t n);
+  // The route slots of n rows grouped by expert into expert_start_/expert_rows_.
+  void group_by_expert(int32_t n);
   void attend(int32_t layer_local, int32_t n);
   void add_to_residual(int32_t n);
   // Runs f(row) for rows [0, n) over the pool, in runs of 16 rows per thread: the rows' keys

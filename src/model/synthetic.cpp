@@ -262,9 +262,8 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   core::ThreadPool pool(spec.threads);
   ModelBuilder b(spec, pool, writer, on_progress);
   const FileType& types = *file_type;
-  for (const TensorSpec& t : all_tensors(c)) {
+  for_each_tensor(c, [&](const TensorSpec& t, int32_t layer) {
     const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
-    const int32_t layer = t.name.starts_with("blk.") ? std::stoi(t.name.substr(4)) : 0;
     switch (t.role) {
       case TensorRole::Embedding: b.matrix(t.name, types.embedding, t.rows(), t.cols(), 1.0f); break;
       // Logits of a few units' spread, so sampling has real choices and greedy a clear winner.
@@ -284,7 +283,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
         if (spec.rope_freq_factors) b.vector(t.name, t.cols(), 2.0f, 1.0f);
         break;
     }
-  }
+  });
   writer.write(path);
 }
 
