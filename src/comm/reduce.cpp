@@ -8,11 +8,21 @@
 namespace orchard::comm {
 namespace {
 
-// _Float16 (GCC >= 12 on x86-64, Clang on arm64) lets the compiler use F16C / native half
-// instructions where the target has them.
-void sum_f16(_Float16* out, const _Float16* a, const _Float16* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<_Float16>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+// _Float16 (GCC >= 12 on x86-64, Clang on arm64 and from 15 on x86-64) lets the compiler use
+// F16C / native half instructions where the target has them; other compilers convert in software.
+#ifdef __FLT16_MAX__
+void sum_f16(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<_Float16*>(out);
+  const auto *x = static_cast<const _Float16*>(a), *y = static_cast<const _Float16*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = static_cast<_Float16>(static_cast<float>(x[i]) + static_cast<float>(y[i]));
 }
+#else
+void sum_f16(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<core::Half*>(out);
+  const auto *x = static_cast<const core::Half*>(a), *y = static_cast<const core::Half*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = core::float_to_half(core::half_to_float(x[i]) + core::half_to_float(y[i]));
+}
+#endif
 
 void sum_bf16(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = core::float_to_bf16(core::bf16_to_float(a[i]) + core::bf16_to_float(b[i]));
@@ -30,7 +40,7 @@ void sum_into(void* out, const void* a, const void* b, size_t count, DType dtype
       sum_f32(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), count);
       return;
     case DType::F16:
-      sum_f16(static_cast<_Float16*>(out), static_cast<const _Float16*>(a), static_cast<const _Float16*>(b), count);
+      sum_f16(out, a, b, count);
       return;
     case DType::BF16:
       sum_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), count);

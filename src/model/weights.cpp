@@ -60,6 +60,9 @@ template <typename... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+// Clang before 17 (Apple's included) deduces no aggregate template arguments without it.
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 }  // namespace
 

@@ -1,0 +1,27 @@
+// libFuzzer target for what a node agent reads out of a job the coordinator hands it (the
+// request a stranger submitted, as JSON): any JSON value must give a prompt and generation
+// options or throw orchard::Error (the job is handed back with the message); a JSON library
+// exception escaping would end the agent.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/tokenizer/vocab_builder.h"
+#include "network/job_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const orchard::model::Tokenizer tokenizer =
+      orchard::model::Tokenizer::from_vocab(orchard::model::build_vocab(orchard::model::VocabStyle::Qwen2Bpe, 600));
+  nlohmann::json request = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded()) return 0;
+  try {
+    const auto prompt = orchard::network::prompt_tokens(tokenizer, "qwen2", request);
+    const auto options = orchard::network::generation_options(request, 4096, prompt.size());
+    if (options.max_tokens < 1 || options.max_tokens > 4096) std::abort();
+  } catch (const orchard::Error&) {
+    // The agent hands such a job back, naming why.
+  }
+  return 0;
+}
