@@ -114,7 +114,7 @@ cluster::PlanRequest plan_request(const SplitJob& job) {
 void put_first(cluster::Plan& plan, size_t first) {
   parallel::Layout& l = plan.predicted.layout;
   auto it = std::find(plan.machine_indices.begin(), plan.machine_indices.end(), first);
-  if (it == plan.machine_indices.end() || it == plan.machine_indices.begin() || l.strategy == parallel::Strategy::Hybrid) return;
+  if (it == plan.machine_indices.end() || it == plan.machine_indices.begin() || (l.tp > 1 && l.pp > 1)) return;
   const size_t from = static_cast<size_t>(it - plan.machine_indices.begin());
   auto rotate_to_front = [&](auto& v) {
     if (v.size() > from) std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(from) + 1);
@@ -129,7 +129,7 @@ void adopt_plan(const cluster::Plan& plan, parallel::SplitOptions& split) {
   const parallel::Layout& l = plan.predicted.layout;
   split.strategy = parallel::strategy_name(l.strategy);
   split.world = l.world();
-  split.tp = l.strategy == parallel::Strategy::Hybrid ? l.tp : 0;
+  split.tp = l.tp > 1 && l.pp > 1 ? l.tp : 0;  // hybrid, or expert groups in pipeline stages
   split.pp = 0;
   split.split_weights = l.pp > 1 ? l.stage_weights : l.tensor_weights;
   std::fprintf(stderr, "%s", cluster::format_plan(plan).c_str());

@@ -107,7 +107,7 @@ void run_plan(PlanFlags f) {
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plan", "Choose single, pipeline, tensor or hybrid for a model on these machines");
+  auto* cmd = app.add_subcommand("plan", "Choose single, pipeline, tensor, hybrid or expert for a model on these machines");
   auto f = std::make_shared<PlanFlags>();
   cmd->add_option("-m,--model", f->model, "GGUF file, or a preset shape:type such as llama-70b:q4_k_m")->required();
   cmd->add_option("--hostfile", f->hostfile, "MLX-style JSON hostfile: the machines to plan for")->check(CLI::ExistingFile);
@@ -121,7 +121,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
   add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", f->link_gbps, "What-if: bandwidth of every link, gigabits/s (0: unlimited)",
                      at_least(0));
-  cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid)");
+  cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid, expert)");
   cmd->add_option("--world", f->world, "Only consider plans over this many machines");
   cmd->add_option("-c,--ctx", f->context, "Context length to reserve KV cache for (default: the model's)");
   cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "apps/orchard/expert_stats_flag.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/split_flags.h"
@@ -25,6 +26,7 @@ struct RunOptions {
   bool json = false;
   bool no_repack = false;
   std::string logits_path;
+  std::string expert_stats_path;
   parallel::SplitOptions split;
   ClusterLaunchFlags cluster;
 };
@@ -44,9 +46,13 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   ProgressBar receiving("receiving this rank's shard from rank 0");
   if (speaker) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
   options.on_receive_progress = [&](size_t done, size_t total) { receiving.update(done, total); };
+  if (speaker) place_by_expert_stats(o.expert_stats_path, options.layout);
   parallel::Engine engine(options, group);
   receiving.finish();
   bar.finish();
+  // Each stage's first tensor rank sees its layers' routing (every rank of a group routes alike).
+  const bool records = !group || options.layout.tensor_rank_of(group->rank()) == 0;
+  ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, records, speaker);
 
   const auto& tokenizer = engine.tokenizer();
   std::vector<model::TokenId> prompt = tokenizer.encode(o.prompt, tokenizer.adds_bos());
@@ -70,6 +76,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
     }
     return true;
   });
+  expert_stats.finish(group);
   if (!speaker) return;
   if (!o.logits_path.empty()) write_logits(o.logits_path, engine.model().last_logits(), engine.config().vocab_size);
   if (o.json) {
@@ -131,6 +138,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");
+  add_expert_stats_flag(cmd, o->expert_stats_path);
   add_split_flags(cmd, o->split);
   add_cluster_launch_flags(cmd, o->cluster);
   cmd->callback([o, seed] {

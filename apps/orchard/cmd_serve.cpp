@@ -8,6 +8,7 @@
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "apps/orchard/expert_stats_flag.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/signal_stopper.h"
@@ -35,6 +36,7 @@ struct ServeOptions {
   std::string chat_template = "auto";
   std::string api_key, api_key_file;
   std::vector<std::string> api_keys;  // read from the two above before the model loads
+  std::string expert_stats_path;
 };
 
 // The keys clients must send: --api-key, and the lines of --api-key-file (blank lines and lines
@@ -107,7 +109,9 @@ void serve_model(ServeOptions& o) {
     o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
     serve::LocalEngine engine(o.engine);
     bar.finish();
+    ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, true, true);
     serve_on(engine, engine.threads(), o, forced);
+    expert_stats.finish(nullptr);
     return;
   }
   parallel::EngineOptions options;
@@ -123,7 +127,15 @@ void serve_model(ServeOptions& o) {
     SignalStopper::block_signals();
     if (!group) throw Error(error_message("serve", "a split needs more than one rank (--world, or started by orchard launch)"));
     options.layout = layout;
-    if (group->rank() == 0) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    // Rank 0 records the routing it sees, which is every layer's only without pipeline stages.
+    if (!o.expert_stats_path.empty() && layout.pp > 1)
+      throw Error(error_message("serve", "--expert-stats records on rank 0, which holds only the first of {} pipeline "
+                                         "stages; record with orchard run, or serve without stages",
+                                layout.pp));
+    if (group->rank() == 0) {
+      options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+      place_by_expert_stats(o.expert_stats_path, options.layout);
+    }
     parallel::Engine engine(options, group);
     bar.finish();
     if (group->rank() != 0) {
@@ -132,8 +144,12 @@ void serve_model(ServeOptions& o) {
     }
     // Followers wait for rank 0's next command under the comm timeout: beat well inside it.
     const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
+    std::vector<model::Forward*> forwards;
+    for (int32_t i = 0; i < engine.n_slots(); ++i) forwards.push_back(&engine.forward(i));
+    ExpertStatsRecorder expert_stats(o.expert_stats_path, forwards, true, true);
     serve::SplitEngine split_engine(engine, *group, o.engine.model_path, o.engine.alias, heartbeat);
     serve_on(split_engine, engine.pool().size(), o, forced);
+    expert_stats.finish(nullptr);
   });
 }
 
@@ -169,6 +185,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");
   add_split_flags(cmd, o->split);
+  add_expert_stats_flag(cmd, o->expert_stats_path);
   add_cluster_launch_flags(cmd, o->cluster);
   cmd->callback([o] { serve_model(*o); });
 }

@@ -15,10 +15,12 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
   cmd->add_option("--world", o.world, "Start this many local ranks and split the model over them")
       ->capture_default_str()
       ->check(between(1, 1024));
-  cmd->add_option("--strategy", o.strategy, "single | pipeline | tensor | hybrid | auto (run, serve: the planner picks)")
+  cmd->add_option("--strategy", o.strategy,
+                  "single | pipeline | tensor | hybrid | expert (experts split whole) | auto (run, serve: the planner "
+                  "picks)")
       ->capture_default_str();
-  cmd->add_option("--tp", o.tp, "Hybrid: ranks per tensor-parallel group")->check(at_least(1));
-  cmd->add_option("--pp", o.pp, "Hybrid: pipeline stages (tp = world / pp)")->check(at_least(1));
+  cmd->add_option("--tp", o.tp, "Hybrid, expert: ranks per tensor-parallel (expert-parallel) group")->check(at_least(1));
+  cmd->add_option("--pp", o.pp, "Hybrid, expert: pipeline stages (tp = world / pp)")->check(at_least(1));
   // One comma-separated word, so that a launcher can drop or replace it as one.
   cmd->add_option_function<std::string>(
       "--split-weights",
@@ -47,8 +49,8 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
 // outside hybrid would be ignored, hybrid without them and single on several ranks fail later
 // inside every rank with a message that does not say which flag to give.
 inline void check_split_flags(const parallel::SplitOptions& o) {
-  if ((o.tp > 0 || o.pp > 0) && o.strategy != "hybrid")
-    throw Error(error_message("parallel", "--tp and --pp shape a hybrid split; --strategy {} does not take them "
+  if ((o.tp > 0 || o.pp > 0) && o.strategy != "hybrid" && o.strategy != "expert")
+    throw Error(error_message("parallel", "--tp and --pp shape a hybrid or expert split; --strategy {} does not take them "
                                           "(tensor uses every rank as one tensor group, pipeline every rank as a stage)",
                               o.strategy));
   // Under `orchard launch` or mpirun the world is the launcher's, not --world.
@@ -59,7 +61,7 @@ inline void check_split_flags(const parallel::SplitOptions& o) {
                                      : fmt::format("--world {}", world);
   if (o.strategy == "single" && world > 1)
     throw Error(error_message("parallel", "{} but --strategy is single (one rank): pass --strategy pipeline, tensor, "
-                                          "hybrid (with --tp or --pp){}",
+                                          "expert, hybrid (with --tp or --pp){}",
                               ranks, launched ? "" : " or auto"));
   if (o.strategy == "hybrid" && o.tp == 0 && o.pp == 0)
     throw Error(error_message("parallel", "--strategy hybrid needs --tp N (ranks per tensor group) or --pp N (pipeline "

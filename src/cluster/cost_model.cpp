@@ -92,12 +92,26 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   // q and o scale with the query heads held, k and v with the KV heads.
   const double q = c.q_dim(), kv = c.kv_dim();
   const double attn_share = (2 * q * s.n_heads() / c.n_heads + 2 * kv * s.n_kv_heads() / c.n_kv_heads) / (2 * q + 2 * kv);
-  const double ffn_share = c.n_expert > 0 ? static_cast<double>(s.n_expert_ff()) / c.n_ff_exp
-                                          : static_cast<double>(s.n_ff()) / c.n_ff;
+  double ffn_share = c.n_expert > 0 ? static_cast<double>(s.n_expert_ff()) / c.n_ff_exp
+                                    : static_cast<double>(s.n_ff()) / c.n_ff;
+  // The share of a token's active FFN this rank reads: its rows of every expert (tensor), or,
+  // holding whole experts, the chosen ones among them. Those fall unevenly: a token's
+  // n_expert_used choices among n_expert are hypergeometric, and the decode step waits for the
+  // busier rank, taken as one standard deviation above the mean.
+  double decode_share = ffn_share;
+  if (layout.strategy == parallel::Strategy::Expert && c.n_expert > 0 && s.n_layers() > 0) {
+    double held = 0;
+    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) held += s.experts_of(l).second - s.experts_of(l).first;
+    const double p = held / s.n_layers() / c.n_expert, n = c.n_expert, used = c.n_expert_used;
+    const double spread = n > 1 ? std::sqrt(used * p * (1 - p) * (n - used) / (n - 1)) : 0;
+    ffn_share = p;
+    decode_share = std::min({used * p + spread, used, p * n}) / used;
+  }
   const double vocab_share = static_cast<double>(s.n_vocab()) / c.vocab_size;
   const double layers = s.n_layers();
   const double layer_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share;
-  const double layer_read_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share * m.ffn_active_fraction;
+  const double layer_read_bytes = m.attn_bytes * attn_share + m.ffn_bytes * decode_share * m.ffn_active_fraction;
+  // A prompt's many tokens spread over every rank's experts: the mean share.
   const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share * m.ffn_active_fraction;
   const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
@@ -264,6 +278,16 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
     }
     transfers += broadcast_ms(stage_link, logits, layout.world(), &steps);
   }
+  // On the wire: a sum of a group of n is n(n-1) copies when exchanged directly, 2(n-1) ring
+  // steps of 1/n otherwise, and n-1 there and n-1 back through a stage's first rank.
+  auto sum_bytes = [&](double bytes) {
+    if (tp <= 1) return 0.0;
+    if (pp > 1) return 2.0 * (tp - 1) * bytes;
+    return bytes <= static_cast<double>(comm::kDirectExchangeBytes) ? double(tp) * (tp - 1) * bytes
+                                                                     : 2.0 * (tp - 1) * bytes;
+  };
+  p.wire_bytes_per_token = 2.0 * c.n_layers * sum_bytes(hidden) + (pp - 1) * hidden +
+                           (pp == 1 ? (tp - 1) * logits : (tp - 1) * slice + (layout.world() - 1) * logits);
   p.gen_compute_ms = compute;
   p.allreduce_ms = allreduce;
   p.gen_comm_ms = allreduce + transfers;

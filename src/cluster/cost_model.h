@@ -92,6 +92,9 @@ struct Prediction {
   double gen_comm_ms = 0;     // of which messages (all-reduces, hidden states, logits)
   double allreduce_ms = 0;    // of which all-reduces (tensor, hybrid)
   int messages_per_token = 0; // latency steps on the critical path of one token
+  // Bytes all links carry together per generated token (all-reduces, hidden states between
+  // stages, logits); a prompt token moves the same less the logits.
+  double wire_bytes_per_token = 0;
   double prompt_ms = 0;       // the whole Workload::prompt_tokens
   double gen_tok_s = 0, prompt_tok_s = 0;
   bool fits = true;

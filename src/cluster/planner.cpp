@@ -85,6 +85,9 @@ std::string strategy_words(const Prediction& p) {
     case Strategy::Pipeline: return fmt::format("a pipeline of {} stages", l.pp);
     case Strategy::Tensor: return fmt::format("a tensor split over {} machines", l.tp);
     case Strategy::Hybrid: return fmt::format("a hybrid of {} pipeline stages × {} tensor ranks", l.pp, l.tp);
+    case Strategy::Expert:
+      return l.pp == 1 ? fmt::format("an expert split over {} machines", l.tp)
+                       : fmt::format("{} pipeline stages × {} expert-parallel ranks", l.pp, l.tp);
   }
   return "?";
 }
@@ -115,14 +118,26 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
     text += fmt::format("That does not fit one machine: the roomiest, {}, offers {:.1f} GB ({:.0f}% of {:g} GB). ",
                         roomiest->host, roomiest->memory_gb * kUsableMemoryFraction, kUsableMemoryFraction * 100,
                         roomiest->memory_gb);
-  const std::string links = p.layout.world() == 1            ? "no links"
-                            : p.layout.strategy == Strategy::Pipeline ? link_words(p.stage_link)
-                            : p.layout.strategy == Strategy::Tensor   ? link_words(p.link)
-                                                                      : link_words(p.link) + " inside tensor groups, " +
-                                                                            link_words(p.stage_link) + " between stages";
+  const std::string links = p.layout.world() == 1 ? "no links"
+                            : p.layout.tp == 1     ? link_words(p.stage_link)
+                            : p.layout.pp == 1     ? link_words(p.link)
+                                                   : link_words(p.link) + " inside tensor groups, " +
+                                                     link_words(p.stage_link) + " between stages";
   text += fmt::format("Chosen: {} ({}, {}), predicting {:.1f} tok/s generation and {:.0f} tok/s prompt. ",
                       strategy_words(p), links, request.link_source, p.gen_tok_s, p.prompt_tok_s);
   const double per_token_sums = 2.0 * m.config.n_layers;
+  if (m.config.n_expert > 0)
+    text += fmt::format("A mixture of experts: a token uses {} of {} experts per layer, {:.0f}% of the FFN's weights. ",
+                        m.config.n_expert_used, m.config.n_expert, m.ffn_active_fraction * 100);
+  if (p.layout.strategy == Strategy::Expert) {
+    const model::Shard& s = p.ranks.front().shard;
+    text += fmt::format("Each machine holds whole experts ({} of {} on the first) with its share of the attention "
+                        "heads, and computes only the chosen experts it holds: a token's choices fall unevenly, so "
+                        "the busier machine paces each step ({:.1f} ms of weight reads); attention and experts are "
+                        "summed in {:.0f} all-reduces per token ({:.1f} ms, {:.0f} KB on the wire). ",
+                        s.experts_of(s.layer_begin).second - s.experts_of(s.layer_begin).first, m.config.n_expert,
+                        p.gen_compute_ms, per_token_sums, p.allreduce_ms, p.wire_bytes_per_token / 1e3);
+  }
   if (p.layout.strategy == Strategy::Tensor || p.layout.strategy == Strategy::Hybrid) {
     text += fmt::format("Each machine reads only its share of the weights ({:.1f} ms per token) and the {:.0f} all-reduces "
                         "per token cost {:.1f} ms. ",
@@ -144,6 +159,21 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
       text += fmt::format("A tensor split over {} machines would spend {:.1f} ms per token in {:.0f} all-reduces on "
                           "these {} against {:.1f} ms of weight reads, predicting {:.1f} tok/s. ",
                           t.layout.tp, t.allreduce_ms, per_token_sums, link_words(t.link), t.gen_compute_ms, t.gen_tok_s);
+    }
+  }
+  // Why not experts, when an expert split was possible but lost.
+  if (p.layout.strategy != Strategy::Expert) {
+    const Candidate* expert = nullptr;
+    for (const Candidate& c : fitting)
+      if (c.prediction.layout.strategy == Strategy::Expert && c.prediction.layout.pp == 1 &&
+          (!expert || c.prediction.gen_tok_s > expert->prediction.gen_tok_s))
+        expert = &c;
+    if (expert) {
+      const Prediction& e = expert->prediction;
+      text += fmt::format("An expert split over {} machines moves as many bytes ({:.0f} KB per token) but its busier "
+                          "machine reads {:.1f} ms of weights per token, predicting {:.1f} tok/s generation and {:.0f} "
+                          "tok/s prompt. ",
+                          e.layout.tp, e.wire_bytes_per_token / 1e3, e.gen_compute_ms, e.gen_tok_s, e.prompt_tok_s);
     }
   }
   if (p.layout.world() > 1 && fits_one) {
@@ -185,6 +215,9 @@ Plan make_plan(const PlanRequest& request) {
       try_layout(request, subset, Layout::make(Strategy::Tensor, world), fitting);
       for (int tp = 2; tp < world; ++tp)
         if (world % tp == 0) try_layout(request, subset, Layout::make(Strategy::Hybrid, world, tp), fitting);
+      if (request.model.config.n_expert > 0)
+        for (int tp = 2; tp <= world; ++tp)
+          if (world % tp == 0) try_layout(request, subset, Layout::make(Strategy::Expert, world, tp), fitting);
     }
   }
 
@@ -254,9 +287,12 @@ nlohmann::json plan_to_json(const Plan& plan) {
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const RankCost& rc = p.ranks[r];
     json a = {{"host", plan.hosts[r]}, {"machine", plan.machine_indices[r]}, {"rank", r}};
-    if (plan.strategy != Strategy::Tensor) a["layers"] = {rc.shard.layer_begin, rc.shard.layer_end};
-    if (plan.strategy == Strategy::Tensor || plan.strategy == Strategy::Hybrid)
-      a["heads"] = {rc.shard.head_begin, rc.shard.head_end};
+    if (p.layout.pp > 1 || p.layout.world() == 1) a["layers"] = {rc.shard.layer_begin, rc.shard.layer_end};
+    if (p.layout.tp > 1) a["heads"] = {rc.shard.head_begin, rc.shard.head_end};
+    if (plan.strategy == Strategy::Expert) {
+      const auto experts = rc.shard.experts_of(rc.shard.layer_begin);
+      a["experts"] = {experts.first, experts.second};
+    }
     a["memory_gb"] = {{"need", gb(rc.need_bytes())}, {"weights", gb(rc.weight_bytes)}, {"kv_cache", gb(rc.kv_bytes)},
                       {"usable", gb(rc.usable_bytes)}};
     assignment.push_back(std::move(a));
@@ -265,7 +301,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   for (const Prediction& c : plan.considered)
     considered.push_back({{"strategy", parallel::strategy_name(c.layout.strategy)}, {"tp", c.layout.tp},
                           {"pp", c.layout.pp}, {"gen_tok_s", c.gen_tok_s}, {"prompt_tok_s", c.prompt_tok_s},
-                          {"allreduce_ms", c.allreduce_ms}});
+                          {"allreduce_ms", c.allreduce_ms}, {"wire_bytes_per_token", c.wire_bytes_per_token}});
   return {{"strategy", parallel::strategy_name(plan.strategy)},
           {"tp", p.layout.tp},
           {"pp", p.layout.pp},
@@ -278,6 +314,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
             {"gen_comm_ms", p.gen_comm_ms},
             {"allreduce_ms", p.allreduce_ms},
             {"messages_per_token", p.messages_per_token},
+            {"wire_bytes_per_token", p.wire_bytes_per_token},
             {"speedup_vs_single", plan.single_gen_tok_s > 0 ? json(p.gen_tok_s / plan.single_gen_tok_s) : json(nullptr)}}},
           {"link", {{"latency_us", p.link.latency_us}, {"gbps", p.link.gbps}}},
           {"stage_link", {{"latency_us", p.stage_link.latency_us}, {"gbps", p.stage_link.gbps}}},

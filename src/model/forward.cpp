@@ -39,6 +39,7 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
     router_logits_.resize(batch * c.n_expert);
     route_expert_.resize(batch * used);
     route_weight_.resize(batch * used);
+    held_choices_.resize(used);
     expert_start_.resize(static_cast<size_t>(c.n_expert) + 1);
     expert_cursor_.resize(static_cast<size_t>(c.n_expert));
     expert_rows_.resize(batch * used);
@@ -313,32 +314,41 @@ void Forward::moe_block(int32_t layer, int32_t n) {
   const LayerWeights& w = weights_.layer(layer);
   const int32_t d = c.n_embd, ff = weights_.shard().n_expert_ff(), used = c.n_expert_used;
   route(layer, w, n);
+  // An expert split holds experts [held_begin, held_end) and sums only their outputs; the
+  // all-reduce below adds the other ranks' experts.
+  const auto [held_begin, held_end] = weights_.shard().experts_of(layer);
+  auto held = [&](int32_t e) { return e >= held_begin && e < held_end; };
   std::fill_n(proj_.begin(), static_cast<size_t>(n) * d, 0.0f);
   if (n == 1) {
     // A decode step: every chosen expert reads the same row, so their gate and up products run
     // as one pass over the pool (matmul_many takes 8 matrices: 4 experts at a time).
+    int32_t* local = held_choices_.data();
+    int32_t n_local = 0;
+    for (int32_t i = 0; i < used; ++i)
+      if (held(route_expert_[i])) local[n_local++] = i;
     constexpr int32_t kExpertsPerPass = 4;
-    for (int32_t first = 0; first < used; first += kExpertsPerPass) {
+    for (int32_t first = 0; first < n_local; first += kExpertsPerPass) {
       core::MatmulTarget targets[2 * kExpertsPerPass];
-      const int32_t count = std::min(kExpertsPerPass, used - first);
+      const int32_t count = std::min(kExpertsPerPass, n_local - first);
       for (int32_t i = 0; i < count; ++i) {
-        const auto e = static_cast<size_t>(route_expert_[first + i]);
+        const auto e = static_cast<size_t>(route_expert_[local[first + i]]);
         const size_t at = static_cast<size_t>(first + i) * ff;
         targets[2 * i] = {&w.expert_gate[e], &gate_[at]};
         targets[2 * i + 1] = {&w.expert_up[e], &up_[at]};
       }
       core::matmul_many(std::span(targets, static_cast<size_t>(2 * count)), normed_.data(), 1, pool_, scratch_);
     }
-    ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(used) * ff);
-    for (int32_t i = 0; i < used; ++i) {
+    ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(n_local) * ff);
+    for (int32_t j = 0; j < n_local; ++j) {
+      const int32_t i = local[j];
       const auto e = static_cast<size_t>(route_expert_[i]);
-      core::matmul(w.expert_down[e], &gate_[static_cast<size_t>(i) * ff], 1, expert_out_.data(), pool_, scratch_);
+      core::matmul(w.expert_down[e], &gate_[static_cast<size_t>(j) * ff], 1, expert_out_.data(), pool_, scratch_);
       ops::add_scaled(proj_.data(), expert_out_.data(), route_weight_[i], d);
     }
   } else {
     // A prompt (or a batch): one product per expert over the rows routed to it.
     group_by_expert(n);
-    for (int32_t e = 0; e < c.n_expert; ++e) {
+    for (int32_t e = held_begin; e < held_end; ++e) {
       const int32_t begin = expert_start_[e], rows = expert_start_[e + 1] - begin;
       if (rows == 0) continue;
       const int32_t* slots = &expert_rows_[static_cast<size_t>(begin)];
@@ -362,7 +372,8 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     for_rows(n, [&](int32_t t) {
       for (int32_t i = 0; i < used; ++i) {
         const size_t slot = static_cast<size_t>(t) * used + static_cast<size_t>(i);
-        ops::add_scaled(&proj_[static_cast<size_t>(t) * d], &slot_out_[slot * d], route_weight_[slot], d);
+        if (held(route_expert_[slot]))
+          ops::add_scaled(&proj_[static_cast<size_t>(t) * d], &slot_out_[slot * d], route_weight_[slot], d);
       }
     });
   }

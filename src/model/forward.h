@@ -128,6 +128,7 @@ class Forward {
   std::vector<int32_t> expert_start_;  // [n_expert + 1]
   std::vector<int32_t> expert_cursor_; // [n_expert]: where the grouping writes each expert's next row
   std::vector<int32_t> expert_rows_;   // [n * n_expert_used]: route slots, grouped by expert
+  std::vector<int32_t> held_choices_;  // [n_expert_used]: a decode step's choices this shard holds
   RoutingObserver routing_observer_;
   std::vector<float> gathered_;        // F32 [n, n_embd]: one expert's input rows
   std::vector<float> expert_out_;      // F32 [n, n_embd]: one expert's output rows

@@ -2,6 +2,8 @@
 // Which slice of a model one rank holds. The forward pass is written against a Shard, so a
 // single machine is just the shard that holds everything.
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "model/config.h"
 
@@ -14,6 +16,10 @@ struct Shard {
   int32_t ff_begin = 0, ff_end = 0;            // tensor: FFN inner rows held here
   int32_t expert_ff_begin = 0, expert_ff_end = 0;  // tensor: rows of every expert's FFN held here
   int32_t vocab_begin = 0, vocab_end = 0;      // tensor: rows of the output head held here
+  int32_t expert_begin = 0, expert_end = 0;    // expert: the experts of every MoE layer held here
+  // expert, placed by measured popularity: [begin, end) per layer of the model, in place of
+  // expert_begin..expert_end (empty: those in every layer).
+  std::vector<std::pair<int32_t, int32_t>> layer_experts;
   bool has_embedding = true;                   // first pipeline stage: turns tokens into vectors
   bool has_output = true;                      // last pipeline stage: turns vectors into logits
 
@@ -25,6 +31,7 @@ struct Shard {
     s.ff_end = config.n_ff;
     s.expert_ff_end = config.n_ff_exp;
     s.vocab_end = config.vocab_size;
+    s.expert_end = config.n_expert;
     return s;
   }
   int32_t n_layers() const { return layer_end - layer_begin; }
@@ -33,9 +40,20 @@ struct Shard {
   int32_t n_ff() const { return ff_end - ff_begin; }
   int32_t n_expert_ff() const { return expert_ff_end - expert_ff_begin; }
   int32_t n_vocab() const { return vocab_end - vocab_begin; }
+  // The experts of `layer` held here, [first, second).
+  std::pair<int32_t, int32_t> experts_of(int32_t layer) const {
+    return layer_experts.empty() ? std::pair{expert_begin, expert_end} : layer_experts.at(static_cast<size_t>(layer));
+  }
+  bool holds_all_experts(const ModelConfig& config) const {
+    if (layer_experts.empty()) return expert_begin == 0 && expert_end == config.n_expert;
+    for (const auto& [begin, end] : layer_experts)
+      if (begin != 0 || end != config.n_expert) return false;
+    return true;
+  }
   // True when this rank holds only part of each layer, so partial sums must be combined.
   bool splits_layers(const ModelConfig& config) const {
-    return n_heads() != config.n_heads || n_ff() != config.n_ff || n_expert_ff() != config.n_ff_exp;
+    return n_heads() != config.n_heads || n_ff() != config.n_ff || n_expert_ff() != config.n_ff_exp ||
+           !holds_all_experts(config);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <tuple>
 #include <variant>
 
 #include "core/error.h"
@@ -166,10 +167,12 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
                      [&](core::WeightMatrix LayerWeights::*m) { w.*m = bind.matrix(*t, 0, spec.split, range); },
                      [&](std::vector<float> LayerWeights::*v) { w.*v = floats(*t, spec); },
                      [&](std::vector<core::WeightMatrix> LayerWeights::*stack) {
+                       // Indexed by expert; those another rank holds stay empty.
                        auto& matrices = w.*stack;
-                       matrices.reserve(static_cast<size_t>(spec.experts()));
-                       for (int64_t e = 0; e < spec.experts(); ++e)
-                         matrices.push_back(bind.matrix(*t, e, spec.split, range));
+                       matrices.resize(static_cast<size_t>(spec.experts()));
+                       const auto [first, last] = shard.experts_of(l);
+                       for (int64_t e = first; e < last; ++e)
+                         matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range);
                      },
                  },
                  spec.slot);
@@ -209,15 +212,22 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
   std::vector<ByteRange> ranges;
   // Mirrors ModelWeights' constructor: a rank given only these bytes computes what a rank with
   // the whole file computes (tests/parallel checks it).
-  auto add = [&](const TensorSpec& spec, const TensorInfo& t, Split split) {
+  auto add = [&](const TensorSpec& spec, const TensorInfo& t, Split split, int32_t layer = -1) {
     const uint64_t base = file.data_offset() + t.offset;
+    // A stack of experts: only the experts held here (an expert split's run of them).
+    int64_t first = 0, last = spec.experts();
+    if (std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot))
+      std::tie(first, last) = shard.experts_of(layer);
     if (split != Split::Rows) {
-      ranges.push_back({base, t.size_bytes});
+      if (spec.experts() == 1) ranges.push_back({base, t.size_bytes});
+      else if (last > first)
+        ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(first),
+                          matrix_bytes(t) * static_cast<uint64_t>(last - first)});
       return;
     }
     const Range r = axis_range(config, shard, spec.axis);
     const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
-    for (int64_t e = 0; e < spec.experts(); ++e)
+    for (int64_t e = first; e < last; ++e)
       ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(r.begin),
                         stride * static_cast<uint64_t>(r.end - r.begin)});
   };
@@ -227,7 +237,7 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
   if (const TensorInfo* t = find_checked(file, global[1])) add(global[1], *t, Split::Whole);
   for (int32_t l = shard.layer_begin; l < shard.layer_end; ++l)
     for (const TensorSpec& spec : config.arch->layer_tensors(config, l))
-      if (const TensorInfo* t = find_checked(file, spec)) add(spec, *t, spec.split);
+      if (const TensorInfo* t = find_checked(file, spec)) add(spec, *t, spec.split, l);
   if (shard.has_output) {
     add(global[2], *find_checked(file, global[2]), Split::Whole);
     const TensorInfo* head = find_checked(file, global[3]);

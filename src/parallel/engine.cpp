@@ -28,9 +28,27 @@ Layout with_memory_weights(comm::Group& group, Layout layout) {
   return layout;
 }
 
+// An expert split's placement must be the same on every rank (it decides which bytes each is
+// sent and which experts each sums): rank 0's expert statistics are everyone's.
+Layout with_rank0_expert_loads(comm::Group& group, Layout layout) {
+  if (layout.strategy != Strategy::Expert) return layout;
+  uint64_t shape[2] = {layout.expert_loads.size(), layout.expert_loads.empty() ? 0 : layout.expert_loads[0].size()};
+  group.broadcast(shape, sizeof shape, 0);
+  std::vector<double> flat;
+  for (const auto& row : layout.expert_loads) flat.insert(flat.end(), row.begin(), row.end());
+  flat.resize(shape[0] * shape[1]);
+  group.broadcast(flat.data(), flat.size() * sizeof(double), 0);
+  layout.expert_loads.assign(shape[0], {});
+  for (size_t l = 0; l < shape[0]; ++l)
+    layout.expert_loads[l].assign(flat.begin() + static_cast<std::ptrdiff_t>(l * shape[1]),
+                                  flat.begin() + static_cast<std::ptrdiff_t>((l + 1) * shape[1]));
+  return layout;
+}
+
 EngineOptions resolve_for_rank(EngineOptions options, comm::Group* group) {
   if (!group) return options;
   options.layout = with_memory_weights(*group, options.layout);
+  options.layout = with_rank0_expert_loads(*group, options.layout);
   options.model_path = ensure_model_file(*group, options.model_path, options.layout, options.shard_cache_dir,
                                          options.on_receive_progress);
   return options;

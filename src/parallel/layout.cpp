@@ -14,7 +14,8 @@ Strategy parse_strategy(const std::string& name) {
   if (name == "pipeline") return Strategy::Pipeline;
   if (name == "tensor") return Strategy::Tensor;
   if (name == "hybrid") return Strategy::Hybrid;
-  throw Error(error_message("parallel", "unknown strategy '{}'; known: single, pipeline, tensor, hybrid", name));
+  if (name == "expert") return Strategy::Expert;
+  throw Error(error_message("parallel", "unknown strategy '{}'; known: single, pipeline, tensor, hybrid, expert", name));
 }
 
 std::string strategy_name(Strategy strategy) {
@@ -23,6 +24,7 @@ std::string strategy_name(Strategy strategy) {
     case Strategy::Pipeline: return "pipeline";
     case Strategy::Tensor: return "tensor";
     case Strategy::Hybrid: return "hybrid";
+    case Strategy::Expert: return "expert";
   }
   return "?";
 }
@@ -42,6 +44,12 @@ Layout Layout::make(Strategy strategy, int world, int tp) {
       l.tp = tp;
       l.pp = world / tp;
       break;
+    case Strategy::Expert:
+      if (tp < 0 || (tp > 0 && world % tp != 0))
+        throw Error(error_message("parallel", "expert needs --tp dividing the world of {} (got tp {})", world, tp));
+      l.tp = tp > 0 ? tp : world;
+      l.pp = world / l.tp;
+      break;
   }
   return l;
 }
@@ -57,6 +65,24 @@ void Layout::validate(const model::ModelConfig& config, int world) const {
     throw Error(error_message("parallel", "{} stage weights for {} stages", stage_weights.size(), pp));
   if (!tensor_weights.empty() && static_cast<int>(tensor_weights.size()) != tp)
     throw Error(error_message("parallel", "{} tensor weights for {} tensor ranks", tensor_weights.size(), tp));
+  if (strategy == Strategy::Expert) {
+    if (config.n_expert == 0)
+      throw Error(error_message("parallel", "strategy expert splits the experts of a mixture of experts; {} has none "
+                                            "(use tensor)",
+                                config.name.empty() ? config.arch_name : config.name));
+    if (tp > config.n_expert)
+      throw Error(error_message("parallel", "{} expert-parallel ranks for a model of {} experts per layer", tp,
+                                config.n_expert));
+  }
+  if (!expert_loads.empty()) {
+    if (static_cast<int32_t>(expert_loads.size()) != config.n_layers)
+      throw Error(error_message("parallel", "expert statistics for {} layers; the model has {}", expert_loads.size(),
+                                config.n_layers));
+    for (size_t l = 0; l < expert_loads.size(); ++l)
+      if (!expert_loads[l].empty() && static_cast<int32_t>(expert_loads[l].size()) != config.n_expert)
+        throw Error(error_message("parallel", "expert statistics of layer {} count {} experts; the model has {}", l,
+                                  expert_loads[l].size(), config.n_expert));
+  }
 }
 
 std::vector<int64_t> proportional_split(int64_t total, size_t parts, const std::vector<double>& weights,
@@ -98,6 +124,36 @@ std::pair<int64_t, int64_t> range_of(const std::vector<int64_t>& counts, int ind
   return {begin, begin + counts[static_cast<size_t>(index)]};
 }
 
+// Part `index` of `loads.size()` items split into contiguous runs whose summed loads follow
+// `weights` (equal when empty), at least one item each: each boundary is the one whose
+// cumulative load comes closest to its target.
+std::pair<int64_t, int64_t> load_range(const std::vector<double>& loads, size_t parts, const std::vector<double>& weights,
+                                       int index) {
+  const auto n = static_cast<int64_t>(loads.size());
+  std::vector<double> w = weights.empty() ? std::vector<double>(parts, 1.0) : weights;
+  // Every expert counts at least a little, so ones never chosen in the statistics still spread.
+  std::vector<double> cumulative(loads.size() + 1, 0.0);
+  for (size_t e = 0; e < loads.size(); ++e) cumulative[e + 1] = cumulative[e] + loads[e] + 1;
+  const double total = cumulative.back(), weight_sum = std::accumulate(w.begin(), w.end(), 0.0);
+  int64_t begin = 0, end = 0;
+  double weight_so_far = 0;
+  for (int p = 0; p <= index; ++p) {
+    begin = end;
+    weight_so_far += w[static_cast<size_t>(p)];
+    const int64_t last = n - static_cast<int64_t>(parts) + p + 1;  // leave one item for each later part
+    if (p + 1 == static_cast<int>(parts)) {
+      end = n;
+      break;
+    }
+    const double target = total * weight_so_far / weight_sum;
+    end = begin + 1;
+    for (int64_t b = begin + 2; b <= last; ++b)
+      if (std::abs(cumulative[static_cast<size_t>(b)] - target) < std::abs(cumulative[static_cast<size_t>(end)] - target))
+        end = b;
+  }
+  return {begin, end};
+}
+
 }  // namespace
 
 model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, int rank) {
@@ -134,7 +190,21 @@ model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, i
     return {static_cast<int32_t>(ff.first * unit), t == layout.tp - 1 ? width : static_cast<int32_t>(ff.second * unit)};
   };
   std::tie(s.ff_begin, s.ff_end) = ff_rows(c.n_ff);
-  if (c.n_ff_exp > 0) std::tie(s.expert_ff_begin, s.expert_ff_end) = ff_rows(c.n_ff_exp);
+  s.expert_end = c.n_expert;
+  if (layout.strategy == Strategy::Expert && c.n_expert > 0) {
+    // Whole experts: all their rows, a run of them.
+    s.expert_ff_end = c.n_ff_exp;
+    const auto experts = range_of(proportional_split(c.n_expert, tp, layout.tensor_weights), t);
+    s.expert_begin = static_cast<int32_t>(experts.first);
+    s.expert_end = static_cast<int32_t>(experts.second);
+    for (size_t l = 0; l < layout.expert_loads.size(); ++l) {
+      const auto& loads = layout.expert_loads[l];
+      const auto run = loads.empty() ? experts : load_range(loads, tp, layout.tensor_weights, t);
+      s.layer_experts.emplace_back(static_cast<int32_t>(run.first), static_cast<int32_t>(run.second));
+    }
+  } else if (c.n_ff_exp > 0) {
+    std::tie(s.expert_ff_begin, s.expert_ff_end) = ff_rows(c.n_ff_exp);
+  }
 
   const auto vocab = range_of(proportional_split(c.vocab_size, tp, layout.tensor_weights), t);
   s.vocab_begin = static_cast<int32_t>(vocab.first);

@@ -12,7 +12,10 @@
 
 namespace orchard::parallel {
 
-enum class Strategy { Single, Pipeline, Tensor, Hybrid };
+// Expert: tensor groups as Tensor, except that each mixture-of-experts layer's experts are
+// split whole (a rank holds some experts, all of their rows) instead of every expert's rows;
+// with tp < world, pipeline stages of such groups (a hybrid with expert-split groups).
+enum class Strategy { Single, Pipeline, Tensor, Hybrid, Expert };
 Strategy parse_strategy(const std::string& name);  // throws Error listing the known names
 std::string strategy_name(Strategy strategy);
 
@@ -25,6 +28,11 @@ struct Layout {
   // equal). For machines of unequal memory or speed.
   std::vector<double> stage_weights;
   std::vector<double> tensor_weights;
+  // Expert: how often each expert of each layer was chosen ([layer][expert], from
+  // --expert-stats; a dense layer's row empty). Each rank then takes a contiguous run of a
+  // layer's experts whose share of the layer's choices follows tensor_weights. Empty: runs of
+  // equal numbers of experts (in proportion to tensor_weights).
+  std::vector<std::vector<double>> expert_loads;
 
   int world() const { return tp * pp; }
   int stage_of(int rank) const { return rank / tp; }
@@ -34,7 +42,8 @@ struct Layout {
   // Checks the layout against the model and world; throws Error with the numbers when a split
   // is impossible (more stages than layers, more tensor ranks than KV... heads, ...).
   void validate(const model::ModelConfig& config, int world) const;
-  // A layout for `strategy` over `world` ranks; hybrid needs tp (pp = world / tp).
+  // A layout for `strategy` over `world` ranks; hybrid needs tp (pp = world / tp), expert takes
+  // it (0: one group of every rank).
   static Layout make(Strategy strategy, int world, int tp = 0);
 };
 
@@ -52,7 +61,9 @@ std::vector<int64_t> proportional_split(int64_t total, size_t parts, const std::
 //  - FFN rows: in units of 256 (the K-quant block) where each rank gets at least one unit, else
 //    of 32 (every other block size), so column slices of ffn_down fall on block boundaries
 //    where the file's types allow;
-//  - vocabulary (output head rows): split evenly; logits are gathered after the head.
+//  - vocabulary (output head rows): split evenly; logits are gathered after the head;
+//  - experts (strategy expert): contiguous runs of each MoE layer's experts, whole, in
+//    proportion to tensor_weights or, with expert_loads, to the measured choices.
 model::Shard shard_for_rank(const model::ModelConfig& config, const Layout& layout, int rank);
 
 }  // namespace orchard::parallel

@@ -75,6 +75,7 @@ std::string receive_shard(comm::Group& group, const std::string& path, const Lay
   // The header says what the model is, so this rank can tell which bytes its shard needs.
   auto sparse = model::gguf::Reader::open(local);
   const auto config = model::ModelConfig::from_gguf(sparse);
+  layout.validate(config, group.size());  // before its shard is computed from it (expert statistics' shape)
   const auto ranges = model::shard_byte_ranges(sparse, config, shard_for_rank(config, layout, group.rank()));
   const uint64_t count = ranges.size();
   group.send(&count, sizeof count, 0, kTagRanges);

@@ -45,6 +45,7 @@ class LocalEngine : public Engine {
   int32_t max_batch() override { return forward_->max_batch(); }
   std::vector<double> rank_forward_seconds() const override;
   int threads() const { return pool_.size(); }
+  model::Forward& forward() { return *forward_; }  // the one pass every slot runs through
 
  private:
   class Slot;

@@ -99,7 +99,7 @@ TEST(FlagRanges, TpOrPpOutsideHybridIsAnError) {
   const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
   Ran r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "tensor", "--tp", "3"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("--tp and --pp shape a hybrid split; --strategy tensor does not take them"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--tp and --pp shape a hybrid or expert split; --strategy tensor does not take them"), std::string::npos) << r.err;
   r = run_to_end(orchard({"bench", "-m", model, "-p", "8", "-n", "2", "--world", "2", "--strategy", "pipeline", "--pp", "2"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("--strategy pipeline does not take them"), std::string::npos) << r.err;
@@ -157,12 +157,12 @@ TEST(Messages, SplitFlagsSayWhichFlagToGive) {
   Ran r = run_to_end(orchard({"launch", "-n", "2", "--", "orchard", "run", "-m", model, "-p", "Hi", "-n", "2"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("this process is one of 2 ranks a launcher started but --strategy is single (one rank): pass "
-                       "--strategy pipeline, tensor, hybrid (with --tp or --pp)"),
+                       "--strategy pipeline, tensor, expert, hybrid (with --tp or --pp)"),
             std::string::npos)
       << r.err;
   r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2"}));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("--world 2 but --strategy is single (one rank): pass --strategy pipeline, tensor, hybrid (with "
+  EXPECT_NE(r.err.find("--world 2 but --strategy is single (one rank): pass --strategy pipeline, tensor, expert, hybrid (with "
                        "--tp or --pp) or auto"),
             std::string::npos)
       << r.err;

@@ -240,5 +240,73 @@ TEST(CostModel, MixtureOfExpertsDecodesAtItsActiveBytes) {
   EXPECT_NEAR(active.gen_ms / all.gen_ms, (layers * layer_active + out) / (layers * layer_all + out), 1e-9);
 }
 
+// An expert split holds half the experts of each layer on each of two ranks (and half the
+// attention, as a tensor split); a decode step waits for the rank that holds more of the token's
+// chosen experts, a prompt spreads over both. The links carry what a tensor split's do.
+TEST(CostModel, ExpertSplitHandWorked) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q8_0"));
+  const ModelFacts moe = ModelFacts::from_gguf(file);
+  const MachineSpec machine{"x", 16, 10, 100};
+  Workload work;
+  work.position = 0;
+  work.context = 256;
+  const LinkSpec link{100, 1};
+  const auto expert = predict(moe, parallel::Layout::make(Strategy::Expert, 2), {machine, machine}, link, work);
+  const auto tensor = predict(moe, parallel::Layout::make(Strategy::Tensor, 2), {machine, machine}, link, work);
+  const auto pipe = predict(moe, parallel::Layout::make(Strategy::Pipeline, 2), {machine, machine}, link, work);
+  const RankCost& r = expert.ranks[0];
+  EXPECT_EQ(r.shard.experts_of(0), (std::pair<int32_t, int32_t>{0, 4}));
+  // Memory: half the attention (2 of 4 heads, 1 of 2 KV heads), half the FFN, half the head.
+  const double layers = moe.config.n_layers;
+  EXPECT_NEAR(r.weight_bytes, layers * (moe.attn_bytes + moe.ffn_bytes) / 2 + moe.output_bytes / 2 + moe.embedding_bytes,
+              1);
+  EXPECT_NEAR(r.weight_bytes, tensor.ranks[0].weight_bytes, 1);
+  // 2 of 8 experts chosen, 4 held: 1 expected here, standard deviation sqrt(2 × ½ × ½ × 6/7);
+  // the busier rank reads (1 + 0.6547) of the 2 chosen experts' bytes.
+  const double busy = (1 + std::sqrt(2 * 0.25 * 6.0 / 7)) / 2;
+  const double read = layers * (moe.attn_bytes / 2 + moe.ffn_bytes * moe.ffn_active_fraction * busy) + moe.output_bytes / 2;
+  EXPECT_NEAR(expert.gen_compute_ms, read / 10e9 * 1e3, 1e-9);
+  EXPECT_GT(expert.gen_compute_ms, tensor.gen_compute_ms);
+  // Bytes on the wire per token: 8 sums of a 1 KiB row exchanged both ways, then half the
+  // logits each way, as a tensor split; a pipeline sends one row and the logits.
+  const double logits = 4.0 * moe.config.vocab_size;
+  EXPECT_DOUBLE_EQ(expert.wire_bytes_per_token, 8 * 2 * 1024.0 + logits);
+  EXPECT_DOUBLE_EQ(tensor.wire_bytes_per_token, expert.wire_bytes_per_token);
+  EXPECT_DOUBLE_EQ(pipe.wire_bytes_per_token, 1024.0 + logits);
+  EXPECT_EQ(expert.messages_per_token, tensor.messages_per_token);
+}
+
+// The planner weighs an expert split among the others and says why in words: chosen, how the
+// experts are held and what the all-reduces cost; not chosen, what it would have given.
+TEST(Planner, ConsidersAndExplainsAnExpertSplit) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q8_0"));
+  PlanRequest r;
+  r.model = ModelFacts::from_gguf(file);
+  r.machines = {MachineSpec{"a", 16, 10, 100}, MachineSpec{"b", 16, 10, 100}};
+  r.default_link = {50, 10};
+  r.work.context = 256;
+  r.work.chunk = 64;
+  r.world = 2;
+  const Plan any = make_plan(r);
+  bool considered = false;
+  for (const Prediction& p : any.considered) considered = considered || p.layout.strategy == Strategy::Expert;
+  EXPECT_TRUE(considered);
+  EXPECT_NE(any.explanation.find("uses 2 of 8 experts per layer"), std::string::npos) << any.explanation;
+  if (any.strategy != Strategy::Expert) {
+    EXPECT_NE(any.explanation.find("An expert split over 2 machines"), std::string::npos) << any.explanation;
+  }
+
+  r.only = Strategy::Expert;
+  const Plan plan = make_plan(r);
+  EXPECT_EQ(plan.strategy, Strategy::Expert);
+  EXPECT_GT(plan.predicted.gen_tok_s, 0);
+  EXPECT_GT(plan.predicted.prompt_tok_s, 0);
+  EXPECT_NE(plan.explanation.find("Chosen: an expert split over 2 machines"), std::string::npos) << plan.explanation;
+  EXPECT_NE(plan.explanation.find("holds whole experts (4 of 8 on the first)"), std::string::npos) << plan.explanation;
+  const nlohmann::json j = plan_to_json(plan);
+  EXPECT_EQ(j["assignment"][1]["experts"], nlohmann::json({4, 8}));
+  EXPECT_GT(j["predicted"]["wire_bytes_per_token"].get<double>(), 0);
+}
+
 }  // namespace
 }  // namespace orchard::cluster

@@ -57,7 +57,9 @@ class RankKilled : public ::testing::TestWithParam<std::pair<std::string, std::s
 TEST_P(RankKilled, CallerNamesTheRankAndNothingIsLeft) {
   if (!std::filesystem::exists("/proc/self/stat")) GTEST_SKIP() << "needs /proc to find the ranks";
   const auto& [strategy, backend] = GetParam();
-  const std::string model = testing::synthetic_model("llama", "small", "q8_0");
+  // Expert parallelism needs experts: the rank is killed during the exchanges of its MoE layers.
+  const std::string model = strategy == "expert" ? testing::synthetic_model("qwen3moe", "tiny", "q8_0")
+                                                 : testing::synthetic_model("llama", "small", "q8_0");
   const std::string dir = ::testing::TempDir();
   // Per process: ctest runs the strategies' instances at the same time.
   const std::string tag = strategy + "-" + std::to_string(getpid());
@@ -85,7 +87,8 @@ TEST_P(RankKilled, CallerNamesTheRankAndNothingIsLeft) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, RankKilled,
-                         ::testing::Values(std::make_pair("pipeline", "shm"), std::make_pair("tensor", "ring")),
+                         ::testing::Values(std::make_pair("pipeline", "shm"), std::make_pair("tensor", "ring"),
+                                           std::make_pair("expert", "ring")),
                          [](const auto& info) { return info.param.first + "_" + info.param.second; });
 
 // `orchard launch --hostfile` over an ssh stand-in that runs the remote command here.
@@ -124,6 +127,42 @@ TEST(Launch, LocalRanksMatchOneProcess) {
   auto split = run_json(launched);
   ASSERT_TRUE(single.contains("tokens") && split.contains("tokens"));
   EXPECT_EQ(split["tokens"], single["tokens"]);
+}
+
+// --expert-stats: a run adds its routing counts to the file (a second run doubles them), and
+// an expert split placed by those counts still gives one process's tokens.
+TEST(ExpertStats, RunRecordsAndAnExpertSplitPlacesByThem) {
+  const std::string model = testing::synthetic_model("qwen3moe", "tiny", "f32");
+  const std::string stats = ::testing::TempDir() + "/expert-stats-cli-" + std::to_string(getpid()) + ".json";
+  std::filesystem::remove(stats);
+  const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello there", "-n", "16", "--json",
+                                        "--threads", "1", "--expert-stats", stats};
+  auto single = run_json(run);
+  ASSERT_TRUE(single.contains("tokens"));
+  auto read = [&] {
+    std::ifstream in(stats);
+    return nlohmann::json::parse(in, nullptr, false);
+  };
+  const auto first = read();
+  ASSERT_TRUE(first.contains("counts")) << "no statistics written";
+  // Every position of the prompt and of the generation routes once per layer, 2 choices each;
+  // the last generated token is not run through the model.
+  const double positions = single["prompt_tokens"].get<double>() + single["gen_tokens"].get<double>() - 1;
+  EXPECT_EQ(first["tokens"].get<double>(), positions);
+  ASSERT_EQ(first["counts"].size(), 4u);
+  for (const auto& layer : first["counts"]) {
+    double sum = 0;
+    for (const auto& c : layer) sum += c.get<double>();
+    EXPECT_EQ(sum, 2 * positions);
+  }
+  std::vector<std::string> split = run;
+  split.insert(split.end(), {"--world", "2", "--strategy", "expert", "--backend", "ring"});
+  auto expert = run_json(split);
+  EXPECT_EQ(expert["tokens"], single["tokens"]);
+  const auto second = read();
+  for (size_t l = 0; l < 4; ++l)
+    for (size_t e = 0; e < 8; ++e) EXPECT_EQ(second["counts"][l][e], 2 * first["counts"][l][e].get<double>());
+  std::filesystem::remove(stats);
 }
 
 }  // namespace

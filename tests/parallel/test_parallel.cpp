@@ -159,6 +159,11 @@ std::vector<Case> all_cases() {
       cases.push_back({arch, "tiny", type, "pipeline", 2});
       cases.push_back({arch, "tiny", type, "tensor", 2});
       cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
+      // Expert parallelism: each rank holds whole experts (4 or 2 of the 8) and sums only
+      // theirs; alone, and as the groups of a 2-stage pipeline.
+      cases.push_back({arch, "tiny", type, "expert", 2});
+      cases.push_back({arch, "tiny", type, "expert", 4});
+      cases.push_back({arch, "tiny", type, "expert", 4, 2});
     }
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     cases.push_back({arch, "small", "q4_0", "pipeline", 4});
@@ -169,10 +174,8 @@ std::vector<Case> all_cases() {
 }
 
 // A rank with no copy of the model receives its shard from rank 0 and computes the same tokens;
-// its local copy holds only that shard's bytes (the rest are holes).
-TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
-  // Float weights: a tensor split then gives exactly one rank's tokens (see above).
-  const std::string path = testing::synthetic_model("llama", "small", "f16");
+// its local copy holds only that shard's bytes (the rest are holes): at most `most` of the file.
+void receives_its_shard(const std::string& path, parallel::Strategy strategy, double most) {
   Outcome single;
   {
     parallel::Engine engine(engine_options(path), nullptr);
@@ -184,7 +187,7 @@ TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
   base.backend = comm::Backend::Ring;
   auto exits = comm::spawn_local_ranks(2, base, [&](comm::Group& group) {
     parallel::EngineOptions o = engine_options(group.rank() == 0 ? path : "/nonexistent/model.gguf");
-    o.layout = parallel::Layout::make(parallel::Strategy::Tensor, 2);
+    o.layout = parallel::Layout::make(strategy, 2);
     o.shard_cache_dir = dir;
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
@@ -201,8 +204,19 @@ TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
   ASSERT_EQ(stat(copy.c_str(), &st), 0) << copy;
   std::filesystem::remove_all(dir);
   EXPECT_EQ(tokens, single.tokens);
-  // Rank 1 holds half of each layer's rows: well under the whole file is on its disk.
-  EXPECT_LT(static_cast<double>(st.st_blocks) * 512, 0.75 * static_cast<double>(st.st_size));
+  EXPECT_LT(static_cast<double>(st.st_blocks) * 512, most * static_cast<double>(st.st_size));
+}
+
+TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
+  // Float weights: a tensor split then gives exactly one rank's tokens (see above). Rank 1 holds
+  // half of each layer's rows: well under the whole file is on its disk.
+  receives_its_shard(testing::synthetic_model("llama", "small", "f16"), parallel::Strategy::Tensor, 0.75);
+}
+
+TEST(WeightDistribution, ExpertRankReceivesItsExperts) {
+  // Rank 1 holds 4 of the 8 experts of each layer (whole), half the attention and half the
+  // output head; the expert stacks are about 90% of this file, so about half of it is on its disk.
+  receives_its_shard(testing::synthetic_model("qwen3moe", "tiny", "f32"), parallel::Strategy::Expert, 0.58);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, SplitMatchesSingleRank, ::testing::ValuesIn(all_cases()), case_name);

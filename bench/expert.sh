@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Issue-14 benchmark: expert parallelism against tensor and pipeline splits of a mixture of
+# experts, on two one-core "machines" of this host. Each rank runs in its own network namespace,
+# joined by a veth pair (TCP ring backend), pinned to its own core; moe-3b (Qwen3-30B-A3B's
+# layer, 16 layers, 32 experts of which 4 per token) at Q4_K_M. Each split is measured against
+# one rank on one core and one rank with 2 threads on the same two cores, and beside the
+# planner's prediction for it (machine figures from `orchard plan`'s probe with one thread).
+#
+#   sudo bench/expert.sh [BUILD_DIR]    (needs root for ip netns; models in $ORCHARD_BENCH_MODELS)
+set -euo pipefail
+build=$(realpath "${1:-build}")
+here=$(cd "$(dirname "$0")" && pwd)
+models=${ORCHARD_BENCH_MODELS:-/tmp/orchard-bench}
+type=${ORCHARD_BENCH_TYPE:-q4_k_m}
+model=${ORCHARD_BENCH_MODEL:-$models/qwen3moe-moe-3b-$type.gguf}
+prompt=${ORCHARD_BENCH_PROMPT:-256}
+gen=${ORCHARD_BENCH_GEN:-32}
+batch=${ORCHARD_BENCH_BATCH:-256}
+mkdir -p "$models"
+[ -f "$model" ] || "$build/orchard" make-model --arch qwen3moe --shape moe-3b --type "$type" --seed 1 -o "$model"
+
+a=orchard-expert-a b=orchard-expert-b
+cleanup() { ip netns del $a 2>/dev/null || true; ip netns del $b 2>/dev/null || true; rm -f "$hostfile"; }
+hostfile=$(mktemp --suffix=.json)
+trap cleanup EXIT
+cleanup
+ip netns add $a && ip netns add $b
+ip link add veth-ea netns $a type veth peer name veth-eb netns $b
+ip -n $a addr add 10.78.0.1/24 dev veth-ea && ip -n $a link set veth-ea up && ip -n $a link set lo up
+ip -n $b addr add 10.78.0.2/24 dev veth-eb && ip -n $b link set veth-eb up && ip -n $b link set lo up
+echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2"]}]' > "$hostfile"
+
+bench() {  # strategy ranks cpus
+  local strategy=$1 ranks=$2 cpus=$3
+  if [ "$ranks" = 1 ]; then
+    taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
+  else
+    "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
+      "exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --json"
+  fi
+}
+
+# The planner's figures: this machine probed with one thread, two of them, links as measured by
+# a ping over the veth pair (one way: half the round trip), unlimited bandwidth.
+probe=$("$build/orchard" plan -m "$model" --machines 2 --threads 1 --json)
+bw=$(jq .machines[0].memory_bw_gb_s <<<"$probe")
+gflops=$(jq .machines[0].compute_gflops <<<"$probe")
+# (without ping: $ORCHARD_BENCH_LINK_US, default 30 µs, a veth pair's typical one-way time.)
+if command -v ping >/dev/null; then
+  rtt_ms=$(ip netns exec $a ping -c 20 -i 0.05 -q 10.78.0.2 | awk -F/ '/rtt|round-trip/ {print $5}')
+  latency_us=$(jq -n "$rtt_ms * 500")
+else
+  latency_us=${ORCHARD_BENCH_LINK_US:-30}
+fi
+predict() {  # strategy world
+  "$build/orchard" plan -m "$model" --machines "$2" --world "$2" --strategy "$1" --memory-bw-gb-s "$bw" \
+    --compute-gflops "$gflops" --link-latency-us "$latency_us" --link-gbit-s 0 --prompt-tokens "$prompt" \
+    --position $((prompt + gen / 2)) -c $((prompt + gen)) -b "$batch" --json
+}
+
+results=$(mktemp)
+{
+  echo "single-1core $(bench single 1 0) $(predict single 1 | jq -c .)"
+  echo "single-2threads $(bench single 1 0,1) null"
+  for strategy in expert tensor pipeline; do
+    echo "$strategy $(bench $strategy 2 -) $(predict $strategy 2 | jq -c .)"
+  done
+} > "$results"
+python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" <<'PY'
+import json, sys
+dec = json.JSONDecoder()
+rows = []
+for line in open(sys.argv[1]):
+    name, rest = line.strip().split(" ", 1)
+    measured, end = dec.raw_decode(rest)
+    predicted, _ = dec.raw_decode(rest[end:].strip())
+    rows.append((name, measured, predicted))
+base = next(m for n, m, _ in rows if n == "single-1core")
+two = next(m for n, m, _ in rows if n == "single-2threads")
+print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks in 2 network namespaces over veth (TCP ring), "
+      f"one core each; plan from {float(sys.argv[5]):.1f} GB/s, {float(sys.argv[6]):.0f} GFLOP/s per rank, "
+      f"{float(sys.argv[7]):.0f} µs links")
+print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
+      f"{'pp pred':>8} {'tg pred':>8} {'KB/token':>9}")
+for name, m, p in rows:
+    pred = p["predicted"] if p else None
+    print(f"{name:<16} {m['prompt_tok_s']:>9.1f} {m['gen_tok_s']:>9.2f} "
+          f"{m['prompt_tok_s'] / base['prompt_tok_s']:>10.2f} {m['gen_tok_s'] / base['gen_tok_s']:>10.2f} "
+          f"{m['prompt_tok_s'] / two['prompt_tok_s']:>9.2f} {m['gen_tok_s'] / two['gen_tok_s']:>9.2f} "
+          + (f"{pred['prompt_tok_s']:>8.1f} {pred['gen_tok_s']:>8.2f} {pred.get('wire_bytes_per_token', 0) / 1e3:>9.1f}"
+             if pred else f"{'':>8} {'':>8} {'':>9}"))
+PY
+rm -f "$results"

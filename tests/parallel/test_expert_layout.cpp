@@ -1,0 +1,225 @@
+// Expert parallelism's placement: which experts each rank holds (by count, by capacity, by
+// measured popularity), the bytes a rank is sent for them, and the statistics file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/gguf/reader.h"
+#include "model/model_files.h"
+#include "model/weights.h"
+#include "parallel/expert_stats.h"
+#include "parallel/layout.h"
+
+namespace orchard {
+namespace {
+
+model::ModelConfig moe_config(int32_t layers = 2, int32_t experts = 8) {
+  model::ModelConfig c;
+  c.arch_name = "qwen3moe";
+  c.n_embd = 64;
+  c.n_layers = layers;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.rope_dims = 16;
+  c.n_ff = 128;
+  c.n_ff_exp = 96;
+  c.n_expert = experts;
+  c.n_expert_used = 2;
+  c.vocab_size = 100;
+  return c;
+}
+
+std::vector<std::pair<int32_t, int32_t>> expert_runs(const model::ModelConfig& c, const parallel::Layout& l,
+                                                     int32_t layer) {
+  std::vector<std::pair<int32_t, int32_t>> runs;
+  for (int r = 0; r < l.world(); ++r) runs.push_back(parallel::shard_for_rank(c, l, r).experts_of(layer));
+  return runs;
+}
+
+using Runs = std::vector<std::pair<int32_t, int32_t>>;
+
+TEST(ExpertLayout, SplitsExpertsWholeAndTheRestAsTensor) {
+  const auto c = moe_config();
+  const auto layout = parallel::Layout::make(parallel::Strategy::Expert, 4);
+  EXPECT_EQ(layout.tp, 4);
+  EXPECT_EQ(layout.pp, 1);
+  EXPECT_EQ(expert_runs(c, layout, 0), (Runs{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  const auto tensor = parallel::shard_for_rank(c, parallel::Layout::make(parallel::Strategy::Tensor, 4), 1);
+  const auto s = parallel::shard_for_rank(c, layout, 1);
+  // Whole experts: every row of each.
+  EXPECT_EQ(s.expert_ff_begin, 0);
+  EXPECT_EQ(s.expert_ff_end, c.n_ff_exp);
+  // Attention, dense FFN rows and the vocabulary as a tensor split has them.
+  EXPECT_EQ(s.head_begin, tensor.head_begin);
+  EXPECT_EQ(s.head_end, tensor.head_end);
+  EXPECT_EQ(s.ff_begin, tensor.ff_begin);
+  EXPECT_EQ(s.vocab_end, tensor.vocab_end);
+  EXPECT_TRUE(s.splits_layers(c));
+  // A tensor split holds every expert.
+  EXPECT_EQ(tensor.experts_of(0), (std::pair<int32_t, int32_t>{0, 8}));
+  EXPECT_TRUE(model::Shard::whole(c).holds_all_experts(c));
+}
+
+TEST(ExpertLayout, ExpertsFollowRankCapacity) {
+  const auto c = moe_config();
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  layout.tensor_weights = {3, 1};
+  EXPECT_EQ(expert_runs(c, layout, 0), (Runs{{0, 6}, {6, 8}}));
+}
+
+TEST(ExpertLayout, InsidePipelineStages) {
+  const auto c = moe_config(4);
+  const auto layout = parallel::Layout::make(parallel::Strategy::Expert, 4, 2);
+  EXPECT_EQ(layout.pp, 2);
+  const auto s = parallel::shard_for_rank(c, layout, 3);  // stage 1, second expert rank
+  EXPECT_EQ(s.layer_begin, 2);
+  EXPECT_EQ(s.layer_end, 4);
+  EXPECT_EQ(s.experts_of(2), (std::pair<int32_t, int32_t>{4, 8}));
+}
+
+// With measured counts each rank's run of a layer's experts carries about an equal share of its
+// choices, not an equal number of experts; each layer has its own runs.
+TEST(ExpertLayout, PlacementFollowsCounts) {
+  const auto c = moe_config();
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  // Layer 0: experts 0 to 3 take most choices; two of them are half the load. Layer 1: the
+  // last expert is as popular as the seven others together.
+  layout.expert_loads = {{500, 500, 500, 500, 10, 10, 10, 10}, {100, 100, 100, 100, 100, 100, 100, 700}};
+  layout.validate(c, 2);
+  EXPECT_EQ(expert_runs(c, layout, 0), (Runs{{0, 2}, {2, 8}}));
+  EXPECT_EQ(expert_runs(c, layout, 1), (Runs{{0, 7}, {7, 8}}));
+  // Capacity still counts: a rank of three times the capacity takes three quarters of the load.
+  layout.tensor_weights = {3, 1};
+  EXPECT_EQ(expert_runs(c, layout, 1), (Runs{{0, 7}, {7, 8}}));
+  layout.expert_loads[1] = {100, 100, 100, 100, 100, 100, 100, 100};
+  EXPECT_EQ(expert_runs(c, layout, 1), (Runs{{0, 6}, {6, 8}}));
+  // Every rank keeps at least one expert, however skewed the counts.
+  layout.tensor_weights.clear();
+  auto four = parallel::Layout::make(parallel::Strategy::Expert, 4);
+  four.expert_loads = {{10000, 0, 0, 0, 0, 0, 0, 0}, {}};
+  EXPECT_EQ(expert_runs(c, four, 0), (Runs{{0, 1}, {1, 2}, {2, 3}, {3, 8}}));
+  EXPECT_EQ(expert_runs(c, four, 1), (Runs{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));  // no counts: even
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ExpertLayout, RefusesWhatCannotBeSplit) {
+  auto dense = moe_config();
+  dense.n_expert = 0;
+  dense.n_expert_used = 0;
+  dense.n_ff_exp = 0;
+  EXPECT_NE(error_of([&] { parallel::Layout::make(parallel::Strategy::Expert, 2).validate(dense, 2); })
+                .find("strategy expert splits the experts of a mixture of experts; qwen3moe has none"),
+            std::string::npos);
+  const auto two = moe_config(2, 2);
+  EXPECT_NE(error_of([&] { parallel::Layout::make(parallel::Strategy::Expert, 4).validate(two, 4); })
+                .find("4 expert-parallel ranks for a model of 2 experts per layer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parallel::Layout::make(parallel::Strategy::Expert, 4, 3); }).find("expert needs --tp dividing"),
+            std::string::npos);
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  layout.expert_loads = {{1, 2, 3}, {}};
+  EXPECT_NE(error_of([&] { layout.validate(moe_config(), 2); })
+                .find("expert statistics of layer 0 count 3 experts; the model has 8"),
+            std::string::npos);
+  layout.expert_loads = {{}};
+  EXPECT_NE(error_of([&] { layout.validate(moe_config(), 2); }).find("expert statistics for 1 layers; the model has 2"),
+            std::string::npos);
+  EXPECT_EQ(parallel::parse_strategy("expert"), parallel::Strategy::Expert);
+  EXPECT_NE(error_of([] { parallel::parse_strategy("experts"); }).find("known: single, pipeline, tensor, hybrid, expert"),
+            std::string::npos);
+}
+
+// A rank of an expert split is sent its experts' matrices of each stack (whole: all rows of
+// gate, up and down), and the expert ranges of the two ranks add up to the stacks.
+TEST(ExpertLayout, ByteRangesHoldTheRanksExperts) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "f32"));
+  const auto c = model::ModelConfig::from_gguf(file);
+  model::Shard whole = model::Shard::whole(c), first = whole, second = whole;
+  first.expert_end = 3;
+  second.expert_begin = 3;
+  auto total = [&](const model::Shard& s) {
+    uint64_t bytes = 0;
+    for (const auto& r : model::shard_byte_ranges(file, c, s)) bytes += r.size;
+    return bytes;
+  };
+  uint64_t stacks = 0;
+  for (const char* name : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+    for (int l = 0; l < c.n_layers; ++l) stacks += file.tensor(fmt::format("blk.{}.{}.weight", l, name)).size_bytes;
+  EXPECT_EQ(total(whole) - total(first), stacks * 5 / 8);
+  EXPECT_EQ(total(whole) - total(second), stacks * 3 / 8);
+  // The first rank's ranges of layer 0's down stack start at the stack and hold 3 experts.
+  const auto& down = file.tensor("blk.0.ffn_down_exps.weight");
+  const uint64_t at = file.data_offset() + down.offset;
+  bool found = false;
+  for (const auto& r : model::shard_byte_ranges(file, c, first))
+    if (r.offset == at) found = r.size == down.size_bytes * 3 / 8;
+  EXPECT_TRUE(found);
+  // Per-layer placement: layer 1 with no experts on this rank sends none of its stacks.
+  model::Shard skewed = whole;
+  skewed.layer_experts.assign(static_cast<size_t>(c.n_layers), {0, 8});
+  skewed.layer_experts[1] = {8, 8};
+  EXPECT_EQ(total(whole) - total(skewed), stacks / static_cast<uint64_t>(c.n_layers));
+}
+
+// A shard binds only its experts; the others stay empty matrices (nothing mapped or copied).
+TEST(ExpertLayout, WeightsBindOnlyTheRanksExperts) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "f32"));
+  const auto c = model::ModelConfig::from_gguf(file);
+  model::Shard s = model::Shard::whole(c);
+  s.expert_begin = 2;
+  s.expert_end = 5;
+  model::ModelWeights w(file, c, s, {});
+  const auto& layer = w.layer(0);
+  ASSERT_EQ(layer.expert_down.size(), 8u);
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(layer.expert_down[static_cast<size_t>(e)].rows() > 0, e >= 2 && e < 5) << e;
+}
+
+TEST(ExpertStats, RecordsAddsUpAndRoundTrips) {
+  const auto c = moe_config();
+  const std::string path = ::testing::TempDir() + "/expert-stats-" + std::to_string(getpid()) + ".json";
+  std::remove(path.c_str());
+  parallel::ExpertStats stats(c);
+  stats.add_file(path);  // absent: nothing to add
+  const int32_t a[] = {3, 1}, b[] = {3, 0}, d[] = {7, 6};
+  stats.record(0, a);
+  stats.record(0, b);
+  stats.record(1, d);
+  EXPECT_EQ(stats.tokens(), 2);
+  stats.save(path);
+  parallel::ExpertStats again(c);
+  again.add_file(path);
+  again.add_file(path);  // a second run adds to the first
+  EXPECT_EQ(again.counts()[0], (std::vector<double>{2, 2, 0, 4, 0, 0, 0, 0}));
+  EXPECT_EQ(again.counts()[1], (std::vector<double>{0, 0, 0, 0, 0, 0, 2, 2}));
+  EXPECT_EQ(parallel::read_expert_counts(path), stats.counts());
+  // Recorded for another model: named, with both shapes.
+  EXPECT_NE(error_of([&] { parallel::ExpertStats(moe_config(3)).add_file(path); })
+                .find("recorded for 2 layers of 8 experts; this model has 3 layers of 8"),
+            std::string::npos);
+  // Not a statistics file: named.
+  std::ofstream(path) << "{\"counts\": [[1, -2]]}";
+  EXPECT_NE(error_of([&] { parallel::read_expert_counts(path); }).find("count 1 of layer 0 is not a non-negative number"),
+            std::string::npos);
+  std::ofstream(path) << "[1, 2";
+  EXPECT_NE(error_of([&] { parallel::read_expert_counts(path); }).find("not an expert statistics file"),
+            std::string::npos);
+  std::remove(path.c_str());
+  auto dense = c;
+  dense.n_expert = 0;
+  EXPECT_NE(error_of([&] { parallel::ExpertStats{dense}; }).find("need a mixture of experts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace orchard
