@@ -298,6 +298,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     writer.set(a + "attention.q_lora_rank", u32(l.q_lora));
     writer.set(a + "attention.kv_lora_rank", u32(l.kv_lora));
     if (l.joined_kv_b) {
+      writer.set(a + "attention.head_count_kv", u32(c.n_heads));
       writer.set(a + "attention.key_length", u32(c.head_dim));
       writer.set(a + "attention.value_length", u32(l.value));
     } else {
