@@ -74,7 +74,7 @@ struct ArchitectureDef {
 
 // The architectures Orchard runs; nullptr for any other name.
 const ArchitectureDef* find_architecture(std::string_view name);
-// "llama, qwen2, qwen3, qwen3moe"
+// "llama, qwen2, qwen3, qwen3moe, deepseek2"
 std::string supported_architectures();
 
 // The model-wide tensors (embedding, RoPE factors, output norm and head), in file order; the

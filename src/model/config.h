@@ -19,7 +19,7 @@ enum class ExpertGating { Softmax = 1, Sigmoid = 2 };
 
 struct ModelConfig {
   const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
-  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe"
+  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"
   std::string name;               // general.name, may be empty
   int32_t n_embd = 0;             // width of the residual stream
   int32_t n_layers = 0;

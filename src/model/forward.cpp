@@ -71,8 +71,8 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   }
   block_start_.resize(batch + 1);
   key_counts_.resize(batch);
-  // Latent attention: every query head reads the one latent "KV head".
-  const int32_t group = c.latent_attention() ? c.n_heads : c.n_heads / c.n_kv_heads;
+  // Latent attention: every query head reads the one latent "KV head", a task's share at a time.
+  const int32_t group = c.latent_attention() ? std::min(c.n_heads, kLatentHeadsPerTask) : c.n_heads / c.n_kv_heads;
   scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(kAttentionBlockRows, group, n_ctx));
   scores_.resize(static_cast<size_t>(pool.size()) * scores_per_thread_);
   rope_cos_.resize(batch * (c.rope_dims / 2));
@@ -360,8 +360,11 @@ void Forward::attend_latent(int32_t local, int32_t n) {
   const int32_t heads = weights_.shard().n_heads(), latent = c.kv_lora_rank, width = latent + c.rope_dims;
   const int32_t n_blocks = attention_blocks(n);
   // Every head reads the one latent "KV head": a block's heads are spread over as many tasks as
-  // keep the threads busy.
-  const int64_t parts = std::clamp<int64_t>((pool_.size() + n_blocks - 1) / n_blocks, 1, heads);
+  // keep the threads busy, and at most kLatentHeadsPerTask to a task, which bounds each
+  // thread's scores (DeepSeek V3 has 128 heads).
+  const int64_t parts = std::clamp<int64_t>(
+      std::max<int64_t>((pool_.size() + n_blocks - 1) / n_blocks, (heads + kLatentHeadsPerTask - 1) / kLatentHeadsPerTask),
+      1, heads);
   pool_.parallel_for(n_blocks * parts, [&](int64_t task, int thread) {
     const int64_t part = task % parts;
     const auto block = static_cast<int32_t>(task / parts);

@@ -157,6 +157,7 @@ class Forward {
   // Attention: where each block of rows starts (and n after the last), each row's key count,
   // and each thread's scores scratch.
   static constexpr int32_t kAttentionBlockRows = 8;
+  static constexpr int32_t kLatentHeadsPerTask = 16;
   std::vector<int32_t> block_start_;
   std::vector<int32_t> key_counts_;
   size_t scores_per_thread_ = 0;
