@@ -58,6 +58,9 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--seed", spec->seed, "Seed of the weights")->capture_default_str();
   cmd->add_option("--rope-linear-factor", spec->rope_linear_factor, "Write linear RoPE scaling with this factor")
       ->check(above(0));
+  cmd->add_option("--rope-yarn-factor", spec->rope_yarn_factor,
+                  "Write YaRN RoPE scaling with this factor over a quarter of the context")
+      ->check(at_least(1));
   cmd->add_flag("--rope-freq-factors", spec->rope_freq_factors, "Write Llama-3.1-style RoPE frequency factors");
   cmd->add_option("--threads", spec->threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("-o,--output", *output, "Where to write the .gguf file")->required();

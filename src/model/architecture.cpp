@@ -10,10 +10,11 @@ extern const ArchitectureDef kLlama;
 extern const ArchitectureDef kQwen2;
 extern const ArchitectureDef kQwen3;
 extern const ArchitectureDef kQwen3Moe;
+extern const ArchitectureDef kDeepseek2;
 
 namespace {
 
-constexpr const ArchitectureDef* kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen3Moe};
+constexpr const ArchitectureDef* kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen3Moe, &kDeepseek2};
 
 std::string layer_name(int32_t layer, std::string_view tensor) { return fmt::format("blk.{}.{}", layer, tensor); }
 
@@ -108,6 +109,56 @@ void moe_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
                  ShardAxis::ExpertRows, true, &LayerWeights::expert_up});
   out.push_back({layer_name(l, "ffn_down_exps.weight"), {ff, d, n}, TensorRole::MoreBits, Split::Columns,
                  ShardAxis::ExpertRows, true, &LayerWeights::expert_down});
+}
+
+void latent_attention(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
+  const int64_t d = c.n_embd, q = c.q_dim(), latent = c.kv_lora_rank, rope = c.rope_dims;
+  const int64_t nope = c.head_dim - c.rope_dims, heads = c.n_heads;
+  out.push_back({layer_name(l, "attn_norm.weight"), {d}, TensorRole::Norm, Split::Whole, ShardAxis::QueryDims, true,
+                 &LayerWeights::attn_norm});
+  // The latents are small and every rank computes them whole: each keeps the whole cache.
+  if (c.q_lora_rank > 0) {
+    const int64_t rank = c.q_lora_rank;
+    out.push_back({layer_name(l, "attn_q_a_norm.weight"), {rank}, TensorRole::Norm, Split::Whole, ShardAxis::QueryDims,
+                   true, &LayerWeights::q_a_norm});
+    out.push_back({layer_name(l, "attn_q_a.weight"), {d, rank}, TensorRole::Matrix, Split::Whole, ShardAxis::QueryDims,
+                   true, &LayerWeights::wq_a});
+    out.push_back({layer_name(l, "attn_q_b.weight"), {rank, q}, TensorRole::Matrix, Split::Rows, ShardAxis::QueryDims,
+                   true, &LayerWeights::wq});
+  } else {
+    out.push_back({layer_name(l, "attn_q.weight"), {d, q}, TensorRole::Matrix, Split::Rows, ShardAxis::QueryDims, true,
+                   &LayerWeights::wq});
+  }
+  out.push_back({layer_name(l, "attn_kv_a_norm.weight"), {latent}, TensorRole::Norm, Split::Whole, ShardAxis::KvDims,
+                 true, &LayerWeights::kv_a_norm});
+  out.push_back({layer_name(l, "attn_kv_a_mqa.weight"), {d, latent + rope}, TensorRole::Matrix, Split::Whole,
+                 ShardAxis::KvDims, true, &LayerWeights::wkv_a});
+  // One matrix per head; every rank binds them all (views) and uses its own heads'. The joined
+  // attn_kv_b of older files is bound by ModelWeights itself, split into that form.
+  if (c.joined_kv_b) {
+    out.push_back({layer_name(l, "attn_kv_b.weight"), {latent, heads * (nope + c.value_head_dim)}, TensorRole::Matrix,
+                   Split::Whole, ShardAxis::QueryDims, true, {}});
+  } else {
+    out.push_back({layer_name(l, "attn_k_b.weight"), {nope, latent, heads}, TensorRole::Matrix, Split::Whole,
+                   ShardAxis::QueryDims, true, &LayerWeights::k_b});
+    out.push_back({layer_name(l, "attn_v_b.weight"), {latent, c.value_head_dim, heads}, TensorRole::MoreBits,
+                   Split::Whole, ShardAxis::QueryDims, true, &LayerWeights::v_b});
+  }
+  out.push_back({layer_name(l, "attn_output.weight"), {heads * c.value_head_dim, d}, TensorRole::Matrix,
+                 Split::Columns, ShardAxis::ValueDims, true, &LayerWeights::wo});
+}
+
+void moe_extras(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
+  const int64_t d = c.n_embd, ff = static_cast<int64_t>(c.n_ff_exp) * c.n_expert_shared;
+  out.push_back({layer_name(l, "exp_probs_b.bias"), {c.n_expert}, TensorRole::Bias, Split::Whole,
+                 ShardAxis::ExpertRows, false, &LayerWeights::expert_bias});
+  if (c.n_expert_shared == 0) return;
+  out.push_back({layer_name(l, "ffn_gate_shexp.weight"), {d, ff}, TensorRole::Matrix, Split::Rows,
+                 ShardAxis::SharedRows, true, &LayerWeights::shared_gate});
+  out.push_back({layer_name(l, "ffn_up_shexp.weight"), {d, ff}, TensorRole::Matrix, Split::Rows, ShardAxis::SharedRows,
+                 true, &LayerWeights::shared_up});
+  out.push_back({layer_name(l, "ffn_down_shexp.weight"), {ff, d}, TensorRole::MoreBits, Split::Columns,
+                 ShardAxis::SharedRows, true, &LayerWeights::shared_down});
 }
 
 }  // namespace blocks

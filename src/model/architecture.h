@@ -29,6 +29,8 @@ enum class ShardAxis {
   FfRows,     // its rows of the dense FFN
   ExpertRows, // its rows of every expert's FFN
   Vocab,      // its rows of the output head
+  ValueDims,  // its query heads × value head size (latent attention's output projection)
+  SharedRows, // its rows of the shared experts' FFN (split like a dense FFN by tensor and expert splits alike)
 };
 
 // What a tensor is for: the synthetic writer picks its type (in a mix such as Q4_K_M) and its
@@ -72,7 +74,7 @@ struct ArchitectureDef {
 
 // The architectures Orchard runs; nullptr for any other name.
 const ArchitectureDef* find_architecture(std::string_view name);
-// "llama, qwen2, qwen3, qwen3moe"
+// "llama, qwen2, qwen3, qwen3moe, deepseek2"
 std::string supported_architectures();
 
 // The model-wide tensors (embedding, RoPE factors, output norm and head), in file order; the
@@ -95,6 +97,12 @@ void attention(const ModelConfig& c, int32_t layer, AttentionOptions options, st
 void dense_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
 // ffn_norm, the router (ffn_gate_inp) and the experts' gate/up/down stacks of width n_ff_exp.
 void moe_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+// Multi-head latent attention (deepseek2): attn_norm, the query (attn_q, or attn_q_a, its norm
+// and attn_q_b), attn_kv_a_mqa and its norm, the per-head up-projections attn_k_b/attn_v_b
+// (stacks of one matrix per head), attn_output.
+void latent_attention(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+// The expert-score bias (exp_probs_b) and the shared experts' gate/up/down (ffn_*_shexp).
+void moe_extras(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
 
 }  // namespace blocks
 

@@ -2,6 +2,9 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <string_view>
+
 #include "core/error.h"
 #include "model/architecture.h"
 
@@ -34,7 +37,8 @@ void read_experts(const gguf::Reader& file, const std::string& p, ModelConfig& c
     throw FormatError(error_message("model", "{}: {}expert_used_count {} is more than expert_count {}", file.path(), p,
                                     c.n_expert_used, c.n_expert));
   // Mixtral files give the experts' width as feed_forward_length.
-  c.n_ff_exp = file.find(p + "expert_feed_forward_length") || c.n_ff == 0
+  const bool deepseek2 = c.arch_name == "deepseek2";
+  c.n_ff_exp = file.find(p + "expert_feed_forward_length") || c.n_ff == 0 || deepseek2
                    ? positive_int(file, p + "expert_feed_forward_length")
                    : c.n_ff;
   if (const auto* v = file.find(p + "leading_dense_block_count")) {
@@ -44,18 +48,113 @@ void read_experts(const gguf::Reader& file, const std::string& p, ModelConfig& c
                                       leading));
     c.n_dense_leading = static_cast<int32_t>(leading);
   }
+  // DeepSeek V2 leaves the weights as the router gave them unless told (llama.cpp's default).
+  if (deepseek2) c.expert_weights_norm = false;
   if (const auto* v = file.find(p + "expert_weights_norm")) c.expert_weights_norm = v->as_bool(p + "expert_weights_norm");
   // llama.cpp's numbering: 1 softmax, 2 sigmoid (DeepSeek V3), 3 softmax over the chosen (gpt-oss).
   if (const auto* v = file.find(p + "expert_gating_func")) {
     const int64_t code = v->as_int(p + "expert_gating_func");
-    if (code != 1)
-      throw FormatError(error_message("model", "{}: {}expert_gating_func = {} is not supported; supported: 1 (softmax)",
+    if (code != 1 && code != 2)
+      throw FormatError(error_message("model",
+                                      "{}: {}expert_gating_func = {} is not supported; supported: 1 (softmax), 2 (sigmoid)",
                                       file.path(), p, code));
+    c.expert_gating = static_cast<ExpertGating>(code);
   }
-  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length"})
+  // 0 (absent in most files) means no scaling, as in llama.cpp.
+  if (const float scale = optional_float(file, p + "expert_weights_scale", 0.0f); scale != 0) {
+    if (!(scale > 0) || !std::isfinite(scale))
+      throw FormatError(error_message("model", "{}: {}expert_weights_scale = {} must be positive", file.path(), p, scale));
+    c.expert_weights_scale = scale;
+  }
+  if (const int32_t groups = optional_int(file, p + "expert_group_count", 0); groups > 1) {
+    c.n_expert_groups = groups;
+    c.n_expert_groups_used = positive_int(file, p + "expert_group_used_count");
+    if (c.n_expert % groups != 0 || c.n_expert_groups_used > groups ||
+        c.n_expert_groups_used * (c.n_expert / groups) < c.n_expert_used)
+      throw FormatError(error_message("model",
+                                      "{}: {} experts in {}expert_group_count {} groups, {} of them used, cannot give "
+                                      "expert_used_count {}: expected groups dividing the experts and enough of them used",
+                                      file.path(), c.n_expert, p, groups, c.n_expert_groups_used, c.n_expert_used));
+  }
+  // deepseek2 is the architecture whose table has shared experts (one FFN of count × the
+  // experts' width, without a gate of its own).
+  if (deepseek2) c.n_expert_shared = positive_int(file, p + "expert_shared_count");
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length"}) {
+    if (deepseek2 && std::string_view(key) == "expert_shared_count") continue;
     if (const auto* v = file.find(p + key); v && v->as_int(p + key) != 0)
       throw FormatError(error_message("model", "{}: {}{} is set: shared experts are not supported yet", file.path(), p,
                                       key));
+  }
+}
+
+// YaRN's magnitude factor for a context `factor` times the original one (llama.cpp's get_mscale).
+double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
+// rope.scaling.* of a "yarn" file. The magnitude follows llama.cpp: 0.1·ln(factor) + 1, or with
+// a yarn_log_multiplier the ratio of two such factors (1 for deepseek2, whose own attention
+// scale carries it instead, see read_latent_attention).
+void read_yarn(const gguf::Reader& file, const std::string& p, float factor, ModelConfig& c) {
+  if (!(factor >= 1) || !std::isfinite(factor))
+    throw FormatError(error_message("model", "{}: {}rope.scaling.factor = {} for yarn, expected at least 1",
+                                    file.path(), p, factor));
+  c.rope_yarn = true;
+  c.rope_freq_scale = 1.0f / factor;
+  c.yarn_original_context = optional_int(file, p + "rope.scaling.original_context_length", c.context_length);
+  c.yarn_beta_fast = optional_float(file, p + "rope.scaling.yarn_beta_fast", 32.0f);
+  c.yarn_beta_slow = optional_float(file, p + "rope.scaling.yarn_beta_slow", 1.0f);
+  if (!(c.yarn_beta_fast > c.yarn_beta_slow && c.yarn_beta_slow > 0))
+    throw FormatError(error_message("model", "{}: yarn_beta_fast {} and yarn_beta_slow {}: expected fast > slow > 0",
+                                    file.path(), c.yarn_beta_fast, c.yarn_beta_slow));
+  // The file holds 0.1 × mscale_all_dim (as llama.cpp's converter writes it).
+  c.yarn_log_multiplier = optional_float(file, p + "rope.scaling.yarn_log_multiplier", 0.0f) / 0.1f;
+  double magnitude = yarn_mscale(factor, 1.0);
+  if (c.yarn_log_multiplier != 0) {
+    const double own = c.arch_name == "deepseek2" && c.yarn_log_multiplier != 1 ? c.yarn_log_multiplier : 1.0;
+    magnitude = yarn_mscale(factor, own) / yarn_mscale(factor, c.yarn_log_multiplier);
+  }
+  c.rope_mscale = static_cast<float>(magnitude * optional_float(file, p + "rope.scaling.attn_factor", 1.0f));
+}
+
+// Multi-head latent attention's widths (deepseek2). Files from llama.cpp since the split of
+// attn_kv_b write the per-head widths as key_length_mla/value_length_mla (key_length and
+// value_length then describe the latent a position keeps); older ones as key_length/value_length.
+void read_latent_attention(const gguf::Reader& file, const std::string& p, ModelConfig& c) {
+  c.kv_lora_rank = positive_int(file, p + "attention.kv_lora_rank");
+  if (const auto* v = file.find(p + "attention.q_lora_rank")) {
+    const int64_t rank = v->as_int(p + "attention.q_lora_rank");
+    if (rank < 0 || rank > (int64_t{1} << 30))
+      throw FormatError(error_message("model", "{}: {}attention.q_lora_rank = {} is out of range", file.path(), p, rank));
+    c.q_lora_rank = static_cast<int32_t>(rank);
+  }
+  c.rope_dims = positive_int(file, p + "rope.dimension_count");
+  if (file.find(p + "attention.key_length_mla")) {
+    c.head_dim = positive_int(file, p + "attention.key_length_mla");
+    c.value_head_dim = positive_int(file, p + "attention.value_length_mla");
+    const int32_t key = optional_int(file, p + "attention.key_length", c.kv_lora_rank + c.rope_dims);
+    const int32_t value = optional_int(file, p + "attention.value_length", c.kv_lora_rank);
+    if (key != c.kv_lora_rank + c.rope_dims || value != c.kv_lora_rank)
+      throw FormatError(error_message("model",
+                                      "{}: {}attention.key_length {} and value_length {} do not describe the latent of "
+                                      "kv_lora_rank {} and {} rope dimensions (expected {} and {})",
+                                      file.path(), p, key, value, c.kv_lora_rank, c.rope_dims,
+                                      c.kv_lora_rank + c.rope_dims, c.kv_lora_rank));
+  } else {
+    c.head_dim = positive_int(file, p + "attention.key_length");
+    c.value_head_dim = positive_int(file, p + "attention.value_length");
+  }
+  // Older conversions hold each head's key and value up-projections joined in one attn_kv_b.
+  c.joined_kv_b = file.find_tensor("blk.0.attn_kv_b.weight") && !file.find_tensor("blk.0.attn_k_b.weight");
+  if (c.rope_dims % 2 != 0 || c.rope_dims >= c.head_dim)
+    throw FormatError(error_message("model",
+                                    "{}: {}rope.dimension_count {} must be even and less than the key head size {}",
+                                    file.path(), p, c.rope_dims, c.head_dim));
+  // Every head has its own keys and values, all decompressed from one latent: as far as a
+  // split is concerned, as many KV heads as query heads.
+  c.n_kv_heads = c.n_heads;
+  // llama.cpp's scale: 1/√head_dim times the square of YaRN's magnitude with mscale_all_dim.
+  double mscale = 1.0;
+  if (c.rope_yarn) mscale = c.rope_mscale * (1.0 + 0.1 * c.yarn_log_multiplier * std::log(1.0 / c.rope_freq_scale));
+  c.attention_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
 }
 
 }  // namespace
@@ -91,14 +190,18 @@ ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
     float factor = optional_float(file, p + "rope.scaling.factor", 1.0f);
     if (kind == "linear" && factor > 0) {
       c.rope_freq_scale = 1.0f / factor;
+    } else if (kind == "yarn") {
+      read_yarn(file, p, factor, c);
     } else if (kind != "none" && kind != "linear") {
-      throw FormatError(error_message("model", "{}: rope scaling '{}' is not supported; supported: none, linear",
+      throw FormatError(error_message("model", "{}: rope scaling '{}' is not supported; supported: none, linear, yarn",
                                       file.path(), kind));
     }
   } else if (const auto* scale = file.find(p + "rope.scale_linear")) {
     float factor = static_cast<float>(scale->as_float(p + "rope.scale_linear"));
     if (factor > 0) c.rope_freq_scale = 1.0f / factor;
   }
+
+  if (c.arch_name == "deepseek2") read_latent_attention(file, p, c);
 
   if (c.n_heads % c.n_kv_heads != 0)
     throw FormatError(error_message("model", "{}: {} attention heads do not divide into {} key/value heads",

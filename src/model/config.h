@@ -14,9 +14,12 @@ struct ArchitectureDef;
 // its permuted q/k), NeoX rotates (i, i + d/2) (qwen2, qwen3).
 enum class RopeOrdering { Normal, NeoX };
 
+// How a router's logits become expert scores (llama.cpp's expert_gating_func numbering).
+enum class ExpertGating { Softmax = 1, Sigmoid = 2 };
+
 struct ModelConfig {
   const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
-  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe"
+  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"
   std::string name;               // general.name, may be empty
   int32_t n_embd = 0;             // width of the residual stream
   int32_t n_layers = 0;
@@ -31,6 +34,13 @@ struct ModelConfig {
   int32_t n_ff_exp = 0;
   int32_t n_dense_leading = 0;    // the first layers keep a dense FFN
   bool expert_weights_norm = true;  // the chosen experts' weights are rescaled to sum to one
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  float expert_weights_scale = 1.0f;  // the chosen experts' weights are multiplied by this (after norm)
+  // Group-limited routing (DeepSeek V3): experts form n_expert_groups equal groups; a token
+  // chooses among the experts of its n_expert_groups_used best groups only (0: no groups).
+  int32_t n_expert_groups = 0;
+  int32_t n_expert_groups_used = 0;
+  int32_t n_expert_shared = 0;    // shared experts every token visits, as one FFN of n_shared × n_ff_exp
   int32_t vocab_size = 0;
   int32_t context_length = 0;     // trained context
   float rms_eps = 1e-5f;
@@ -40,6 +50,29 @@ struct ModelConfig {
   RopeOrdering rope_ordering = RopeOrdering::Normal;
   bool tied_output = false;       // no output.weight: the embedding is reused
   bool has_rope_freq_factors = false;  // llama 3.1 "rope_freqs.weight"
+  // YaRN (rope.scaling.type "yarn"): each frequency blends from interpolated (× rope_freq_scale)
+  // to extrapolated (unscaled) over the dimensions between the corrections of yarn_beta_fast
+  // and yarn_beta_slow rotations in the original context; cos and sin are scaled by rope_mscale.
+  bool rope_yarn = false;
+  int32_t yarn_original_context = 0;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float yarn_log_multiplier = 0;  // DeepSeek's mscale_all_dim (GGUF stores 0.1 × it)
+  float rope_mscale = 1.0f;       // magnitude of the rotation: cos and sin are multiplied by it
+  // Multi-head latent attention (deepseek2: kv_lora_rank > 0). A head's query and key are
+  // head_dim = nope + rope_dims wide (the rope_dims rotated ones last), its value value_head_dim;
+  // keys and values come from one latent of kv_lora_rank per position (what the cache keeps,
+  // with the rotated rope_dims shared by every head). q_lora_rank > 0: the query goes through a
+  // latent of that width too.
+  int32_t q_lora_rank = 0;
+  int32_t kv_lora_rank = 0;
+  int32_t value_head_dim = 0;
+  float attention_scale = 0;      // multiplies q·k; 0: 1/√head_dim
+  // Older conversions hold every head's key and value up-projections in one attn_kv_b, which
+  // the weights split at load into the per-head attn_k_b/attn_v_b form.
+  bool joined_kv_b = false;
+
+  bool latent_attention() const { return kv_lora_rank > 0; }
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }

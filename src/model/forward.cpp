@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "model/ops.h"
@@ -18,7 +19,14 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   ORCHARD_CHECK(n_sequences > 0, "{} sequences", n_sequences);
   if (s.splits_layers(c)) ORCHARD_CHECK(partial != nullptr, "a shard that splits layers needs PartialSums");
   caches_.reserve(static_cast<size_t>(n_sequences));
-  for (int32_t i = 0; i < n_sequences; ++i) caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim);
+  // Latent attention keeps one latent per position for all heads (every rank of a split keeps
+  // it whole): keys [latent | rotated part], values the latent.
+  for (int32_t i = 0; i < n_sequences; ++i) {
+    if (c.latent_attention())
+      caches_.emplace_back(s.n_layers(), n_ctx, 1, c.kv_lora_rank + c.rope_dims, c.kv_lora_rank);
+    else
+      caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim);
+  }
   const auto batch = static_cast<size_t>(max_batch);
   const size_t hd = static_cast<size_t>(c.head_dim);
   row_sequence_.resize(batch);
@@ -27,16 +35,31 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   residual_.resize(batch * c.n_embd);
   normed_.resize(batch * c.n_embd);
   q_.resize(batch * s.n_heads() * hd);
-  k_.resize(batch * s.n_kv_heads() * hd);
-  v_.resize(batch * s.n_kv_heads() * hd);
-  attn_out_.resize(batch * s.n_heads() * hd);
+  if (!c.latent_attention()) {
+    k_.resize(batch * s.n_kv_heads() * hd);
+    v_.resize(batch * s.n_kv_heads() * hd);
+  }
+  attn_out_.resize(batch * s.n_heads() * std::max(hd, static_cast<size_t>(c.value_head_dim)));
+  if (c.latent_attention()) {
+    const size_t latent = static_cast<size_t>(c.kv_lora_rank), width = latent + static_cast<size_t>(c.rope_dims);
+    const size_t nope = hd - static_cast<size_t>(c.rope_dims), value = static_cast<size_t>(c.value_head_dim);
+    q_a_.resize(batch * static_cast<size_t>(c.q_lora_rank));
+    kv_a_.resize(batch * width);
+    q_latent_.resize(batch * s.n_heads() * width);
+    latent_out_.resize(batch * s.n_heads() * latent);
+    head_in_.resize(batch * std::max(nope, latent));
+    head_out_.resize(batch * std::max(latent, value));
+  }
   proj_.resize(batch * c.n_embd);
-  const size_t ff_width = std::max(s.n_ff(), s.n_expert_ff() * std::max(c.n_expert_used, 1));
+  const size_t ff_width = std::max({s.n_ff(), s.n_expert_ff() * std::max(c.n_expert_used, 1),
+                                    s.n_shared_ff()});
   gate_.resize(batch * ff_width);
   up_.resize(batch * ff_width);
   if (c.n_expert > 0) {
     const auto used = static_cast<size_t>(c.n_expert_used);
     router_logits_.resize(batch * c.n_expert);
+    router_choice_.resize(batch * static_cast<size_t>(c.n_expert + c.n_expert_groups));
+    group_choice_.resize(batch * static_cast<size_t>(c.n_expert_groups));
     route_expert_.resize(batch * used);
     route_weight_.resize(batch * used);
     held_choices_.resize(used);
@@ -49,8 +72,9 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   }
   block_start_.resize(batch + 1);
   key_counts_.resize(batch);
-  scores_per_thread_ = static_cast<size_t>(
-      ops::attention_scratch_floats(kAttentionBlockRows, c.n_heads / c.n_kv_heads, n_ctx));
+  // Latent attention: every query head reads the one latent "KV head", a task's share at a time.
+  const int32_t group = c.latent_attention() ? std::min(c.n_heads, kLatentHeadsPerTask) : c.n_heads / c.n_kv_heads;
+  scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(kAttentionBlockRows, group, n_ctx));
   scores_.resize(static_cast<size_t>(pool.size()) * scores_per_thread_);
   rope_cos_.resize(batch * (c.rope_dims / 2));
   rope_sin_.resize(batch * (c.rope_dims / 2));
@@ -154,6 +178,7 @@ void Forward::run_rows(int32_t n, int32_t n_logits) {
 
 void Forward::attention_block(int32_t layer, int32_t n) {
   const ModelConfig& c = weights_.config();
+  if (c.latent_attention()) return latent_attention_block(layer, n);
   const Shard& s = weights_.shard();
   const LayerWeights& w = weights_.layer(layer);
   const int32_t d = c.n_embd, hd = c.head_dim;
@@ -198,12 +223,7 @@ void Forward::attention_block(int32_t layer, int32_t n) {
   add_to_residual(n);
 }
 
-void Forward::attend(int32_t local, int32_t n) {
-  const ModelConfig& c = weights_.config();
-  const Shard& s = weights_.shard();
-  const int32_t hd = c.head_dim;
-  const int32_t q_dim = s.n_heads() * hd;
-  const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
+int32_t Forward::attention_blocks(int32_t n) {
   // Blocks of up to kAttentionBlockRows consecutive rows of one sequence: their query vectors
   // read the same keys and values, which attend_block loads once per tile of them.
   int32_t n_blocks = 0;
@@ -214,6 +234,16 @@ void Forward::attend(int32_t local, int32_t n) {
     key_counts_[t] = row_pos_[t] + 1;
   }
   block_start_[n_blocks] = n;
+  return n_blocks;
+}
+
+void Forward::attend(int32_t local, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  const int32_t hd = c.head_dim;
+  const int32_t q_dim = s.n_heads() * hd;
+  const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
+  const int32_t n_blocks = attention_blocks(n);
   // One task per (KV head, block). When that leaves threads idle (a decode step has only as
   // many tasks as KV heads), each KV head's query heads are spread over `parts` tasks; every
   // query head is computed on its own either way, so results are the same.
@@ -251,6 +281,118 @@ void Forward::attend(int32_t local, int32_t n) {
   });
 }
 
+void Forward::latent_attention_block(int32_t layer, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const Shard& s = weights_.shard();
+  const LayerWeights& w = weights_.layer(layer);
+  const int32_t d = c.n_embd, hd = c.head_dim, rope = c.rope_dims, nope = hd - rope;
+  const int32_t latent = c.kv_lora_rank, width = latent + rope, heads = s.n_heads();
+  const int32_t local = layer - s.layer_begin;
+
+  for_rows(n, [&](int32_t t) {
+    ops::rms_norm(&residual_[static_cast<size_t>(t) * d], w.attn_norm.data(), &normed_[static_cast<size_t>(t) * d], d,
+                  c.rms_eps);
+  });
+  if (c.q_lora_rank > 0) {
+    const core::MatmulTarget latents[] = {{&w.wq_a, q_a_.data()}, {&w.wkv_a, kv_a_.data()}};
+    core::matmul_many(latents, normed_.data(), n, pool_, scratch_);
+    for_rows(n, [&](int32_t t) {
+      float* q_a = &q_a_[static_cast<size_t>(t) * c.q_lora_rank];
+      ops::rms_norm(q_a, w.q_a_norm.data(), q_a, c.q_lora_rank, c.rms_eps);
+    });
+    core::matmul(w.wq, q_a_.data(), n, q_.data(), pool_, scratch_);
+  } else {
+    const core::MatmulTarget q_kv[] = {{&w.wq, q_.data()}, {&w.wkv_a, kv_a_.data()}};
+    core::matmul_many(q_kv, normed_.data(), n, pool_, scratch_);
+  }
+
+  const int32_t half = rope / 2;
+  for_rows(n, [&](int32_t t) {
+    const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
+    const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
+    // The position's latent, normalized, then its rotated part: the cache's key is both, its
+    // value the latent alone.
+    float* kv = &kv_a_[static_cast<size_t>(t) * width];
+    ops::rms_norm(kv, w.kv_a_norm.data(), kv, latent, c.rms_eps);
+    ops::rope(kv + latent, cos, sin, rope, c.rope_ordering);
+    caches_[static_cast<size_t>(row_sequence_[t])].store(local, row_pos_[t], kv, kv);
+    // Each head's query in the key's layout: [latent part (below) | its rotated part].
+    float* q = &q_[static_cast<size_t>(t) * heads * hd];
+    float* q_latent = &q_latent_[static_cast<size_t>(t) * heads * width];
+    for (int32_t h = 0; h < heads; ++h) {
+      ops::rope(q + h * hd + nope, cos, sin, rope, c.rope_ordering);
+      std::memcpy(q_latent + h * width + latent, q + h * hd + nope, sizeof(float) * static_cast<size_t>(rope));
+    }
+  });
+  // A head's key is k_bᵀ · latent (k_b: [latent, nope]), so q_nope · key = (k_b · q_nope) · latent:
+  // k_b takes each head's query into latent space, and attention reads the cached latents as
+  // they are.
+  per_head_product(w.k_b, q_.data(), heads * hd, hd, q_latent_.data(), heads * width, width, n);
+  attend_latent(local, n);
+  // Σ p · (v_b · latent) = v_b · Σ p · latent: each head's latent output through its v_b.
+  per_head_product(w.v_b, latent_out_.data(), heads * latent, latent, attn_out_.data(), heads * c.value_head_dim,
+                   c.value_head_dim, n);
+  core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
+  if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  add_to_residual(n);
+}
+
+void Forward::per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
+                               int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride,
+                               int32_t n) {
+  const Shard& s = weights_.shard();
+  for (int32_t h = 0; h < s.n_heads(); ++h) {
+    const core::WeightMatrix& m = per_head[static_cast<size_t>(s.head_begin + h)];
+    const auto cols = static_cast<size_t>(m.cols()), rows = static_cast<size_t>(m.rows());
+    if (n == 1) {
+      core::matmul(m, in + h * in_head_stride, 1, out + h * out_head_stride, pool_, scratch_);
+      continue;
+    }
+    for (int32_t t = 0; t < n; ++t)
+      std::memcpy(&head_in_[t * cols], in + t * in_stride + h * in_head_stride, sizeof(float) * cols);
+    core::matmul(m, head_in_.data(), n, head_out_.data(), pool_, scratch_);
+    for (int32_t t = 0; t < n; ++t)
+      std::memcpy(out + t * out_stride + h * out_head_stride, &head_out_[t * rows], sizeof(float) * rows);
+  }
+}
+
+void Forward::attend_latent(int32_t local, int32_t n) {
+  const ModelConfig& c = weights_.config();
+  const int32_t heads = weights_.shard().n_heads(), latent = c.kv_lora_rank, width = latent + c.rope_dims;
+  const int32_t n_blocks = attention_blocks(n);
+  // Every head reads the one latent "KV head": a block's heads are spread over as many tasks as
+  // keep the threads busy, and at most kLatentHeadsPerTask to a task, which bounds each
+  // thread's scores (DeepSeek V3 has 128 heads).
+  const int64_t parts = std::clamp<int64_t>(
+      std::max<int64_t>((pool_.size() + n_blocks - 1) / n_blocks, (heads + kLatentHeadsPerTask - 1) / kLatentHeadsPerTask),
+      1, heads);
+  pool_.parallel_for(n_blocks * parts, [&](int64_t task, int thread) {
+    const int64_t part = task % parts;
+    const auto block = static_cast<int32_t>(task / parts);
+    const auto h0 = static_cast<int32_t>(heads * part / parts), h1 = static_cast<int32_t>(heads * (part + 1) / parts);
+    if (h1 <= h0) return;
+    const int32_t t0 = block_start_[block];
+    const KvCache& cache = caches_[static_cast<size_t>(row_sequence_[t0])];
+    ops::AttentionBlock b;
+    b.q = &q_latent_[static_cast<size_t>(t0) * heads * width + static_cast<size_t>(h0) * width];
+    b.out = &latent_out_[static_cast<size_t>(t0) * heads * latent + static_cast<size_t>(h0) * latent];
+    b.row_stride = static_cast<int64_t>(heads) * width;
+    b.n_rows = block_start_[block + 1] - t0;
+    b.group = h1 - h0;
+    b.head_dim = width;
+    b.n_keys = &key_counts_[static_cast<size_t>(t0)];
+    b.keys = cache.keys(local, 0);
+    b.key_stride = n_ctx();
+    b.values = cache.values(local, 0);
+    b.value_stride = cache.value_stride();
+    b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
+    b.scale = c.attention_scale;
+    b.value_dim = latent;
+    b.out_row_stride = static_cast<int64_t>(heads) * latent;
+    ops::attend_block(b);
+  });
+}
+
 void Forward::ffn_block(int32_t layer, int32_t n) {
   const ModelConfig& c = weights_.config();
   const Shard& s = weights_.shard();
@@ -283,19 +425,53 @@ void Forward::route(int32_t layer, const LayerWeights& w, int32_t n) {
     float* p = &router_logits_[static_cast<size_t>(t) * n_expert];
     const float* x = &normed_[static_cast<size_t>(t) * d];
     for (int32_t e = 0; e < n_expert; ++e) p[e] = ops::dot(&w.router[static_cast<size_t>(e) * d], x, d);
-    ops::softmax(p, n_expert);
+    if (c.expert_gating == ExpertGating::Sigmoid)
+      for (int32_t e = 0; e < n_expert; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    else
+      ops::softmax(p, n_expert);
     int32_t* chosen = &route_expert_[static_cast<size_t>(t) * used];
     float* weight = &route_weight_[static_cast<size_t>(t) * used];
-    ops::top_k(p, n_expert, used, chosen);
+    choose_experts(w, p, t, chosen);
+    // The weights are the scores themselves, without the bias that helped choose.
     float sum = 0;
     for (int32_t i = 0; i < used; ++i) sum += weight[i] = p[chosen[i]];
     if (c.expert_weights_norm)
       for (int32_t i = 0; i < used; ++i) weight[i] /= sum;
+    if (c.expert_weights_scale != 1.0f)
+      for (int32_t i = 0; i < used; ++i) weight[i] *= c.expert_weights_scale;
   });
   if (routing_observer_)
     for (int32_t t = 0; t < n; ++t)
       routing_observer_(layer, row_sequence_[t], row_pos_[t],
                         std::span(&route_expert_[static_cast<size_t>(t) * used], static_cast<size_t>(used)));
+}
+
+void Forward::choose_experts(const LayerWeights& w, const float* scores, int32_t row, int32_t* chosen) {
+  const ModelConfig& c = weights_.config();
+  const int32_t n_expert = c.n_expert, groups = c.n_expert_groups;
+  if (w.expert_bias.empty() && groups <= 1) return ops::top_k(scores, n_expert, c.n_expert_used, chosen);
+  float* select = &router_choice_[static_cast<size_t>(row) * (n_expert + groups)];
+  for (int32_t e = 0; e < n_expert; ++e) select[e] = scores[e] + (w.expert_bias.empty() ? 0.0f : w.expert_bias[e]);
+  if (groups > 1) {
+    // DeepSeek V3's group-limited choice: a group is worth the sum of its two best biased
+    // scores; the experts outside the best n_expert_groups_used groups are out of the running.
+    const int32_t per_group = n_expert / groups;
+    float* worth = select + n_expert;
+    for (int32_t g = 0; g < groups; ++g) {
+      int32_t best[2];
+      const int32_t count = std::min(2, per_group);
+      ops::top_k(select + g * per_group, per_group, count, best);
+      worth[g] = 0;
+      for (int32_t i = 0; i < count; ++i) worth[g] += select[g * per_group + best[i]];
+    }
+    int32_t* kept = &group_choice_[static_cast<size_t>(row) * groups];
+    ops::top_k(worth, groups, c.n_expert_groups_used, kept);
+    for (int32_t g = 0; g < groups; ++g) {
+      if (std::find(kept, kept + c.n_expert_groups_used, g) != kept + c.n_expert_groups_used) continue;
+      std::fill_n(select + g * per_group, per_group, -std::numeric_limits<float>::infinity());
+    }
+  }
+  ops::top_k(select, n_expert, c.n_expert_used, chosen);
 }
 
 void Forward::group_by_expert(int32_t n) {
@@ -375,6 +551,21 @@ void Forward::moe_block(int32_t layer, int32_t n) {
         if (held(route_expert_[slot]))
           ops::add_scaled(&proj_[static_cast<size_t>(t) * d], &slot_out_[slot * d], route_weight_[slot], d);
       }
+    });
+  }
+  if (w.shared_gate.rows() > 0) {
+    // The shared experts: one FFN every row visits, added to its chosen experts' sum.
+    const int32_t shared = weights_.shard().n_shared_ff();
+    const core::MatmulTarget gate_up[] = {{&w.shared_gate, gate_.data()}, {&w.shared_up, up_.data()}};
+    core::matmul_many(gate_up, normed_.data(), n, pool_, scratch_);
+    for_rows(n, [&](int32_t t) {
+      const size_t row = static_cast<size_t>(t) * shared;
+      ops::silu_mul(&gate_[row], &up_[row], shared);
+    });
+    core::matmul(w.shared_down, gate_.data(), n, expert_out_.data(), pool_, scratch_);
+    for_rows(n, [&](int32_t t) {
+      const size_t row = static_cast<size_t>(t) * d;
+      ops::add(&proj_[row], &expert_out_[row], d);
     });
   }
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);

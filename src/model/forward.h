@@ -84,9 +84,21 @@ class Forward {
   void moe_block(int32_t layer, int32_t n);
   // Each row's experts and weights into route_expert_/route_weight_.
   void route(int32_t layer, const LayerWeights& w, int32_t n);
+  // Row `row`'s n_expert_used experts from its scores [n_expert] (selection bias, groups).
+  void choose_experts(const LayerWeights& w, const float* scores, int32_t row, int32_t* chosen);
   // The route slots of n rows grouped by expert into expert_start_/expert_rows_.
   void group_by_expert(int32_t n);
   void attend(int32_t layer_local, int32_t n);
+  // Splits the n rows into attention blocks (block_start_) and sets key_counts_; returns how many.
+  int32_t attention_blocks(int32_t n);
+  // Multi-head latent attention (config.latent_attention()), in the absorbed form: queries are
+  // taken into latent space and attend over the cached latents, one KV "head" for all heads.
+  void latent_attention_block(int32_t layer, int32_t n);
+  void attend_latent(int32_t layer_local, int32_t n);
+  // For each of this rank's heads h: out rows (at out + t·out_stride + h·out_head_stride) =
+  // per_head[head_begin + h] · in rows (at in + t·in_stride + h·in_head_stride), t < n.
+  void per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
+                        int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride, int32_t n);
   void add_to_residual(int32_t n);
   // Runs f(row) for rows [0, n) over the pool, in runs of 16 rows per thread: the rows' keys
   // land in the cache's position-contiguous columns, and 16 positions fill a cache line, so
@@ -115,7 +127,15 @@ class Forward {
   std::vector<float> q_;          // F32 [n, shard q_dim]
   std::vector<float> k_;          // F32 [n, shard kv_dim]
   std::vector<float> v_;          // F32 [n, shard kv_dim]
-  std::vector<float> attn_out_;   // F32 [n, shard q_dim]
+  std::vector<float> attn_out_;   // F32 [n, shard q_dim] (latent attention: [n, shard heads × value_head_dim])
+  // Latent attention: the query and KV latents, each head's query in latent space
+  // [latent | rope part], each head's output in latent space, and one head's rows gathered.
+  std::vector<float> q_a_;        // F32 [n, q_lora_rank]
+  std::vector<float> kv_a_;       // F32 [n, kv_lora_rank + rope_dims]
+  std::vector<float> q_latent_;   // F32 [n, shard heads, kv_lora_rank + rope_dims]
+  std::vector<float> latent_out_; // F32 [n, shard heads, kv_lora_rank]
+  std::vector<float> head_in_;    // F32 [n, max(nope, kv_lora_rank)]
+  std::vector<float> head_out_;   // F32 [n, max(kv_lora_rank, value_head_dim)]
   std::vector<float> proj_;       // F32 [n, n_embd]
   std::vector<float> gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
   std::vector<float> up_;         // F32, as gate_
@@ -123,6 +143,8 @@ class Forward {
   // rows grouped by expert (rows of expert e at expert_rows_[expert_start_[e] ..
   // expert_start_[e + 1]), with the slot of the row's choice in route_*).
   std::vector<float> router_logits_;   // F32 [n, n_expert]
+  std::vector<float> router_choice_;   // F32 [n, n_expert + n_expert_groups]: biased scores, group worths
+  std::vector<int32_t> group_choice_;  // [n, n_expert_groups]: each row's kept groups
   std::vector<int32_t> route_expert_;  // [n, n_expert_used]
   std::vector<float> route_weight_;    // [n, n_expert_used]
   std::vector<int32_t> expert_start_;  // [n_expert + 1]
@@ -136,6 +158,7 @@ class Forward {
   // Attention: where each block of rows starts (and n after the last), each row's key count,
   // and each thread's scores scratch.
   static constexpr int32_t kAttentionBlockRows = 8;
+  static constexpr int32_t kLatentHeadsPerTask = 16;
   std::vector<int32_t> block_start_;
   std::vector<int32_t> key_counts_;
   size_t scores_per_thread_ = 0;

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 
 namespace orchard::model::ops {
 namespace {
@@ -86,9 +87,9 @@ struct QueryTile {
   for (int32_t i = 0; i < kTileQueries; ++i) {
     const int32_t v = first + std::min(i, tile.count - 1);
     const int32_t row = v / b.group, head = v % b.group;
-    const int64_t offset = row * b.row_stride + static_cast<int64_t>(head) * b.head_dim;
-    tile.q[i] = b.q + offset;
-    tile.out[i] = b.out + offset;
+    tile.q[i] = b.q + row * b.row_stride + static_cast<int64_t>(head) * b.head_dim;
+    tile.out[i] = b.out + row * (b.out_row_stride ? b.out_row_stride : b.row_stride) +
+                  static_cast<int64_t>(head) * (b.value_dim ? b.value_dim : b.head_dim);
     tile.n_keys[i] = b.n_keys[row];
     tile.scores[i] = b.scores + static_cast<int64_t>(first + std::min(i, tile.count - 1)) * score_stride;
     tile.max_keys = std::max(tile.max_keys, tile.n_keys[i]);
@@ -99,7 +100,7 @@ struct QueryTile {
 // scores[i][j] = q_i · k_j / √d for j < the tile's max_keys, then each row's softmax over its
 // own keys, zero past them.
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const QueryTile& t) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
   int32_t j0 = 0;
   for (; j0 + kTileKeys <= t.max_keys && j0 + kTileKeys <= b.key_stride; j0 += kTileKeys) {
     Vec16 acc[kTileQueries][2] = {};
@@ -145,8 +146,9 @@ struct QueryTile {
 
 // out_i = Σ_j p_ij · v_j over the tile's keys.
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const QueryTile& t) {
+  const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   int32_t d0 = 0;
-  for (; d0 + kTileDims <= b.head_dim; d0 += kTileDims) {
+  for (; d0 + kTileDims <= dims; d0 += kTileDims) {
     Vec16 acc[kTileQueries][4] = {};
     for (int32_t j = 0; j < t.max_keys; ++j) {
       const float* v = b.values + j * b.value_stride + d0;
@@ -164,11 +166,11 @@ struct QueryTile {
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
-    for (int32_t d = d0; d < b.head_dim; ++d) o[d] = 0.0f;
+    for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
     for (int32_t j = 0; j < t.max_keys; ++j) {
       const float p = t.scores[i][j];
       const float* v = b.values + j * b.value_stride;
-      for (int32_t d = d0; d < b.head_dim; ++d) o[d] += p * v[d];
+      for (int32_t d = d0; d < dims; ++d) o[d] += p * v[d];
     }
   }
 }
@@ -260,12 +262,30 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 
 void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_factors, float* cos, float* sin) {
   const int32_t dims = config.rope_dims;
-  const double position = static_cast<double>(pos) * config.rope_freq_scale;
+  const double theta = config.rope_theta, scale = config.rope_freq_scale;
+  // YaRN: pairs that turn more than beta_fast times over the original context keep their
+  // frequency (extrapolated), those below beta_slow turns are interpolated (× scale), and the
+  // pairs between blend linearly. Pair i turns n / (2π θ^(2i/dims)) times over n tokens, so the
+  // pair turning b times is dims · ln(n / (2π b)) / (2 ln θ).
+  double low = 0, high = 0;
+  if (config.rope_yarn) {
+    auto pair_of = [&](double rotations) {
+      return dims * std::log(config.yarn_original_context / (rotations * 2 * std::numbers::pi)) / (2 * std::log(theta));
+    };
+    low = std::max(0.0, std::floor(pair_of(config.yarn_beta_fast)));
+    high = std::min(static_cast<double>(dims - 1), std::ceil(pair_of(config.yarn_beta_slow)));
+  }
   for (int32_t i = 0; i < dims / 2; ++i) {
-    double freq = std::pow(static_cast<double>(config.rope_theta), -2.0 * i / dims);
+    double freq = std::pow(theta, -2.0 * i / dims);
     if (freq_factors) freq /= freq_factors[i];
-    cos[i] = static_cast<float>(std::cos(position * freq));
-    sin[i] = static_cast<float>(std::sin(position * freq));
+    double factor = scale;
+    if (config.rope_yarn) {
+      const double extrapolate = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+      factor = scale * (1.0 - extrapolate) + extrapolate;
+    }
+    const double angle = static_cast<double>(pos) * factor * freq;
+    cos[i] = static_cast<float>(std::cos(angle) * config.rope_mscale);
+    sin[i] = static_cast<float>(std::sin(angle) * config.rope_mscale);
   }
 }
 

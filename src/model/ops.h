@@ -10,7 +10,8 @@ namespace orchard::model::ops {
 // out[i] = x[i] / rms(x) * weight[i]; out may alias x.
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps);
 // The rotation of position `pos`: cos/sin [rope_dims / 2]. freq_factors (llama 3.1) may be null.
-// Computed once per token and shared by every head and layer.
+// Computed once per token and shared by every head and layer. Linear scaling or YaRN as the
+// config says; cos and sin carry YaRN's magnitude factor (config.rope_mscale).
 void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_factors, float* cos, float* sin);
 // Rotates one head vector [head_dim] by angles from rope_angles.
 void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, RopeOrdering ordering);
@@ -29,6 +30,11 @@ struct AttentionBlock {
   const float* values;     // F32: position j's values at values + j * value_stride
   int64_t value_stride;
   float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
+  // Latent attention: values narrower than keys, its own score scale, and the output's own
+  // layout (row r's head g at out + r * out_row_stride + g * value_dim). 0: as the keys / q.
+  float scale = 0;         // 0: 1/√head_dim
+  int32_t value_dim = 0;   // 0: head_dim
+  int64_t out_row_stride = 0;  // 0: row_stride
 };
 void attend_block(const AttentionBlock& block);
 // Floats of scratch that attend_block needs for a block of this size.

@@ -17,6 +17,7 @@ struct Shard {
   int32_t expert_ff_begin = 0, expert_ff_end = 0;  // tensor: rows of every expert's FFN held here
   int32_t vocab_begin = 0, vocab_end = 0;      // tensor: rows of the output head held here
   int32_t expert_begin = 0, expert_end = 0;    // expert: the experts of every MoE layer held here
+  int32_t shared_ff_begin = 0, shared_ff_end = 0;  // tensor, expert: rows of the shared experts' FFN held here
   // expert, placed by measured popularity: [begin, end) per layer of the model, in place of
   // expert_begin..expert_end (empty: those in every layer).
   std::vector<std::pair<int32_t, int32_t>> layer_experts;
@@ -32,6 +33,7 @@ struct Shard {
     s.expert_ff_end = config.n_ff_exp;
     s.vocab_end = config.vocab_size;
     s.expert_end = config.n_expert;
+    s.shared_ff_end = config.n_ff_exp * config.n_expert_shared;
     return s;
   }
   int32_t n_layers() const { return layer_end - layer_begin; }
@@ -39,6 +41,7 @@ struct Shard {
   int32_t n_kv_heads() const { return kv_head_end - kv_head_begin; }
   int32_t n_ff() const { return ff_end - ff_begin; }
   int32_t n_expert_ff() const { return expert_ff_end - expert_ff_begin; }
+  int32_t n_shared_ff() const { return shared_ff_end - shared_ff_begin; }
   int32_t n_vocab() const { return vocab_end - vocab_begin; }
   // The experts of `layer` held here, [first, second).
   std::pair<int32_t, int32_t> experts_of(int32_t layer) const {
@@ -53,7 +56,7 @@ struct Shard {
   // True when this rank holds only part of each layer, so partial sums must be combined.
   bool splits_layers(const ModelConfig& config) const {
     return n_heads() != config.n_heads || n_ff() != config.n_ff || n_expert_ff() != config.n_ff_exp ||
-           !holds_all_experts(config);
+           n_shared_ff() != config.n_ff_exp * config.n_expert_shared || !holds_all_experts(config);
   }
 };
 

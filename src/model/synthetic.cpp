@@ -43,8 +43,31 @@ struct SyntheticArch {
 };
 
 constexpr SyntheticArch kArchs[] = {
-    {"llama", "llama", false}, {"qwen2", "qwen2", false}, {"qwen3", "qwen3", false},
-    {"qwen3moe", "qwen3moe", true}, {"mixtral", "llama", true},
+    {"llama", "llama", false},      {"qwen2", "qwen2", false},         {"qwen3", "qwen3", false},
+    {"qwen3moe", "qwen3moe", true}, {"mixtral", "llama", true},        {"deepseek2", "deepseek2", true},
+    {"deepseek2-lite", "deepseek2", true}, {"deepseek2-kvb", "deepseek2", true},
+};
+
+// deepseek2's latent attention and routing. "deepseek2" is V3's kind (query latent, sigmoid
+// scores with a selection bias, group-limited choice, YaRN with mscale_all_dim 1);
+// "deepseek2-lite" is V2-Lite's (a plain query projection, softmax, two shared experts, no
+// YaRN); "deepseek2-kvb" is V3's kind as older conversions wrote it (the heads' up-projections
+// joined in attn_kv_b, their widths as key_length/value_length). Widths keep whole
+// 256-element quantization blocks where llama.cpp's files have them.
+struct LatentShape {
+  std::string_view arch, shape;
+  int32_t q_lora, kv_lora, nope, rope, value, shared, dense_leading;
+  bool sigmoid;
+  int32_t groups, groups_used;
+  float weights_scale, yarn_factor;
+  int32_t yarn_original_context;
+  bool joined_kv_b;
+};
+
+constexpr LatentShape kLatentShapes[] = {
+    {"deepseek2", "tiny", 256, 256, 64, 32, 64, 1, 1, true, 4, 2, 2.5f, 4.0f, 128, false},
+    {"deepseek2-lite", "tiny", 0, 256, 64, 32, 64, 2, 1, false, 0, 0, 1.0f, 0.0f, 0, false},
+    {"deepseek2-kvb", "tiny", 256, 256, 64, 32, 64, 1, 1, true, 4, 2, 2.5f, 4.0f, 128, true},
 };
 
 uint64_t mix(uint64_t x) {
@@ -83,6 +106,9 @@ class ModelBuilder {
   // `stddev`.
   void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, float stddev, int64_t count = 1) {
     const float spread = stddev * std::sqrt(3.0f);
+    // Rows narrower than the type's blocks (latent attention's per-head attn_k_b) fall back to
+    // Q8_0, or F32, as llama-quantize falls back for them.
+    if (cols % core::type_traits(type).block_elements != 0) type = cols % 32 == 0 ? TensorType::Q8_0 : TensorType::F32;
     const uint64_t stream = hash_name(spec_.seed, name);
     ++matrices_;
     std::vector<int64_t> shape = {cols, rows};
@@ -191,6 +217,11 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     throw Error(error_message("make-model", "unknown architecture '{}'; known: {}", spec.arch,
                               synthetic_architectures()));
   const Shape& s = *shape;
+  const LatentShape* latent = nullptr;
+  for (const auto& l : kLatentShapes)
+    if (l.arch == spec.arch && l.shape == spec.shape) latent = &l;
+  if (arch->file_arch == "deepseek2" && !latent)
+    throw Error(error_message("make-model", "{} is made in shape tiny only, not '{}'", spec.arch, s.name));
   if (arch->experts && s.n_expert == 0)
     throw Error(error_message("make-model", "shape '{}' has no experts; {} takes tiny, small or moe-3b", s.name,
                               spec.arch));
@@ -215,6 +246,16 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     c.n_expert = s.n_expert;
     c.n_expert_used = s.n_expert_used;
     c.n_ff_exp = s.n_ff_exp;
+  }
+  if (latent) {
+    c.head_dim = latent->nope + latent->rope;
+    c.rope_dims = latent->rope;
+    c.value_head_dim = latent->value;
+    c.q_lora_rank = latent->q_lora;
+    c.kv_lora_rank = latent->kv_lora;
+    c.n_expert_shared = latent->shared;
+    c.n_dense_leading = latent->dense_leading;
+    c.joined_kv_b = latent->joined_kv_b;
   }
   const bool llama = c.arch_name == "llama", qwen = !llama;
   const bool qwen3 = c.arch_name == "qwen3" || c.arch_name == "qwen3moe";
@@ -248,6 +289,45 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     writer.set(a + "expert_count", u32(c.n_expert));
     writer.set(a + "expert_used_count", u32(c.n_expert_used));
     if (!llama) writer.set(a + "expert_feed_forward_length", u32(c.n_ff_exp));
+  }
+  if (latent) {
+    const LatentShape& l = *latent;
+    // As llama.cpp's converter writes them since attn_kv_b was split: the cache's one KV head
+    // (the latent and the rotated part) as key/value_length, the heads' own widths as *_mla.
+    // Before, the heads' widths as key/value_length and as many KV heads as heads.
+    writer.set(a + "attention.q_lora_rank", u32(l.q_lora));
+    writer.set(a + "attention.kv_lora_rank", u32(l.kv_lora));
+    if (l.joined_kv_b) {
+      writer.set(a + "attention.head_count_kv", u32(c.n_heads));
+      writer.set(a + "attention.key_length", u32(c.head_dim));
+      writer.set(a + "attention.value_length", u32(l.value));
+    } else {
+      writer.set(a + "attention.head_count_kv", u32(1));
+      writer.set(a + "attention.key_length", u32(l.kv_lora + l.rope));
+      writer.set(a + "attention.value_length", u32(l.kv_lora));
+      writer.set(a + "attention.key_length_mla", u32(c.head_dim));
+      writer.set(a + "attention.value_length_mla", u32(l.value));
+    }
+    writer.set(a + "leading_dense_block_count", u32(l.dense_leading));
+    writer.set(a + "expert_shared_count", u32(l.shared));
+    writer.set(a + "expert_weights_scale", gguf::Value::f32(l.weights_scale));
+    writer.set(a + "expert_weights_norm", gguf::Value::boolean(l.sigmoid));
+    writer.set(a + "expert_gating_func", u32(l.sigmoid ? 2 : 1));
+    if (l.groups > 0) {
+      writer.set(a + "expert_group_count", u32(l.groups));
+      writer.set(a + "expert_group_used_count", u32(l.groups_used));
+    }
+    if (l.yarn_factor > 0) {
+      writer.set(a + "rope.scaling.type", gguf::Value::string("yarn"));
+      writer.set(a + "rope.scaling.factor", gguf::Value::f32(l.yarn_factor));
+      writer.set(a + "rope.scaling.original_context_length", u32(l.yarn_original_context));
+      writer.set(a + "rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.1f));
+    }
+  }
+  if (spec.rope_yarn_factor > 0) {
+    writer.set(a + "rope.scaling.type", gguf::Value::string("yarn"));
+    writer.set(a + "rope.scaling.factor", gguf::Value::f32(spec.rope_yarn_factor));
+    writer.set(a + "rope.scaling.original_context_length", u32(s.context / 4));
   }
   if (spec.rope_linear_factor > 0) {
     writer.set(a + "rope.scaling.type", gguf::Value::string("linear"));

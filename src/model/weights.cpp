@@ -47,6 +47,9 @@ Range axis_range(const ModelConfig& c, const Shard& s, ShardAxis axis) {
     case ShardAxis::FfRows: return {s.ff_begin, s.ff_end};
     case ShardAxis::ExpertRows: return {s.expert_ff_begin, s.expert_ff_end};
     case ShardAxis::Vocab: return {s.vocab_begin, s.vocab_end};
+    case ShardAxis::ValueDims:
+      return {int64_t{s.head_begin} * c.value_head_dim, int64_t{s.head_end} * c.value_head_dim};
+    case ShardAxis::SharedRows: return {s.shared_ff_begin, s.shared_ff_end};
   }
   ORCHARD_CHECK(false, "unknown shard axis");
   return {};
@@ -55,6 +58,14 @@ Range axis_range(const ModelConfig& c, const Shard& s, ShardAxis axis) {
 // Bytes from one matrix of a stack ({cols, rows, experts}) to the next.
 size_t matrix_bytes(const TensorInfo& t) {
   return core::row_bytes(t.type, t.shape[0]) * static_cast<size_t>(t.shape.size() > 1 ? t.shape[1] : 1);
+}
+
+// The entries of a stack this shard holds: an expert stack's run of experts, every entry of
+// another stack (deepseek2's per-head attn_k_b / attn_v_b).
+std::pair<int64_t, int64_t> held_entries(const TensorSpec& spec, const Shard& shard, int32_t layer) {
+  if (spec.axis != ShardAxis::ExpertRows) return {0, spec.experts()};
+  const auto [first, last] = shard.experts_of(layer);
+  return {first, last};
 }
 
 template <typename... F>
@@ -83,6 +94,32 @@ class WeightBinder {
     }
     ORCHARD_CHECK(false, "unknown split");
     return {};
+  }
+
+  // Older deepseek2 files join every head's key and value up-projections in attn_kv_b
+  // ([heads × (nope + value), kv_lora_rank]); the absorbed form takes each head's key part
+  // transposed (attn_k_b: [kv_lora_rank, nope]) and its value part as it is (attn_v_b). The
+  // transposed copies are F32 from float files and Q8_0 from quantized ones (whose blocks run
+  // along the other axis, so they are quantized again).
+  void split_joined_kv_b(const TensorInfo& t, const ModelConfig& c, LayerWeights& w) {
+    const int64_t latent = c.kv_lora_rank, nope = c.head_dim - c.rope_dims, value = c.value_head_dim;
+    const bool float_file = t.type == TensorType::F32 || t.type == TensorType::F16 || t.type == TensorType::BF16;
+    const TensorType k_type = float_file || nope % 32 != 0 ? TensorType::F32 : TensorType::Q8_0;
+    const size_t stride = core::row_bytes(t.type, latent), k_row = core::row_bytes(k_type, nope);
+    std::vector<float> row(static_cast<size_t>(latent)), transposed(static_cast<size_t>(latent * nope));
+    for (int64_t h = 0; h < c.n_heads; ++h) {
+      const int64_t first = h * (nope + value);
+      for (int64_t d = 0; d < nope; ++d) {
+        core::dequantize_row_reference(t.type, t.data + stride * static_cast<size_t>(first + d), row.data(), latent);
+        for (int64_t r = 0; r < latent; ++r) transposed[static_cast<size_t>(r * nope + d)] = row[static_cast<size_t>(r)];
+      }
+      auto& buffer = owned_.emplace_back(k_row * static_cast<size_t>(latent));
+      for (int64_t r = 0; r < latent; ++r)
+        core::quantize_row_reference(k_type, &transposed[static_cast<size_t>(r * nope)],
+                                     buffer.data() + k_row * static_cast<size_t>(r), nope);
+      w.k_b.push_back(core::WeightMatrix::prepare(k_type, buffer.data(), latent, nope, options_.allow_repack, &arena_));
+      w.v_b.push_back(rows(t.type, t.data, latent, first + nope, first + nope + value));
+    }
   }
 
  private:
@@ -167,16 +204,17 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
                      [&](core::WeightMatrix LayerWeights::*m) { w.*m = bind.matrix(*t, 0, spec.split, range); },
                      [&](std::vector<float> LayerWeights::*v) { w.*v = floats(*t, spec); },
                      [&](std::vector<core::WeightMatrix> LayerWeights::*stack) {
-                       // Indexed by expert; those another rank holds stay empty.
+                       // Indexed by expert (or head); experts another rank holds stay empty.
                        auto& matrices = w.*stack;
                        matrices.resize(static_cast<size_t>(spec.experts()));
-                       const auto [first, last] = shard.experts_of(l);
+                       const auto [first, last] = held_entries(spec, shard, l);
                        for (int64_t e = first; e < last; ++e)
                          matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range);
                      },
                  },
                  spec.slot);
     }
+    if (config.joined_kv_b) bind.split_joined_kv_b(file.tensor(fmt::format("blk.{}.attn_kv_b.weight", l)), config, w);
     progress();
   }
 
@@ -199,6 +237,10 @@ size_t ModelWeights::bytes_per_token() const {
   for (const auto& w : layers_) {
     total += w.wq.bytes() + w.wk.bytes() + w.wv.bytes() + w.wo.bytes() + w.w_gate.bytes() + w.w_up.bytes() +
              w.w_down.bytes() + w.router.size() * sizeof(float);
+    total += w.wq_a.bytes() + w.wkv_a.bytes() + w.shared_gate.bytes() + w.shared_up.bytes() + w.shared_down.bytes();
+    for (const auto* heads : {&w.k_b, &w.v_b})
+      for (int32_t h = shard_.head_begin; h < shard_.head_end && !heads->empty(); ++h)
+        total += (*heads)[static_cast<size_t>(h)].bytes();
     size_t experts = 0;
     for (const auto* stack : {&w.expert_gate, &w.expert_up, &w.expert_down})
       for (const auto& m : *stack) experts += m.bytes();
@@ -217,7 +259,7 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
     // A stack of experts: only the experts held here (an expert split's run of them).
     int64_t first = 0, last = spec.experts();
     if (std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot))
-      std::tie(first, last) = shard.experts_of(layer);
+      std::tie(first, last) = held_entries(spec, shard, layer);
     if (split != Split::Rows) {
       if (spec.experts() == 1) ranges.push_back({base, t.size_bytes});
       else if (last > first)

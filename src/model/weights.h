@@ -32,6 +32,19 @@ struct LayerWeights {
   std::vector<core::WeightMatrix> expert_up;    // [n_expert] of [shard n_ff_exp, n_embd]
   std::vector<core::WeightMatrix> expert_down;  // [n_expert] of [n_embd, shard n_ff_exp]
 
+  // deepseek2: the expert-score bias (added for choosing only) and the shared experts' FFN.
+  std::vector<float> expert_bias;     // F32 [n_expert]
+  core::WeightMatrix shared_gate;     // [shard shared rows, n_embd]
+  core::WeightMatrix shared_up;       // as shared_gate
+  core::WeightMatrix shared_down;     // [n_embd, shard shared rows]
+  // Multi-head latent attention (deepseek2); wq is then attn_q or, after wq_a, attn_q_b.
+  core::WeightMatrix wq_a;                // [q_lora_rank, n_embd]
+  std::vector<float> q_a_norm;            // F32 [q_lora_rank]
+  core::WeightMatrix wkv_a;               // [kv_lora_rank + rope_dims, n_embd]
+  std::vector<float> kv_a_norm;           // F32 [kv_lora_rank]
+  std::vector<core::WeightMatrix> k_b;    // [n_heads] of [kv_lora_rank, head_dim - rope_dims]
+  std::vector<core::WeightMatrix> v_b;    // [n_heads] of [value_head_dim, kv_lora_rank]
+
   bool has_experts() const { return !expert_gate.empty(); }
 };
 

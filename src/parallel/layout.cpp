@@ -205,6 +205,9 @@ model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, i
   } else if (c.n_ff_exp > 0) {
     std::tie(s.expert_ff_begin, s.expert_ff_end) = ff_rows(c.n_ff_exp);
   }
+  // Shared experts are one FFN every token visits: split by rows in either split, so the FFN's
+  // all-reduce counts them once.
+  if (c.n_expert_shared > 0) std::tie(s.shared_ff_begin, s.shared_ff_end) = ff_rows(c.n_ff_exp * c.n_expert_shared);
 
   const auto vocab = range_of(proportional_split(c.vocab_size, tp, layout.tensor_weights), t);
   s.vocab_begin = static_cast<int32_t>(vocab.first);

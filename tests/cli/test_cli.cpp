@@ -81,6 +81,7 @@ TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
       {{"serve", "-m", model, "--port", "70000"}, "--port: must be from 0 to 65535, got 70000"},
       {{"serve", "-m", model, "--parallel", "0"}, "--parallel: must be from 1 to 1024, got 0"},
       {{"make-model", "-o", "/dev/null", "--threads", "-2"}, "--threads: must be 0 or more, got -2"},
+      {{"make-model", "-o", "/dev/null", "--rope-yarn-factor", "0.5"}, "--rope-yarn-factor: must be 1 or more, got 0.5"},
       {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
       {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
   };
@@ -225,6 +226,29 @@ TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {
 }
 
 // --- make-model says what it wrote.
+
+// A deepseek2 file made and run as a user would: alone and as a 2-way tensor split (float
+// weights: the same tokens), and a shape it is not made in named.
+TEST(MakeModel, Deepseek2RunsAloneAndSplit) {
+  const std::string path = ::testing::TempDir() + "/cli-deepseek2-" + std::to_string(getpid()) + ".gguf";
+  Ran made = run_to_end(orchard({"make-model", "--arch", "deepseek2", "--shape", "tiny", "--type", "f32", "--threads", "1", "-o", path}));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto tokens_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "-m", path, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json", "-t", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Ran r = run_to_end(orchard(args));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("\"tokens\":");
+    return at == std::string::npos ? std::string("(none)") : r.out.substr(at, r.out.find(']', at) - at);
+  };
+  const std::string alone = tokens_of({});
+  EXPECT_NE(alone, "(none)");
+  EXPECT_EQ(tokens_of({"--world", "2", "--strategy", "tensor"}), alone);
+  std::filesystem::remove(path);
+  Ran small = run_to_end(orchard({"make-model", "--arch", "deepseek2", "--shape", "small", "-o", "/dev/null"}));
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_NE(small.err.find("deepseek2 is made in shape tiny only, not 'small'"), std::string::npos) << small.err;
+}
 
 TEST(MakeModel, SaysWhatItWrote) {
   const std::string path = ::testing::TempDir() + "/cli-made-" + std::to_string(getpid()) + ".gguf";

@@ -18,7 +18,9 @@ namespace orchard::testing {
 struct ForcedRouting {
   std::map<std::pair<int64_t, int64_t>, std::vector<int32_t>> experts;
   // Out: choices that differ from the reference's own, and the largest gap, in router
-  // probability, between its own weakest chosen expert and a forced expert it did not choose.
+  // probability (plus selection bias), between its own weakest chosen expert and a forced
+  // expert it did not choose, or, with groups of experts, between the worth of its weakest
+  // chosen group and the forced expert's group.
   int64_t differing = 0;
   double worst_gap = 0;
 };

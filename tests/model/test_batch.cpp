@@ -127,7 +127,7 @@ TEST_P(BatchVsAlone, EverySequenceGetsItsLogitsAlone) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "deepseek2"})
     for (std::string type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   return cases;
 }

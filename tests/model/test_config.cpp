@@ -2,6 +2,8 @@
 // for what Orchard cannot run: each names the key or tensor and what was expected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "core/error.h"
@@ -96,9 +98,9 @@ TEST(MoeConfig, ErrorsNameTheKey) {
                             [](auto& w) {
                               set_experts(w, "qwen3moe.", 4, 2);
                               w.set("qwen3moe.expert_feed_forward_length", Value::u32(32));
-                              w.set("qwen3moe.expert_gating_func", Value::u32(2));
+                              w.set("qwen3moe.expert_gating_func", Value::u32(7));
                             }))
-                .find("expert_gating_func = 2 is not supported; supported: 1 (softmax)"),
+                .find("expert_gating_func = 7 is not supported; supported: 1 (softmax), 2 (sigmoid)"),
             std::string::npos);
   EXPECT_NE(error_of(header("qwen3moe",
                             [](auto& w) {
@@ -143,6 +145,151 @@ TEST(MoeConfig, ShardByteRangesCoverEachExpertsRows) {
   const auto& gate = file.tensor("blk.0.ffn_gate_exps.weight");
   // gate and up lose half their rows in each of the 4 layers; down (split by columns) is sent whole.
   EXPECT_EQ(whole_bytes - half_bytes, 4 * gate.size_bytes);
+}
+
+// deepseek2's keys as make-model writes them (V3's kind): latent attention, shared experts,
+// sigmoid and group-limited routing, YaRN with mscale_all_dim 1.
+TEST(Deepseek2Config, ReadsLatentAttentionRoutingAndYarn) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("deepseek2", "tiny", "f32"));
+  const auto c = model::ModelConfig::from_gguf(file);
+  EXPECT_TRUE(c.latent_attention());
+  EXPECT_EQ(c.q_lora_rank, 256);
+  EXPECT_EQ(c.kv_lora_rank, 256);
+  EXPECT_EQ(c.head_dim, 96);  // key_length_mla: 64 without RoPE + 32 with
+  EXPECT_EQ(c.rope_dims, 32);
+  EXPECT_EQ(c.value_head_dim, 64);
+  EXPECT_EQ(c.n_kv_heads, c.n_heads);  // each head decompresses its own keys and values
+  EXPECT_EQ(c.n_dense_leading, 1);
+  EXPECT_FALSE(c.moe_layer(0));
+  EXPECT_TRUE(c.moe_layer(1));
+  EXPECT_EQ(c.n_expert_shared, 1);
+  EXPECT_EQ(c.expert_gating, model::ExpertGating::Sigmoid);
+  EXPECT_EQ(c.n_expert_groups, 4);
+  EXPECT_EQ(c.n_expert_groups_used, 2);
+  EXPECT_FLOAT_EQ(c.expert_weights_scale, 2.5f);
+  EXPECT_TRUE(c.expert_weights_norm);
+  EXPECT_TRUE(c.rope_yarn);
+  EXPECT_FLOAT_EQ(c.rope_freq_scale, 0.25f);
+  EXPECT_EQ(c.yarn_original_context, 128);
+  EXPECT_FLOAT_EQ(c.yarn_log_multiplier, 1.0f);  // the file's 0.1 / 0.1
+  EXPECT_FLOAT_EQ(c.rope_mscale, 1.0f);          // (0.1·1·ln 4 + 1) / (0.1·1·ln 4 + 1)
+  // (1 + 0.1 · 1 · ln 4)² / √96 = 1.1386294² / 9.7979590
+  EXPECT_NEAR(c.attention_scale, 0.1323203, 1e-6);
+  // The V2-Lite kind: a plain query projection, softmax, and weights as the router gives them.
+  auto lite_file = model::gguf::Reader::open(testing::synthetic_model("deepseek2-lite", "tiny", "f32"));
+  const auto lite = model::ModelConfig::from_gguf(lite_file);
+  EXPECT_EQ(lite.q_lora_rank, 0);
+  EXPECT_EQ(lite.expert_gating, model::ExpertGating::Softmax);
+  EXPECT_EQ(lite.n_expert_shared, 2);
+  EXPECT_EQ(lite.n_expert_groups, 0);
+  EXPECT_FALSE(lite.rope_yarn);
+  EXPECT_NEAR(lite.attention_scale, 1 / std::sqrt(96.0), 1e-7);
+  EXPECT_FALSE(lite.joined_kv_b);
+  // Older files: the heads' widths as key/value_length, the up-projections joined in attn_kv_b.
+  auto joined_file = model::gguf::Reader::open(testing::synthetic_model("deepseek2-kvb", "tiny", "f32"));
+  const auto joined = model::ModelConfig::from_gguf(joined_file);
+  EXPECT_TRUE(joined.joined_kv_b);
+  EXPECT_EQ(joined.head_dim, 96);
+  EXPECT_EQ(joined.value_head_dim, 64);
+}
+
+// A valid deepseek2 header (64 wide, 4 heads, 8 experts) for the error cases to break, less
+// the keys in `skip`.
+void deepseek2_keys(model::gguf::Writer& w, const std::vector<std::string>& skip) {
+  auto put = [&](const std::string& key, uint32_t v) {
+    if (std::find(skip.begin(), skip.end(), key) == skip.end()) w.set("deepseek2." + key, Value::u32(v));
+  };
+  put("expert_count", 8);
+  put("expert_used_count", 2);
+  put("expert_feed_forward_length", 32);
+  put("feed_forward_length", 96);
+  put("leading_dense_block_count", 1);
+  put("expert_shared_count", 1);
+  put("attention.kv_lora_rank", 32);
+  put("attention.q_lora_rank", 0);
+  put("rope.dimension_count", 8);
+  put("attention.key_length_mla", 24);
+  put("attention.value_length_mla", 16);
+  put("attention.key_length", 40);
+  put("attention.value_length", 32);
+}
+
+TEST(Deepseek2Config, ErrorsNameTheKey) {
+  auto with = [](const std::function<void(model::gguf::Writer&)>& edit, const std::vector<std::string>& skip = {}) {
+    return error_of(header("deepseek2", [&](auto& w) {
+      deepseek2_keys(w, skip);
+      edit(w);
+    }));
+  };
+  auto nothing = [](model::gguf::Writer&) {};
+  EXPECT_EQ(with(nothing), "(no error)");
+  for (const char* key : {"attention.kv_lora_rank", "expert_shared_count", "rope.dimension_count",
+                          "attention.value_length_mla", "expert_feed_forward_length"}) {
+    const std::string message = with(nothing, {key});
+    EXPECT_NE(message.find(std::string("missing key 'deepseek2.") + key + "'"), std::string::npos) << message;
+  }
+  // Without the *_mla keys, key_length and value_length are the heads' own (older files).
+  EXPECT_EQ(with(
+                [](auto& w) {
+                  w.set("deepseek2.attention.key_length", Value::u32(24));
+                  w.set("deepseek2.attention.value_length", Value::u32(16));
+                },
+                {"attention.key_length_mla", "attention.value_length_mla"}),
+            "(no error)");
+  std::string m = with([](auto& w) { w.set("deepseek2.attention.key_length", Value::u32(24)); });
+  EXPECT_NE(m.find("attention.key_length 24 and value_length 32 do not describe the latent of kv_lora_rank 32 and 8 "
+                   "rope dimensions (expected 40 and 32)"),
+            std::string::npos)
+      << m;
+  m = with([](auto& w) {
+    w.set("deepseek2.rope.dimension_count", Value::u32(24));
+    w.set("deepseek2.attention.key_length", Value::u32(56));
+  });
+  EXPECT_NE(m.find("rope.dimension_count 24 must be even and less than the key head size 24"), std::string::npos) << m;
+  m = with([](auto& w) { w.set("deepseek2.expert_gating_func", Value::u32(9)); });
+  EXPECT_NE(m.find("expert_gating_func = 9 is not supported; supported: 1 (softmax), 2 (sigmoid)"), std::string::npos)
+      << m;
+  m = with([](auto& w) {
+    w.set("deepseek2.expert_group_count", Value::u32(3));
+    w.set("deepseek2.expert_group_used_count", Value::u32(1));
+  });
+  EXPECT_NE(m.find("8 experts in deepseek2.expert_group_count 3 groups, 1 of them used, cannot give "
+                   "expert_used_count 2"),
+            std::string::npos)
+      << m;
+  m = with([](auto& w) { w.set("deepseek2.expert_group_count", Value::u32(4)); });
+  EXPECT_NE(m.find("missing key 'deepseek2.expert_group_used_count'"), std::string::npos) << m;
+  m = with([](auto& w) {
+    w.set("deepseek2.rope.scaling.type", Value::string("yarn"));
+    w.set("deepseek2.rope.scaling.factor", Value::f32(0.5f));
+  });
+  EXPECT_NE(m.find("deepseek2.rope.scaling.factor = 0.5 for yarn, expected at least 1"), std::string::npos) << m;
+}
+
+// YaRN on any architecture: llama.cpp's magnitude 1 + 0.1·ln(factor), betas from the file or
+// 32 and 1, the original context from the file or the trained one.
+TEST(YarnConfig, ReadsScalingKeys) {
+  const auto bytes = header("llama", [](auto& w) {
+    w.set("llama.feed_forward_length", Value::u32(96));
+    w.set("llama.context_length", Value::u32(4096));
+    w.set("llama.rope.scaling.type", Value::string("yarn"));
+    w.set("llama.rope.scaling.factor", Value::f32(8.0f));
+    w.set("llama.rope.scaling.yarn_beta_fast", Value::f32(16.0f));
+  });
+  auto file = model::gguf::Reader::parse(bytes, "m.gguf");
+  const auto c = model::ModelConfig::from_gguf(file);
+  EXPECT_TRUE(c.rope_yarn);
+  EXPECT_FLOAT_EQ(c.rope_freq_scale, 0.125f);
+  EXPECT_EQ(c.yarn_original_context, 4096);
+  EXPECT_FLOAT_EQ(c.yarn_beta_fast, 16.0f);
+  EXPECT_FLOAT_EQ(c.yarn_beta_slow, 1.0f);
+  EXPECT_NEAR(c.rope_mscale, 1.2079442, 1e-6);
+  EXPECT_EQ(c.attention_scale, 0.0f);  // the usual 1/√head_dim
+  const std::string m = error_of(header("llama", [](auto& w) {
+    w.set("llama.feed_forward_length", Value::u32(96));
+    w.set("llama.rope.scaling.type", Value::string("longrope"));
+  }));
+  EXPECT_NE(m.find("rope scaling 'longrope' is not supported; supported: none, linear, yarn"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -100,6 +100,79 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
   }
 }
 
+// Latent attention's form: one KV "head" whose values are narrower or wider than its keys, a
+// score scale of its own and an output laid out apart from the queries.
+TEST(Ops, AttentionBlockWithValuesOfTheirOwnWidth) {
+  struct Shape {
+    int32_t key_dim, value_dim;
+  };
+  for (const Shape shape : {Shape{72, 64}, Shape{24, 80}}) {
+    const int32_t rows = 3, group = 5, key_stride = 48, kd = shape.key_dim, vd = shape.value_dim;
+    const std::vector<int32_t> n_keys = {46, 47, 48};
+    const float scale = 0.3f;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> q(static_cast<size_t>(rows * group * kd)), keys(static_cast<size_t>(kd) * key_stride);
+    std::vector<float> values(static_cast<size_t>(key_stride) * vd);
+    for (auto* v : {&q, &keys, &values})
+      for (float& x : *v) x = normal(rng);
+    const int64_t out_stride = static_cast<int64_t>(group) * vd + 3;
+    std::vector<float> out(static_cast<size_t>(rows * out_stride), NAN);
+    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(rows, group, key_stride)));
+    ops::AttentionBlock b{q.data(), out.data(), static_cast<int64_t>(group) * kd, rows, group, kd, n_keys.data(),
+                          keys.data(), key_stride, values.data(), vd, scratch.data()};
+    b.scale = scale;
+    b.value_dim = vd;
+    b.out_row_stride = out_stride;
+    ops::attend_block(b);
+    for (int32_t r = 0; r < rows; ++r)
+      for (int32_t g = 0; g < group; ++g) {
+        const int32_t n = n_keys[static_cast<size_t>(r)];
+        std::vector<double> p(static_cast<size_t>(n));
+        double max = -INFINITY, sum = 0;
+        for (int32_t j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int32_t d = 0; d < kd; ++d)
+            dot += static_cast<double>(q[static_cast<size_t>((r * group + g) * kd + d)]) * keys[static_cast<size_t>(d) * key_stride + j];
+          max = std::max(max, p[j] = dot * scale);
+        }
+        for (double& x : p) sum += x = std::exp(x - max);
+        for (int32_t d = 0; d < vd; ++d) {
+          double expected = 0;
+          for (int32_t j = 0; j < n; ++j) expected += p[j] / sum * values[static_cast<size_t>(j) * vd + d];
+          ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected, 1e-5)
+              << "key " << kd << " value " << vd << ": row " << r << " head " << g << " dim " << d;
+        }
+      }
+    for (int32_t r = 0; r < rows; ++r)
+      for (int64_t i = static_cast<int64_t>(group) * vd; i < out_stride; ++i)
+        ASSERT_TRUE(std::isnan(out[static_cast<size_t>(r * out_stride + i)]));
+  }
+}
+
+// YaRN's angles worked by hand: 8 rotated dimensions, θ = 10000, factor 4 over an original
+// context of 64, betas 32 and 1. Pair i turns 64 / (2π · 10000^(i/4)) times; beta_fast's pair
+// 8·ln(64/(64π))/(2 ln 10000) = -0.50 gives low 0 (floored, at least 0), beta_slow's
+// 8·ln(64/(2π))/(2 ln 10000) = 1.008 gives high 2 (ceiled): pair 0 keeps its frequency, pair 1
+// is halfway (0.5 + 0.5/4 = 0.625 of it), pairs 2 and 3 are divided by 4; cos and sin carry
+// 1 + 0.1·ln 4.
+TEST(Ops, RopeAnglesFollowYarn) {
+  ModelConfig c;
+  c.rope_dims = 8;
+  c.rope_theta = 10000.0f;
+  c.rope_yarn = true;
+  c.rope_freq_scale = 0.25f;
+  c.yarn_original_context = 64;
+  c.rope_mscale = static_cast<float>(1.0 + 0.1 * std::log(4.0));
+  float cos[4], sin[4];
+  ops::rope_angles(10, c, nullptr, cos, sin);
+  const double angles[4] = {10.0, 10 * 0.1 * 0.625, 10 * 0.01 / 4, 10 * 0.001 / 4};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(cos[i], std::cos(angles[i]) * 1.1386294, 1e-6) << i;
+    EXPECT_NEAR(sin[i], std::sin(angles[i]) * 1.1386294, 1e-6) << i;
+  }
+}
+
 }  // namespace
 }  // namespace orchard::model
 

@@ -153,8 +153,9 @@ std::vector<Case> all_cases() {
       cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
     }
   // Mixtures of experts: every expert's FFN split by rows under tensor splits, the router on
-  // every rank.
-  for (std::string arch : {"qwen3moe", "mixtral"})
+  // every rank. deepseek2: latent attention split by heads (its latents and cache whole on
+  // every rank), shared experts split like the experts.
+  for (std::string arch : {"qwen3moe", "mixtral", "deepseek2-lite"})
     for (std::string type : {"f32", "q8_0", "q4_k_m"}) {
       cases.push_back({arch, "tiny", type, "pipeline", 2});
       cases.push_back({arch, "tiny", type, "tensor", 2});
@@ -165,6 +166,20 @@ std::vector<Case> all_cases() {
       cases.push_back({arch, "tiny", type, "expert", 4});
       cases.push_back({arch, "tiny", type, "expert", 4, 2});
     }
+  // deepseek2's V3 kind routes by sigmoid scores among the experts of the best groups: with
+  // quantized weights a tensor split's rounding noise (see above) can tip a near-tied group,
+  // which swaps two experts at once (q8_0: tokens differ where one rank's margin was 3%); and
+  // its attn_output, 256 columns in all, splits inside one Q4_K block, so each rank's half takes
+  // float activations in every layer (q4_k_m: logits 9.6% apart; 5.3% with the groups off).
+  // Its split arithmetic is checked with float weights (where it must be exact) and its
+  // quantized layers through pipeline splits; deepseek2-lite checks quantized tensor splits of
+  // the same latent attention above.
+  for (std::string type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({"deepseek2", "tiny", type, "pipeline", 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "tensor", 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "hybrid", 4, 2});
+  // Shared experts under an expert split: split by rows like a dense FFN, counted once.
+  cases.push_back({"deepseek2", "tiny", "f32", "expert", 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "expert", 4, 2});
   for (std::string arch : {"llama", "qwen2", "qwen3"}) {
     cases.push_back({arch, "small", "q4_0", "pipeline", 4});
     cases.push_back({arch, "small", "q4_k_m", "tensor", 2});
