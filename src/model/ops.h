@@ -16,12 +16,13 @@ void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_facto
 // Rotates one head vector [head_dim] by angles from rope_angles.
 void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, RopeOrdering ordering);
 // Attention of a block of rows (positions of one sequence) over one KV head: row r has `group`
-// query heads and sees keys [0, n_keys[r]); out[r][g] = softmax(q[r][g] · K / √d) · V.
+// query heads and sees keys [0, n_keys[r]); out[r][g] = softmax(q[r][g] · K · scale) · V, scale
+// 1/√head_dim unless given.
 // Computed as two small matrix products over the block (scores = Q·K, then out = P·V) in
 // register tiles, so each key and value is loaded once per 4 query vectors, not once each.
 struct AttentionBlock {
   const float* q;          // F32: row r's head g at q + r * row_stride + g * head_dim
-  float* out;              // F32, laid out like q
+  float* out;              // F32, laid out like q (or as out_row_stride and value_dim say)
   int64_t row_stride;
   int32_t n_rows, group, head_dim;
   const int32_t* n_keys;   // [n_rows], each ≥ 1
@@ -30,8 +31,8 @@ struct AttentionBlock {
   const float* values;     // F32: position j's values at values + j * value_stride
   int64_t value_stride;
   float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
-  // Latent attention: values narrower than keys, its own score scale, and the output's own
-  // layout (row r's head g at out + r * out_row_stride + g * value_dim). 0: as the keys / q.
+  // Latent attention: values of another width than keys, its own score scale, and the output's
+  // own layout (row r's head g at out + r * out_row_stride + g * value_dim). 0: as the keys / q.
   float scale = 0;         // 0: 1/√head_dim
   int32_t value_dim = 0;   // 0: head_dim
   int64_t out_row_stride = 0;  // 0: row_stride
