@@ -47,8 +47,8 @@ class WeightMatrix {
   static WeightMatrix view(TensorType type, const void* data, int64_t rows, int64_t cols);
   // Like view, but may copy into an interleaved layout when that is faster on this CPU
   // (costs load time and the copy's memory; the mapped bytes are then no longer touched).
-  // Today: Q4_0, Q8_0, Q4_K, Q6_K, F32, F16 and BF16 with ≥ 16 rows on AVX-512 VNNI, as
-  // 16-row groups (rows padded to 16); the other types stay views.
+  // Today: Q4_0, Q8_0, Q4_K, Q6_K, F32, F16 and BF16 with ≥ 16 rows on AVX-512 VNNI, and
+  // Q4_0, Q8_0 and Q4_K on AVX2, as 16-row groups (rows padded to 16); the other types stay views.
   // The copy comes from `arena` when given (a model's matrices share one), else is allocated
   // on its own. Throws FormatError when cols is not a positive whole number of blocks.
   static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true,

@@ -62,11 +62,32 @@ using UnalignedVec16 = float __attribute__((vector_size(64), aligned(4), may_ali
   return *reinterpret_cast<const UnalignedVec16*>(p);
 }
 [[gnu::always_inline]] inline UnalignedVec16& at16(float* p) { return *reinterpret_cast<UnalignedVec16*>(p); }
+// 8 floats, for the AVX2 clone: GCC does not split a 16-float vector into two ymm registers
+// there but lowers it through memory and general registers, element pairs at a time.
+using Vec8 = float __attribute__((vector_size(32)));
+using UnalignedVec8 = float __attribute__((vector_size(32), aligned(4), may_alias));
+
+// The vector view of p for a tile's vector type.
+template <class V>
+[[gnu::always_inline]] inline auto& at(const float* p) {
+  if constexpr (sizeof(V) == 64) return at16(p);
+  else return *reinterpret_cast<const UnalignedVec8*>(p);
+}
+template <class V>
+[[gnu::always_inline]] inline auto& at(float* p) {
+  if constexpr (sizeof(V) == 64) return at16(p);
+  else return *reinterpret_cast<UnalignedVec8*>(p);
+}
 
 // Tile sizes: 4 query vectors × 32 keys of scores (8 accumulators; per head dimension, 2 key
 // loads and 4 broadcasts for 8 FMAs), 4 query vectors × 64 dimensions of output (16
-// accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs).
+// accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs). Those are AVX-512's 32
+// registers; AVX2 has 16 of half the width, where the same tiles in 16-float vectors went
+// through memory on every FMA (attention was 35% of a TinyLlama pp512), so its clone takes
+// 8-float vectors, 16 keys and 16 dimensions (8 ymm accumulators each). Scores keep rows of
+// whole 32-key tiles either way.
 constexpr int32_t kTileQueries = 4, kTileKeys = 32, kTileDims = 64;
+constexpr int32_t kNarrowTileKeys = 16, kNarrowTileDims = 16;
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
@@ -99,24 +120,24 @@ struct QueryTile {
 
 // scores[i][j] = q_i · k_j / √d for j < the tile's max_keys, then each row's softmax over its
 // own keys, zero past them.
+template <class V, int32_t kKeys>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const QueryTile& t) {
+  constexpr int32_t kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
   int32_t j0 = 0;
-  for (; j0 + kTileKeys <= t.max_keys && j0 + kTileKeys <= b.key_stride; j0 += kTileKeys) {
-    Vec16 acc[kTileQueries][2] = {};
+  for (; j0 + kKeys <= t.max_keys && j0 + kKeys <= b.key_stride; j0 += kKeys) {
+    V acc[kTileQueries][kVecs] = {};
     for (int32_t d = 0; d < b.head_dim; ++d) {
       const float* k = b.keys + d * b.key_stride + j0;
-      const Vec16 k0 = at16(k), k1 = at16(k + 16);
+      V kv[kVecs];
+      for (int32_t v = 0; v < kVecs; ++v) kv[v] = at<V>(k + kLanes * v);
       for (int32_t i = 0; i < kTileQueries; ++i) {
         const float qd = t.q[i][d];
-        acc[i][0] += qd * k0;
-        acc[i][1] += qd * k1;
+        for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
       }
     }
-    for (int32_t i = 0; i < kTileQueries; ++i) {
-      at16(t.scores[i] + j0) = acc[i][0] * scale;
-      at16(t.scores[i] + j0 + 16) = acc[i][1] * scale;
-    }
+    for (int32_t i = 0; i < kTileQueries; ++i)
+      for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + j0 + kLanes * v) = acc[i][v] * scale;
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* s = t.scores[i];
@@ -145,24 +166,24 @@ struct QueryTile {
 }
 
 // out_i = Σ_j p_ij · v_j over the tile's keys.
+template <class V, int32_t kDims>
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const QueryTile& t) {
+  constexpr int32_t kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   int32_t d0 = 0;
-  for (; d0 + kTileDims <= dims; d0 += kTileDims) {
-    Vec16 acc[kTileQueries][4] = {};
+  for (; d0 + kDims <= dims; d0 += kDims) {
+    V acc[kTileQueries][kVecs] = {};
     for (int32_t j = 0; j < t.max_keys; ++j) {
       const float* v = b.values + j * b.value_stride + d0;
-      const Vec16 v0 = at16(v), v1 = at16(v + 16), v2 = at16(v + 32), v3 = at16(v + 48);
+      V vv[kVecs];
+      for (int32_t k = 0; k < kVecs; ++k) vv[k] = at<V>(v + kLanes * k);
       for (int32_t i = 0; i < kTileQueries; ++i) {
         const float p = t.scores[i][j];
-        acc[i][0] += p * v0;
-        acc[i][1] += p * v1;
-        acc[i][2] += p * v2;
-        acc[i][3] += p * v3;
+        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] += p * vv[k];
       }
     }
     for (int32_t i = 0; i < t.count; ++i)
-      for (int32_t k = 0; k < 4; ++k) at16(t.out[i] + d0 + 16 * k) = acc[i][k];
+      for (int32_t k = 0; k < kVecs; ++k) at<V>(t.out[i] + d0 + kLanes * k) = acc[i][k];
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
@@ -175,20 +196,24 @@ struct QueryTile {
   }
 }
 
+template <class V = Vec16, int32_t kKeys = kTileKeys, int32_t kDims = kTileDims>
 [[gnu::always_inline]] inline void attend_block_loops(const AttentionBlock& b) {
+  static_assert(kTileKeys % kKeys == 0, "score rows hold whole kTileKeys tiles");
   int32_t max_keys = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) max_keys = std::max(max_keys, b.n_keys[r]);
   const int64_t score_stride = round_up(max_keys, kTileKeys);
   for (int32_t first = 0; first < b.n_rows * b.group; first += kTileQueries) {
     const QueryTile tile = query_tile(b, first, score_stride);
-    tile_scores(b, tile);
-    tile_output(b, tile);
+    tile_scores<V, kKeys>(b, tile);
+    tile_output<V, kDims>(b, tile);
   }
 }
 
 #ifdef ORCHARD_X86_DISPATCH
 __attribute__((target("avx512f"))) void attend_block_avx512(const AttentionBlock& block) { attend_block_loops(block); }
-__attribute__((target("avx2,fma"))) void attend_block_avx2(const AttentionBlock& block) { attend_block_loops(block); }
+__attribute__((target("avx2,fma"))) void attend_block_avx2(const AttentionBlock& block) {
+  attend_block_loops<Vec8, kNarrowTileKeys, kNarrowTileDims>(block);
+}
 __attribute__((target("avx512f"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
   silu_mul_loop(gate, up, n);
 }

@@ -287,6 +287,36 @@ TEST(MatmulContract, ManyMatricesOfOneInputMatchTheirOwnProducts) {
   }
 }
 
+TEST(MatmulContract, QuantizedOutputsDoNotDependOnTheBatch) {
+  // A token's outputs are bit for bit the same whether it runs alone (a decode step) or inside
+  // a batch, where the kernels take tokens in runs of several (and the AVX2 interleaved ones
+  // switch loop order above two): the engine's batched passes rely on it. Quantized types
+  // only: the float kernels split a lone token's columns over several sums.
+  const int64_t rows = 50, cols = 512, n_tokens = 37;
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_1,
+                          TensorType::Q5_K, TensorType::IQ4_XS}) {
+    Problem p = make_problem(type, rows, cols, n_tokens, 21);
+    for (const kernels::KernelSet* set : all_sets()) {
+      kernels::use_kernel_set(set);
+      for (bool repack : {false, true}) {
+        WeightMatrix w = WeightMatrix::prepare(type, p.weights.data(), rows, cols, repack);
+        std::vector<float> batch(static_cast<size_t>(n_tokens * rows), NAN), alone(static_cast<size_t>(rows), NAN);
+        matmul(w, p.x.data(), n_tokens, batch.data(), pool, scratch);
+        const std::string what = std::string(type_name(type)) + " " + set->name + (w.repacked() ? " repacked" : " rows");
+        check(p, batch, what);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          matmul(w, p.x.data() + t * cols, 1, alone.data(), pool, scratch);
+          ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, alone.size() * sizeof(float)))
+              << what << " token " << t;
+        }
+      }
+    }
+  }
+  kernels::use_kernel_set(nullptr);
+}
+
 TEST(MatmulContract, CopiesFromAnArenaMatchCopiesOfTheirOwn) {
   // Small blocks, so the copies fill one, open others, and one is larger than a block; every
   // copy outlives the arena.
