@@ -11,10 +11,11 @@ extern const ArchitectureDef kQwen2;
 extern const ArchitectureDef kQwen3;
 extern const ArchitectureDef kQwen3Moe;
 extern const ArchitectureDef kDeepseek2;
+extern const ArchitectureDef kGptOss;
 
 namespace {
 
-constexpr const ArchitectureDef* kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen3Moe, &kDeepseek2};
+constexpr const ArchitectureDef* kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen3Moe, &kDeepseek2, &kGptOss};
 
 std::string layer_name(int32_t layer, std::string_view tensor) { return fmt::format("blk.{}.{}", layer, tensor); }
 
@@ -82,6 +83,13 @@ void attention(const ModelConfig& c, int32_t l, AttentionOptions options, std::v
   }
   out.push_back({layer_name(l, "attn_output.weight"), {q, d}, TensorRole::Matrix, Split::Columns,
                  ShardAxis::QueryDims, true, &LayerWeights::wo});
+  // Added to the summed product, so whole on every rank.
+  if (options.output_bias)
+    out.push_back({layer_name(l, "attn_output.bias"), {d}, TensorRole::Bias, Split::Whole, ShardAxis::QueryDims, true,
+                   &LayerWeights::bo});
+  if (options.sinks)
+    out.push_back({layer_name(l, "attn_sinks.weight"), {c.n_heads}, TensorRole::Sinks, Split::Rows,
+                   ShardAxis::QueryHeads, true, &LayerWeights::attn_sinks});
 }
 
 void dense_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
@@ -96,13 +104,24 @@ void dense_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
                  true, &LayerWeights::w_down});
 }
 
-void moe_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out) {
+void moe_ffn(const ModelConfig& c, int32_t l, std::vector<TensorSpec>& out, MoeOptions options) {
   const int64_t d = c.n_embd, ff = c.n_ff_exp, n = c.n_expert;
-  out.push_back({layer_name(l, "ffn_norm.weight"), {d}, TensorRole::Norm, Split::Whole, ShardAxis::ExpertRows, true,
-                 &LayerWeights::ffn_norm});
+  out.push_back({layer_name(l, options.post_attention_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {d},
+                 TensorRole::Norm, Split::Whole, ShardAxis::ExpertRows, true, &LayerWeights::ffn_norm});
   // Every rank routes every token itself (the router is small), so all agree on the choice.
   out.push_back({layer_name(l, "ffn_gate_inp.weight"), {d, n}, TensorRole::Router, Split::Whole, ShardAxis::ExpertRows,
                  true, &LayerWeights::router});
+  if (options.biases) {
+    out.push_back({layer_name(l, "ffn_gate_inp.bias"), {n}, TensorRole::Bias, Split::Whole, ShardAxis::ExpertRows,
+                   true, &LayerWeights::router_bias});
+    // The gate and up biases follow their rows; the down bias is added to the summed product.
+    out.push_back({layer_name(l, "ffn_gate_exps.bias"), {ff, n}, TensorRole::Bias, Split::Rows, ShardAxis::ExpertRows,
+                   true, &LayerWeights::expert_gate_bias});
+    out.push_back({layer_name(l, "ffn_up_exps.bias"), {ff, n}, TensorRole::Bias, Split::Rows, ShardAxis::ExpertRows,
+                   true, &LayerWeights::expert_up_bias});
+    out.push_back({layer_name(l, "ffn_down_exps.bias"), {d, n}, TensorRole::Bias, Split::Whole, ShardAxis::ExpertRows,
+                   true, &LayerWeights::expert_down_bias});
+  }
   out.push_back({layer_name(l, "ffn_gate_exps.weight"), {d, ff, n}, TensorRole::Matrix, Split::Rows,
                  ShardAxis::ExpertRows, true, &LayerWeights::expert_gate});
   out.push_back({layer_name(l, "ffn_up_exps.weight"), {d, ff, n}, TensorRole::Matrix, Split::Rows,

@@ -25,6 +25,7 @@ enum class Split { Whole, Rows, Columns };
 // Which of the shard's ranges a split tensor follows.
 enum class ShardAxis {
   QueryDims,  // the shard's query heads × head size
+  QueryHeads, // the shard's query heads (one value per head: attention sinks)
   KvDims,     // its key/value heads × head size
   FfRows,     // its rows of the dense FFN
   ExpertRows, // its rows of every expert's FFN
@@ -44,9 +45,12 @@ enum class TensorRole {
   Norm,       // F32 vector near 1
   Bias,       // F32 vector near 0
   RopeFactors,
+  Sinks,      // F32 attention sink logits, one per head, of about the scores' spread
 };
 
 // Where ModelWeights binds a layer tensor.
+// A std::vector<float> holds a vector, or the rows of a small matrix (one bias per expert) end
+// to end, each cut to the shard's range when the tensor splits by rows.
 using LayerSlot = std::variant<std::monostate, core::WeightMatrix LayerWeights::*, std::vector<float> LayerWeights::*,
                                std::vector<core::WeightMatrix> LayerWeights::*>;
 
@@ -70,11 +74,16 @@ struct ArchitectureDef {
   bool mixture_of_experts;  // experts are required (an architecture such as llama may have them)
   // The tensors of layer `layer`, in file order.
   std::vector<TensorSpec> (*layer_tensors)(const ModelConfig& config, int32_t layer);
+  FfnActivation activation = FfnActivation::SwiGlu;
+  // > 0: layers l with l % period < period - 1 attend through a sliding window of
+  // attention.sliding_window positions (then required); attention.sliding_window_pattern in
+  // the file sets another period.
+  int32_t sliding_window_period = 0;
 };
 
 // The architectures Orchard runs; nullptr for any other name.
 const ArchitectureDef* find_architecture(std::string_view name);
-// "llama, qwen2, qwen3, qwen3moe, deepseek2"
+// "llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss"
 std::string supported_architectures();
 
 // The model-wide tensors (embedding, RoPE factors, output norm and head), in file order; the
@@ -90,13 +99,22 @@ namespace blocks {
 struct AttentionOptions {
   bool qkv_bias = false;  // qwen2
   bool qk_norm = false;   // qwen3: RMSNorm of each query and key head before RoPE
+  bool output_bias = false;  // gpt-oss: attn_output.bias
+  bool sinks = false;        // gpt-oss: attn_sinks.weight, one logit per head in its softmax
 };
-// attn_norm, q/k/v projections (with their biases), q/k norms, attn_output.
+// attn_norm, q/k/v projections (with their biases), q/k norms, attn_output (and its bias),
+// attention sinks.
 void attention(const ModelConfig& c, int32_t layer, AttentionOptions options, std::vector<TensorSpec>& out);
 // ffn_norm, gate/up/down of a SwiGLU FFN of width n_ff.
 void dense_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+struct MoeOptions {
+  // gpt-oss: a bias on the router and on every expert's gate, up and down projection, and the
+  // FFN's norm named post_attention_norm.
+  bool biases = false;
+  bool post_attention_norm = false;
+};
 // ffn_norm, the router (ffn_gate_inp) and the experts' gate/up/down stacks of width n_ff_exp.
-void moe_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out);
+void moe_ffn(const ModelConfig& c, int32_t layer, std::vector<TensorSpec>& out, MoeOptions options = {});
 // Multi-head latent attention (deepseek2): attn_norm, the query (attn_q, or attn_q_a, its norm
 // and attn_q_b), attn_kv_a_mqa and its norm, the per-head up-projections attn_k_b/attn_v_b
 // (stacks of one matrix per head), attn_output.

@@ -51,14 +51,18 @@ void read_experts(const gguf::Reader& file, const std::string& p, ModelConfig& c
   // DeepSeek V2 leaves the weights as the router gave them unless told (llama.cpp's default).
   if (deepseek2) c.expert_weights_norm = false;
   if (const auto* v = file.find(p + "expert_weights_norm")) c.expert_weights_norm = v->as_bool(p + "expert_weights_norm");
-  // llama.cpp's numbering: 1 softmax, 2 sigmoid (DeepSeek V3), 3 softmax over the chosen (gpt-oss).
+  // llama.cpp's numbering: 1 softmax, 2 sigmoid (DeepSeek V3), 3 softmax over the chosen experts'
+  // logits (gpt-oss, whose files leave the key out): softmax over all of them renormalized over
+  // the chosen is the same weights.
   if (const auto* v = file.find(p + "expert_gating_func")) {
     const int64_t code = v->as_int(p + "expert_gating_func");
-    if (code != 1 && code != 2)
+    if (code != 1 && code != 2 && code != 3)
       throw FormatError(error_message("model",
-                                      "{}: {}expert_gating_func = {} is not supported; supported: 1 (softmax), 2 (sigmoid)",
+                                      "{}: {}expert_gating_func = {} is not supported; supported: 1 (softmax), 2 "
+                                      "(sigmoid), 3 (softmax of the chosen)",
                                       file.path(), p, code));
-    c.expert_gating = static_cast<ExpertGating>(code);
+    c.expert_gating = code == 2 ? ExpertGating::Sigmoid : ExpertGating::Softmax;
+    if (code == 3) c.expert_weights_norm = true;
   }
   // 0 (absent in most files) means no scaling, as in llama.cpp.
   if (const float scale = optional_float(file, p + "expert_weights_scale", 0.0f); scale != 0) {
@@ -157,6 +161,20 @@ void read_latent_attention(const gguf::Reader& file, const std::string& p, Model
   c.attention_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
 }
 
+// The sliding window, for an architecture whose layers have one.
+void read_sliding_window(const gguf::Reader& file, const std::string& p, ModelConfig& c) {
+  if (c.arch->sliding_window_period == 0) return;
+  c.sliding_window = positive_int(file, p + "attention.sliding_window");
+  c.sliding_window_period = c.arch->sliding_window_period;
+  if (const auto* v = file.find(p + "attention.sliding_window_pattern")) {
+    const int64_t period = v->as_int(p + "attention.sliding_window_pattern");
+    if (period < 0 || period > (int64_t{1} << 30))
+      throw FormatError(error_message("model", "{}: {}attention.sliding_window_pattern = {} is out of range",
+                                      file.path(), p, period));
+    c.sliding_window_period = static_cast<int32_t>(period);
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
@@ -167,6 +185,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
     throw FormatError(error_message("model", "{}: architecture '{}' is not supported; supported: {}", file.path(),
                                     c.arch_name, supported_architectures()));
   c.rope_ordering = c.arch->rope;
+  c.ffn_activation = c.arch->activation;
   if (const auto* v = file.find("general.name")) c.name = v->as_string("general.name");
 
   const std::string p = c.arch_name + ".";
@@ -184,6 +203,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
   c.rope_dims = optional_int(file, p + "rope.dimension_count", c.head_dim);
   c.rms_eps = optional_float(file, p + "attention.layer_norm_rms_epsilon", 1e-5f);
   c.rope_theta = optional_float(file, p + "rope.freq_base", 10000.0f);
+  read_sliding_window(file, p, c);
 
   if (const auto* type = file.find(p + "rope.scaling.type")) {
     const std::string& kind = type->as_string(p + "rope.scaling.type");

@@ -14,12 +14,17 @@ struct ArchitectureDef;
 // its permuted q/k), NeoX rotates (i, i + d/2) (qwen2, qwen3).
 enum class RopeOrdering { Normal, NeoX };
 
-// How a router's logits become expert scores (llama.cpp's expert_gating_func numbering).
+// How a router's logits become expert scores (llama.cpp's expert_gating_func numbering; its 3,
+// a softmax of the chosen experts' logits, is Softmax with the weights normalized).
 enum class ExpertGating { Softmax = 1, Sigmoid = 2 };
+
+// The FFN's gated activation: SwiGlu is silu(gate)·up; ClampedSwiGlu (gpt-oss) clamps gate
+// above and up to ±7 and computes gate·σ(1.702·gate)·(up + 1).
+enum class FfnActivation { SwiGlu, ClampedSwiGlu };
 
 struct ModelConfig {
   const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
-  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"
+  std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gpt-oss"
   std::string name;               // general.name, may be empty
   int32_t n_embd = 0;             // width of the residual stream
   int32_t n_layers = 0;
@@ -41,6 +46,13 @@ struct ModelConfig {
   int32_t n_expert_groups = 0;
   int32_t n_expert_groups_used = 0;
   int32_t n_expert_shared = 0;    // shared experts every token visits, as one FFN of n_shared × n_ff_exp
+  FfnActivation ffn_activation = FfnActivation::SwiGlu;
+  // Sliding-window attention (gpt-oss): in sliding layers a position sees itself and the
+  // sliding_window - 1 positions before it; in the others every earlier position. 0: none.
+  int32_t sliding_window = 0;
+  // Which layers slide, as llama.cpp's attention.sliding_window_pattern says: those with
+  // l % period < period - 1 (gpt-oss: 2, the even layers), every layer when 0.
+  int32_t sliding_window_period = 0;
   int32_t vocab_size = 0;
   int32_t context_length = 0;     // trained context
   float rms_eps = 1e-5f;
@@ -77,6 +89,10 @@ struct ModelConfig {
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
   bool moe_layer(int32_t layer) const { return n_expert > 0 && layer >= n_dense_leading; }
+  bool sliding_layer(int32_t layer) const {
+    return sliding_window > 0 &&
+           (sliding_window_period == 0 || layer % sliding_window_period < sliding_window_period - 1);
+  }
 
   // Reads and checks the metadata. Unknown architecture: FormatError listing the supported
   // ones; missing keys name the key; an expert gating function other than softmax names it;

@@ -72,6 +72,7 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   }
   block_start_.resize(batch + 1);
   key_counts_.resize(batch);
+  first_keys_.resize(batch);
   // Latent attention: every query head reads the one latent "KV head", a task's share at a time.
   const int32_t group = c.latent_attention() ? std::min(c.n_heads, kLatentHeadsPerTask) : c.n_heads / c.n_kv_heads;
   scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(kAttentionBlockRows, group, n_ctx));
@@ -220,6 +221,9 @@ void Forward::attention_block(int32_t layer, int32_t n) {
   attend(local, n);
   core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  // After the sum, so that a split adds it once.
+  if (!w.bo.empty())
+    for_rows(n, [&](int32_t t) { ops::add(&proj_[static_cast<size_t>(t) * d], w.bo.data(), d); });
   add_to_residual(n);
 }
 
@@ -244,6 +248,10 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t q_dim = s.n_heads() * hd;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
   const int32_t n_blocks = attention_blocks(n);
+  const LayerWeights& w = weights_.layer(s.layer_begin + local);
+  const bool sliding = c.sliding_layer(s.layer_begin + local);
+  if (sliding)
+    for (int32_t t = 0; t < n; ++t) first_keys_[t] = std::max(0, row_pos_[t] + 1 - c.sliding_window);
   // One task per (KV head, block). When that leaves threads idle (a decode step has only as
   // many tasks as KV heads), each KV head's query heads are spread over `parts` tasks; every
   // query head is computed on its own either way, so results are the same.
@@ -277,6 +285,8 @@ void Forward::attend(int32_t local, int32_t n) {
     b.values = cache.values(local, kv);
     b.value_stride = cache.value_stride();
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
+    if (sliding) b.first_key = &first_keys_[static_cast<size_t>(t0)];
+    if (!w.attn_sinks.empty()) b.sinks = &w.attn_sinks[static_cast<size_t>(h0)];
     ops::attend_block(b);
   });
 }
@@ -408,7 +418,7 @@ void Forward::ffn_block(int32_t layer, int32_t n) {
   const int32_t ff = s.n_ff();
   for_rows(n, [&](int32_t t) {
     const size_t row = static_cast<size_t>(t) * ff;
-    ops::silu_mul(&gate_[row], &up_[row], ff);
+    activate(&gate_[row], &up_[row], ff);
   });
   core::matmul(w.w_down, gate_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
@@ -425,6 +435,7 @@ void Forward::route(int32_t layer, const LayerWeights& w, int32_t n) {
     float* p = &router_logits_[static_cast<size_t>(t) * n_expert];
     const float* x = &normed_[static_cast<size_t>(t) * d];
     for (int32_t e = 0; e < n_expert; ++e) p[e] = ops::dot(&w.router[static_cast<size_t>(e) * d], x, d);
+    if (!w.router_bias.empty()) ops::add(p, w.router_bias.data(), n_expert);
     if (c.expert_gating == ExpertGating::Sigmoid)
       for (int32_t e = 0; e < n_expert; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     else
@@ -514,7 +525,13 @@ void Forward::moe_block(int32_t layer, int32_t n) {
       }
       core::matmul_many(std::span(targets, static_cast<size_t>(2 * count)), normed_.data(), 1, pool_, scratch_);
     }
-    ops::silu_mul(gate_.data(), up_.data(), static_cast<int64_t>(n_local) * ff);
+    if (!w.expert_gate_bias.empty())
+      for (int32_t j = 0; j < n_local; ++j) {
+        const size_t at = static_cast<size_t>(j) * ff, e = static_cast<size_t>(route_expert_[local[j]]);
+        ops::add(&gate_[at], &w.expert_gate_bias[e * ff], ff);
+        ops::add(&up_[at], &w.expert_up_bias[e * ff], ff);
+      }
+    activate(gate_.data(), up_.data(), static_cast<int64_t>(n_local) * ff);
     for (int32_t j = 0; j < n_local; ++j) {
       const int32_t i = local[j];
       const auto e = static_cast<size_t>(route_expert_[i]);
@@ -536,7 +553,11 @@ void Forward::moe_block(int32_t layer, int32_t n) {
       core::matmul_many(gate_up, gathered_.data(), rows, pool_, scratch_);
       for_rows(rows, [&](int32_t t) {
         const size_t row = static_cast<size_t>(t) * ff;
-        ops::silu_mul(&gate_[row], &up_[row], ff);
+        if (!w.expert_gate_bias.empty()) {
+          ops::add(&gate_[row], &w.expert_gate_bias[static_cast<size_t>(e) * ff], ff);
+          ops::add(&up_[row], &w.expert_up_bias[static_cast<size_t>(e) * ff], ff);
+        }
+        activate(&gate_[row], &up_[row], ff);
       });
       core::matmul(w.expert_down[static_cast<size_t>(e)], gate_.data(), rows, expert_out_.data(), pool_, scratch_);
       for (int32_t j = 0; j < rows; ++j)
@@ -569,7 +590,27 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     });
   }
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  if (!w.expert_down_bias.empty()) add_expert_down_biases(w, n);
   add_to_residual(n);
+}
+
+void Forward::activate(float* gate, const float* up, int64_t n) const {
+  if (weights_.config().ffn_activation == FfnActivation::ClampedSwiGlu)
+    ops::swiglu_clamped(gate, up, n);
+  else
+    ops::silu_mul(gate, up, n);
+}
+
+void Forward::add_expert_down_biases(const LayerWeights& w, int32_t n) {
+  const int32_t d = weights_.config().n_embd, used = weights_.config().n_expert_used;
+  // Every rank holds the whole bias and the same routing, so each adds it to the summed product.
+  for_rows(n, [&](int32_t t) {
+    for (int32_t i = 0; i < used; ++i) {
+      const size_t slot = static_cast<size_t>(t) * used + static_cast<size_t>(i);
+      ops::add_scaled(&proj_[static_cast<size_t>(t) * d],
+                      &w.expert_down_bias[static_cast<size_t>(route_expert_[slot]) * d], route_weight_[slot], d);
+    }
+  });
 }
 
 void Forward::add_to_residual(int32_t n) {

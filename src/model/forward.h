@@ -99,6 +99,10 @@ class Forward {
   // per_head[head_begin + h] · in rows (at in + t·in_stride + h·in_head_stride), t < n.
   void per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
                         int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride, int32_t n);
+  // The FFN's gated activation (silu_mul or gpt-oss's clamped SwiGLU) of n values into gate.
+  void activate(float* gate, const float* up, int64_t n) const;
+  // gpt-oss: adds each row's weighted expert down biases to proj_ (after the sum of a split's parts).
+  void add_expert_down_biases(const LayerWeights& w, int32_t n);
   void add_to_residual(int32_t n);
   // Runs f(row) for rows [0, n) over the pool, in runs of 16 rows per thread: the rows' keys
   // land in the cache's position-contiguous columns, and 16 positions fill a cache line, so
@@ -161,6 +165,7 @@ class Forward {
   static constexpr int32_t kLatentHeadsPerTask = 16;
   std::vector<int32_t> block_start_;
   std::vector<int32_t> key_counts_;
+  std::vector<int32_t> first_keys_;  // in a sliding-window layer, each row's first visible position
   size_t scores_per_thread_ = 0;
   std::vector<float> scores_;
   std::vector<float> rope_cos_;   // F32 [n, rope_dims / 2]

@@ -53,6 +53,18 @@ const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
   }
 }
 
+// gpt-oss's clamped SwiGLU (see ops.h). Where 1.702·g is below -87.3 (e^-x clamped), the
+// result is under 1e-36 and taken as 0, as silu_mul does.
+[[gnu::always_inline]] inline void swiglu_clamped_loop(float* __restrict gate, const float* __restrict up, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kLimit);
+    const float u = std::clamp(up[i], -kLimit, kLimit);
+    const float glu = g / (1.0f + exp_approx(-kAlpha * g));
+    gate[i] = (kAlpha * g < -87.0f ? 0.0f : glu) * (u + 1.0f);
+  }
+}
+
 // 16 floats as one value (GCC/Clang vector extensions), so the tiles below compile to one zmm,
 // two ymm or four NEON registers, whichever the clone is built for. at16 views 16 floats at any
 // address as one, by reference: a vector passed by value would change the ABI between clones.
@@ -96,35 +108,42 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 struct QueryTile {
   const float* q[kTileQueries];
   float* out[kTileQueries];
+  int32_t first_key[kTileQueries];
   int32_t n_keys[kTileQueries];
+  float sink[kTileQueries];
   float* scores[kTileQueries];
   int32_t count, max_keys;
+  int32_t min_first;  // the tile reads keys [min_first, max_keys)
 };
 
 [[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, int64_t score_stride) {
   QueryTile tile{};
   const int32_t total = b.n_rows * b.group;
   tile.count = std::min(kTileQueries, total - first);
+  tile.min_first = b.n_keys[0];
   for (int32_t i = 0; i < kTileQueries; ++i) {
     const int32_t v = first + std::min(i, tile.count - 1);
     const int32_t row = v / b.group, head = v % b.group;
     tile.q[i] = b.q + row * b.row_stride + static_cast<int64_t>(head) * b.head_dim;
     tile.out[i] = b.out + row * (b.out_row_stride ? b.out_row_stride : b.row_stride) +
                   static_cast<int64_t>(head) * (b.value_dim ? b.value_dim : b.head_dim);
+    tile.first_key[i] = b.first_key ? b.first_key[row] : 0;
     tile.n_keys[i] = b.n_keys[row];
+    tile.sink[i] = b.sinks ? b.sinks[head] : 0.0f;
     tile.scores[i] = b.scores + static_cast<int64_t>(first + std::min(i, tile.count - 1)) * score_stride;
     tile.max_keys = std::max(tile.max_keys, tile.n_keys[i]);
+    tile.min_first = std::min(tile.min_first, tile.first_key[i]);
   }
   return tile;
 }
 
-// scores[i][j] = q_i · k_j / √d for j < the tile's max_keys, then each row's softmax over its
-// own keys, zero past them.
+// scores[i][j] = q_i · k_j · scale for j in the tile's [min_first, max_keys), then each row's
+// softmax over its own keys (and its head's sink), zero for the others.
 template <class V, int32_t kKeys>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const QueryTile& t) {
   constexpr int32_t kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
-  int32_t j0 = 0;
+  int32_t j0 = t.min_first;
   for (; j0 + kKeys <= t.max_keys && j0 + kKeys <= b.key_stride; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
     for (int32_t d = 0; d < b.head_dim; ++d) {
@@ -151,16 +170,19 @@ template <class V, int32_t kKeys>
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* s = t.scores[i];
-    const int32_t n = t.n_keys[i];
-    float max = s[0];
-    for (int32_t j = 1; j < n; ++j) max = std::max(max, s[j]);
+    const int32_t first = t.first_key[i], n = t.n_keys[i];
+    float max = s[first];
+    for (int32_t j = first + 1; j < n; ++j) max = std::max(max, s[j]);
+    if (b.sinks) max = std::max(max, t.sink[i]);
     float sum = 0.0f;
-    for (int32_t j = 0; j < n; ++j) {
+    for (int32_t j = first; j < n; ++j) {
       s[j] = exp_approx(s[j] - max);
       sum += s[j];
     }
+    if (b.sinks) sum += exp_approx(t.sink[i] - max);
     const float inv = 1.0f / sum;
-    for (int32_t j = 0; j < n; ++j) s[j] *= inv;
+    for (int32_t j = first; j < n; ++j) s[j] *= inv;
+    for (int32_t j = t.min_first; j < first; ++j) s[j] = 0.0f;
     for (int32_t j = n; j < t.max_keys; ++j) s[j] = 0.0f;
   }
 }
@@ -173,7 +195,7 @@ template <class V, int32_t kDims>
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
     V acc[kTileQueries][kVecs] = {};
-    for (int32_t j = 0; j < t.max_keys; ++j) {
+    for (int32_t j = t.min_first; j < t.max_keys; ++j) {
       const float* v = b.values + j * b.value_stride + d0;
       V vv[kVecs];
       for (int32_t k = 0; k < kVecs; ++k) vv[k] = at<V>(v + kLanes * k);
@@ -188,7 +210,7 @@ template <class V, int32_t kDims>
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
     for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
-    for (int32_t j = 0; j < t.max_keys; ++j) {
+    for (int32_t j = t.min_first; j < t.max_keys; ++j) {
       const float p = t.scores[i][j];
       const float* v = b.values + j * b.value_stride;
       for (int32_t d = d0; d < dims; ++d) o[d] += p * v[d];
@@ -219,6 +241,12 @@ __attribute__((target("avx512f"))) void silu_mul_avx512(float* gate, const float
 }
 __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float* up, int64_t n) {
   silu_mul_loop(gate, up, n);
+}
+__attribute__((target("avx512f"))) void swiglu_clamped_avx512(float* gate, const float* up, int64_t n) {
+  swiglu_clamped_loop(gate, up, n);
+}
+__attribute__((target("avx2,fma"))) void swiglu_clamped_avx2(float* gate, const float* up, int64_t n) {
+  swiglu_clamped_loop(gate, up, n);
 }
 #endif
 
@@ -332,6 +360,14 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   if (kHasAvx2) return silu_mul_avx2(gate, up, n);
 #endif
   silu_mul_loop(gate, up, n);
+}
+
+void swiglu_clamped(float* gate, const float* up, int64_t n) {
+#ifdef ORCHARD_X86_DISPATCH
+  if (kHasAvx512) return swiglu_clamped_avx512(gate, up, n);
+  if (kHasAvx2) return swiglu_clamped_avx2(gate, up, n);
+#endif
+  swiglu_clamped_loop(gate, up, n);
 }
 
 }  // namespace orchard::model::ops

@@ -16,10 +16,12 @@ void rope_angles(int32_t pos, const ModelConfig& config, const float* freq_facto
 // Rotates one head vector [head_dim] by angles from rope_angles.
 void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, RopeOrdering ordering);
 // Attention of a block of rows (positions of one sequence) over one KV head: row r has `group`
-// query heads and sees keys [0, n_keys[r]); out[r][g] = softmax(q[r][g] · K · scale) · V, scale
-// 1/√head_dim unless given.
+// query heads and sees keys [first_key[r], n_keys[r]) (first_key null: from 0);
+// out[r][g] = softmax(q[r][g] · K · scale) · V, scale 1/√head_dim unless given, where a head with
+// a sink logit s_g (gpt-oss) has e^s_g added to its softmax's denominator, a key that adds no value.
 // Computed as two small matrix products over the block (scores = Q·K, then out = P·V) in
-// register tiles, so each key and value is loaded once per 4 query vectors, not once each.
+// register tiles, so each key and value is loaded once per 4 query vectors, not once each;
+// keys before a tile's first visible one are not read.
 struct AttentionBlock {
   const float* q;          // F32: row r's head g at q + r * row_stride + g * head_dim
   float* out;              // F32, laid out like q (or as out_row_stride and value_dim say)
@@ -36,12 +38,17 @@ struct AttentionBlock {
   float scale = 0;         // 0: 1/√head_dim
   int32_t value_dim = 0;   // 0: head_dim
   int64_t out_row_stride = 0;  // 0: row_stride
+  const int32_t* first_key = nullptr;  // [n_rows], each < n_keys[r]: a sliding window; null: none
+  const float* sinks = nullptr;        // [group]: each query head's sink logit; null: none
 };
 void attend_block(const AttentionBlock& block);
 // Floats of scratch that attend_block needs for a block of this size.
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU: with g = min(gate[i], 7) and u = clamp(up[i], -7, 7),
+// gate[i] = g · σ(1.702 g) · (u + 1).
+void swiglu_clamped(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add(float* y, const float* x, int64_t n);
 // y[i] += a * x[i]

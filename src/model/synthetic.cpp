@@ -23,12 +23,14 @@ struct Shape {
   int32_t head_dim;                           // 0: n_embd / n_heads
   int32_t n_expert, n_expert_used, n_ff_exp;  // 0: a shape for dense models only
   bool dense = true;                          // false: for mixtures of experts only
+  int32_t sliding_window = 128;               // gpt-oss's sliding layers (its real window: 128)
 };
 
 constexpr Shape kShapes[] = {
     // Experts 512 wide: a 2-way tensor split keeps whole 256-element quantization blocks.
-    {"tiny", 256, 4, 4, 2, 768, 1024, 512, 10000.0f, 0, 8, 2, 512},
-    {"small", 512, 4, 8, 2, 1536, 4096, 2048, 10000.0f, 0, 16, 4, 256},
+    // Windows shorter than the tests' prompts, so that they matter.
+    {"tiny", 256, 4, 4, 2, 768, 1024, 512, 10000.0f, 0, 8, 2, 512, true, 5},
+    {"small", 512, 4, 8, 2, 1536, 4096, 2048, 10000.0f, 0, 16, 4, 256, true, 8},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 0, 0, 0, 0},
     {"llama-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 0, 0, 0, 0},
     // Qwen3-30B-A3B's layer (128-wide heads, 768-wide experts) with 16 layers and 32 experts of
@@ -45,7 +47,7 @@ struct SyntheticArch {
 constexpr SyntheticArch kArchs[] = {
     {"llama", "llama", false},      {"qwen2", "qwen2", false},         {"qwen3", "qwen3", false},
     {"qwen3moe", "qwen3moe", true}, {"mixtral", "llama", true},        {"deepseek2", "deepseek2", true},
-    {"deepseek2-lite", "deepseek2", true}, {"deepseek2-kvb", "deepseek2", true},
+    {"deepseek2-lite", "deepseek2", true}, {"deepseek2-kvb", "deepseek2", true}, {"gpt-oss", "gpt-oss", true},
 };
 
 // deepseek2's latent attention and routing. "deepseek2" is V3's kind (query latent, sigmoid
@@ -128,13 +130,15 @@ class ModelBuilder {
     });
   }
 
-  // A vector around `center` (norm weights near 1, biases near 0), always F32.
-  void vector(const std::string& name, int64_t n, float center, float spread) {
+  // A vector around `center` (norm weights near 1, biases near 0), always F32; `shape` when it
+  // holds several (one bias per expert).
+  void vector(const std::string& name, int64_t n, float center, float spread, std::vector<int64_t> shape = {}) {
     std::vector<float> values(static_cast<size_t>(n));
     fill_row(values.data(), n, hash_name(spec_.seed, name), center, spread);
     std::vector<uint8_t> bytes(values.size() * sizeof(float));
     std::memcpy(bytes.data(), values.data(), bytes.size());
-    writer_.add_tensor(name, TensorType::F32, {n}, std::move(bytes));
+    writer_.add_tensor(name, TensorType::F32, shape.empty() ? std::vector<int64_t>{n} : std::move(shape),
+                       std::move(bytes));
   }
 
  private:
@@ -257,7 +261,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     c.n_dense_leading = latent->dense_leading;
     c.joined_kv_b = latent->joined_kv_b;
   }
-  const bool llama = c.arch_name == "llama", qwen = !llama;
+  const bool llama = c.arch_name == "llama", gpt_oss = c.arch_name == "gpt-oss", qwen = !llama && !gpt_oss;
   const bool qwen3 = c.arch_name == "qwen3" || c.arch_name == "qwen3moe";
   // Small dense qwen models tie the output to the embedding; llama and the MoE models keep their own.
   const bool tied = qwen && !arch->experts;
@@ -281,10 +285,11 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   writer.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(qwen ? 1e-6f : 1e-5f));
   writer.set(a + "rope.freq_base", gguf::Value::f32(s.rope_theta));
   writer.set(a + "rope.dimension_count", u32(c.rope_dims));
-  if (qwen3) {
+  if (qwen3 || gpt_oss) {
     writer.set(a + "attention.key_length", u32(c.head_dim));
     writer.set(a + "attention.value_length", u32(c.head_dim));
   }
+  if (gpt_oss) writer.set(a + "attention.sliding_window", u32(s.sliding_window));
   if (c.n_expert > 0) {
     writer.set(a + "expert_count", u32(c.n_expert));
     writer.set(a + "expert_used_count", u32(c.n_expert_used));
@@ -334,14 +339,21 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     writer.set(a + "rope.scaling.factor", gguf::Value::f32(spec.rope_linear_factor));
   }
   writer.set(a + "vocab_size", u32(c.vocab_size));
-  VocabStyle style = qwen                       ? VocabStyle::Qwen2Bpe
+  VocabStyle style = qwen || gpt_oss            ? VocabStyle::Qwen2Bpe
                      : spec.shape == "llama-8b" ? VocabStyle::Llama3Bpe
                                                 : VocabStyle::SentencePiece;
   write_vocab(writer, style, c.vocab_size);
 
   core::ThreadPool pool(spec.threads);
   ModelBuilder b(spec, pool, writer, on_progress);
-  const FileType& types = *file_type;
+  FileType types = *file_type;
+  // gpt-oss was trained with MXFP4 experts, and its published MXFP4 files (ggml-org's) keep
+  // everything else in BF16.
+  const bool float_outside_experts = gpt_oss && types.matrix == TensorType::MXFP4;
+  if (float_outside_experts) types.embedding = types.output = TensorType::BF16;
+  auto matrix_type = [&](const TensorSpec& t, TensorType type) {
+    return float_outside_experts && t.experts() == 1 ? TensorType::BF16 : type;
+  };
   for_each_tensor(c, [&](const TensorSpec& t, int32_t layer) {
     const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
     switch (t.role) {
@@ -350,15 +362,19 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
       case TensorRole::Output:
         if (!tied) b.matrix(t.name, types.output, t.rows(), t.cols(), 3.0f * in_std);
         break;
-      case TensorRole::Matrix: b.matrix(t.name, types.matrix, t.rows(), t.cols(), in_std, t.experts()); break;
+      case TensorRole::Matrix:
+        b.matrix(t.name, matrix_type(t, types.matrix), t.rows(), t.cols(), in_std, t.experts());
+        break;
       case TensorRole::MoreBits:
-        b.matrix(t.name, uses_more_bits(layer, c.n_layers) ? types.more_bits : types.matrix, t.rows(), t.cols(), in_std,
-                 t.experts());
+        b.matrix(t.name, matrix_type(t, uses_more_bits(layer, c.n_layers) ? types.more_bits : types.matrix), t.rows(),
+                 t.cols(), in_std, t.experts());
         break;
       // Router logits of about unit spread: tokens choose different experts.
       case TensorRole::Router: b.matrix(t.name, TensorType::F32, t.rows(), t.cols(), in_std); break;
       case TensorRole::Norm: b.vector(t.name, t.cols(), 1.0f, 0.1f); break;
-      case TensorRole::Bias: b.vector(t.name, t.cols(), 0.0f, 0.2f); break;
+      case TensorRole::Bias: b.vector(t.name, t.cols() * t.rows(), 0.0f, 0.2f, t.shape); break;
+      // About the scores' spread: some heads give the sink a large share, others little.
+      case TensorRole::Sinks: b.vector(t.name, t.cols(), 0.0f, 2.0f); break;
       case TensorRole::RopeFactors:
         if (spec.rope_freq_factors) b.vector(t.name, t.cols(), 2.0f, 1.0f);
         break;

@@ -9,7 +9,7 @@
 namespace orchard::model {
 
 struct SyntheticModelSpec {
-  std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | mixtral (llama with experts) | deepseek2 | deepseek2-lite | deepseek2-kvb
+  std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | mixtral (llama with experts) | deepseek2 | deepseek2-lite | deepseek2-kvb | gpt-oss
   std::string shape = "tiny";   // tiny | small | tinyllama-1.1b | llama-8b | moe-3b
   std::string type = "f32";     // a file type of synthetic_types(): f32, q4_k_m, iq4_xs, ...
   uint64_t seed = 1;
@@ -24,7 +24,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
                            const std::function<void(size_t done, size_t total)>& on_progress = {});
 
 std::string synthetic_shapes();  // "tiny, small, tinyllama-1.1b, llama-8b, moe-3b"
-std::string synthetic_architectures();  // "llama, qwen2, qwen3, qwen3moe, mixtral, deepseek2, deepseek2-lite, deepseek2-kvb"
+std::string synthetic_architectures();  // "llama, qwen2, qwen3, qwen3moe, mixtral, deepseek2, deepseek2-lite, deepseek2-kvb, gpt-oss"
 std::string synthetic_types();   // "f32, f16, bf16, q8_0, q4_0, q4_1, ..., q4_k_m, q5_k_m, iq4_xs, mxfp4"
 
 }  // namespace orchard::model

@@ -43,6 +43,7 @@ Range axis_range(const ModelConfig& c, const Shard& s, ShardAxis axis) {
   const int64_t hd = c.head_dim;
   switch (axis) {
     case ShardAxis::QueryDims: return {s.head_begin * hd, s.head_end * hd};
+    case ShardAxis::QueryHeads: return {s.head_begin, s.head_end};
     case ShardAxis::KvDims: return {s.kv_head_begin * hd, s.kv_head_end * hd};
     case ShardAxis::FfRows: return {s.ff_begin, s.ff_end};
     case ShardAxis::ExpertRows: return {s.expert_ff_begin, s.expert_ff_end};
@@ -176,11 +177,18 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
   auto progress = [&] {
     if (options.on_progress) options.on_progress(++done, total);
   };
+  // A vector, or a small matrix's rows end to end, each row cut to the shard's range.
   auto floats = [&](const TensorInfo& t, const TensorSpec& spec) {
     std::vector<float> all = to_floats(file, t);
     if (spec.split == Split::Whole) return all;
     const Range r = axis_range(config, shard, spec.axis);
-    return std::vector<float>(all.begin() + r.begin, all.begin() + r.end);
+    const auto cols = static_cast<size_t>(spec.cols());
+    std::vector<float> part;
+    part.reserve(all.size() / cols * static_cast<size_t>(r.end - r.begin));
+    for (size_t row = 0; row < all.size(); row += cols)
+      part.insert(part.end(), all.begin() + static_cast<ptrdiff_t>(row + r.begin),
+                  all.begin() + static_cast<ptrdiff_t>(row + r.end));
+    return part;
   };
 
   // The model-wide tensors, bound by name: model_tensors lists embedding, RoPE factors, output
@@ -256,6 +264,12 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
   // the whole file computes (tests/parallel checks it).
   auto add = [&](const TensorSpec& spec, const TensorInfo& t, Split split, int32_t layer = -1) {
     const uint64_t base = file.data_offset() + t.offset;
+    // Vectors are read whole and cut after conversion to floats (a split one's range is of its
+    // elements, not of rows of bytes).
+    if (std::holds_alternative<std::vector<float> LayerWeights::*>(spec.slot)) {
+      ranges.push_back({base, t.size_bytes});
+      return;
+    }
     // A stack of experts: only the experts held here (an expert split's run of them).
     int64_t first = 0, last = spec.experts();
     if (std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot))

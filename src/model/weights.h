@@ -22,12 +22,19 @@ struct LayerWeights {
   core::WeightMatrix wo;              // [n_embd, shard q_dim]
   std::vector<float> bq, bk, bv;      // qwen2 biases, F32 [shard q_dim] / [shard kv_dim]
   std::vector<float> q_norm, k_norm;  // qwen3, F32 [head_dim]
+  std::vector<float> bo;              // gpt-oss, F32 [n_embd]: added once to the summed attn_output product
+  std::vector<float> attn_sinks;      // gpt-oss, F32 [shard n_heads]: each head's sink logit
   std::vector<float> ffn_norm;        // F32 [n_embd]
   core::WeightMatrix w_gate;          // [shard n_ff, n_embd]
   core::WeightMatrix w_up;            // [shard n_ff, n_embd]
   core::WeightMatrix w_down;          // [n_embd, shard n_ff]
   // Mixture of experts: the router and, per expert, its FFN (views into the file's stacks).
   std::vector<float> router;                    // F32 [n_expert, n_embd]
+  // gpt-oss's biases: the router's, and every expert's gate/up (its shard rows) and down.
+  std::vector<float> router_bias;               // F32 [n_expert]
+  std::vector<float> expert_gate_bias;          // F32 [n_expert, shard n_ff_exp]
+  std::vector<float> expert_up_bias;            // F32 [n_expert, shard n_ff_exp]
+  std::vector<float> expert_down_bias;          // F32 [n_expert, n_embd]
   std::vector<core::WeightMatrix> expert_gate;  // [n_expert] of [shard n_ff_exp, n_embd]
   std::vector<core::WeightMatrix> expert_up;    // [n_expert] of [shard n_ff_exp, n_embd]
   std::vector<core::WeightMatrix> expert_down;  // [n_expert] of [n_embd, shard n_ff_exp]

@@ -63,7 +63,14 @@ std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<dou
 std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& reader, const std::vector<int32_t>& tokens,
                                                   ForcedRouting* forced) {
   File f{reader, reader.get("general.architecture").as_string("arch")};
-  const bool neox = f.arch != "llama" && f.arch != "deepseek2";  // qwen2, qwen3, qwen3moe rotate NeoX-style
+  const bool neox = f.arch != "llama" && f.arch != "deepseek2";  // qwen2, qwen3, qwen3moe, gpt-oss rotate NeoX-style
+  // gpt-oss: every other layer, from the first, sees only the last `window` positions
+  // (llama.cpp's sliding-window pattern of period 2); the experts' weights are a softmax over
+  // the chosen experts' router logits; their SwiGLU is clamped.
+  const bool gpt_oss = f.arch == "gpt-oss";
+  const int64_t window = gpt_oss ? f.num("attention.sliding_window") : 0;
+  const int64_t window_period = f.num("attention.sliding_window_pattern", 2);
+  const bool softmax_of_chosen = f.num("expert_gating_func", gpt_oss ? 3 : 1) == 3;
   const int64_t n_embd = f.num("embedding_length"), n_layers = f.num("block_count");
   const int64_t n_heads = f.num("attention.head_count"), n_kv = f.num("attention.head_count_kv", n_heads);
   const int64_t hd = f.num("attention.key_length", n_embd / n_heads);
@@ -229,38 +236,57 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
         rope(k[t], hh, t);
       }
     }
+    const bool sliding = window > 0 && (window_period == 0 || l % window_period < window_period - 1);
+    const std::vector<double> sinks = f.has(p + "attn_sinks.weight") ? f.vec(p + "attn_sinks.weight") : std::vector<double>{};
     for (size_t t = 0; t < n; ++t) {
       std::vector<double> out(static_cast<size_t>(n_heads * hd), 0.0);
+      const size_t first = sliding && t + 1 > static_cast<size_t>(window) ? t + 1 - static_cast<size_t>(window) : 0;
       for (int64_t hh = 0; hh < n_heads; ++hh) {
         const int64_t kvh = hh / (n_heads / n_kv);
-        std::vector<double> s(t + 1);
-        double mx = -1e300;
-        for (size_t j = 0; j <= t; ++j) {
+        std::vector<double> s(t + 1, -INFINITY);
+        double mx = sinks.empty() ? -1e300 : sinks[static_cast<size_t>(hh)];
+        for (size_t j = first; j <= t; ++j) {
           double dotp = 0;
           for (int64_t d = 0; d < hd; ++d) dotp += q[t][static_cast<size_t>(hh * hd + d)] * k[j][static_cast<size_t>(kvh * hd + d)];
           s[j] = dotp / std::sqrt(static_cast<double>(hd));
           mx = std::max(mx, s[j]);
         }
-        double sum = 0;
+        // A sink is one more logit in the denominator, with no value.
+        double sum = sinks.empty() ? 0 : std::exp(sinks[static_cast<size_t>(hh)] - mx);
         for (double& e : s) sum += (e = std::exp(e - mx));
-        for (size_t j = 0; j <= t; ++j)
+        for (size_t j = first; j <= t; ++j)
           for (int64_t d = 0; d < hd; ++d)
             out[static_cast<size_t>(hh * hd + d)] += s[j] / sum * v[j][static_cast<size_t>(kvh * hd + d)];
       }
       auto o = matvec(wo, out);
+      if (f.has(p + "attn_output.bias")) {
+        const auto bo = f.vec(p + "attn_output.bias");
+        for (size_t i = 0; i < o.size(); ++i) o[i] += bo[i];
+      }
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
     }
-    const auto ffn_norm = f.vec(p + "ffn_norm.weight");
-    // SwiGLU: down · (silu(gate · h) ⊙ (up · h))
-    auto swiglu = [](const Matrix& gate, const Matrix& up, const Matrix& down, const std::vector<double>& h) {
+    const auto ffn_norm = f.vec(p + (f.has(p + "post_attention_norm.weight") ? "post_attention_norm.weight" : "ffn_norm.weight"));
+    // SwiGLU: down · (silu(gate · h) ⊙ (up · h)); gpt-oss's: with biases, the gate clamped
+    // above and the up to ±7, down · (g σ(1.702 g) ⊙ (u + 1)).
+    auto swiglu = [&](const Matrix& gate, const Matrix& up, const Matrix& down, const std::vector<double>& h,
+                      const double* gate_bias = nullptr, const double* up_bias = nullptr) {
       auto g = matvec(gate, h), u = matvec(up, h);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (gate_bias) g[i] += gate_bias[i], u[i] += up_bias[i];
+        if (gpt_oss) {
+          const double gc = std::min(g[i], 7.0), uc = std::clamp(u[i], -7.0, 7.0);
+          g[i] = gc / (1.0 + std::exp(-1.702 * gc)) * (uc + 1.0);
+        } else {
+          g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        }
+      }
       return matvec(down, g);
     };
     if (f.has(p + "ffn_gate_inp.weight")) {
       // Mixture of experts: softmax over the router's logits, the k most probable experts,
-      // their probabilities renormalized to sum to one, the experts' outputs summed by them.
+      // their probabilities renormalized to sum to one (gpt-oss: a softmax over the chosen
+      // experts' logits), the experts' outputs summed by them.
       const Matrix router = f.matrix(p + "ffn_gate_inp.weight");
       const auto n_expert = static_cast<int64_t>(router.size());
       const int64_t k = f.num("expert_used_count");
@@ -284,9 +310,17 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
         up.push_back(f.matrix(p + "ffn_up_exps.weight", e));
         down.push_back(f.matrix(p + "ffn_down_exps.weight", e));
       }
+      // gpt-oss's biases: the router's, and per expert (a matrix row each) gate, up and down.
+      const bool expert_biases = f.has(p + "ffn_gate_inp.bias");
+      const std::vector<double> router_bias = expert_biases ? f.vec(p + "ffn_gate_inp.bias") : std::vector<double>{};
+      const Matrix gate_bias = expert_biases ? f.matrix(p + "ffn_gate_exps.bias") : Matrix{},
+                   up_bias = expert_biases ? f.matrix(p + "ffn_up_exps.bias") : Matrix{},
+                   down_bias = expert_biases ? f.matrix(p + "ffn_down_exps.bias") : Matrix{};
       for (size_t t = 0; t < n; ++t) {
         auto h = rms_norm(x[t], ffn_norm, eps);
         auto logits = matvec(router, h);
+        for (size_t e = 0; e < router_bias.size(); ++e) logits[e] += router_bias[e];
+        const std::vector<double> raw = logits;
         if (sigmoid) {
           for (double& v : logits) v = 1.0 / (1.0 + std::exp(-v));
         } else {
@@ -340,13 +374,20 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
             chosen.assign(it->second.begin(), it->second.end());
           }
         }
-        double chosen_sum = 0;
+        double chosen_sum = 0, chosen_exp_sum = 0;
         for (int64_t e : chosen) chosen_sum += logits[static_cast<size_t>(e)];
+        for (int64_t e : chosen) chosen_exp_sum += std::exp(raw[static_cast<size_t>(e)] - raw[static_cast<size_t>(chosen[0])]);
         for (int64_t chosen_e : chosen) {
           const auto e = static_cast<size_t>(chosen_e);
-          double weight = renormalize ? logits[e] / chosen_sum : logits[e];
+          double weight = softmax_of_chosen
+                              ? std::exp(raw[e] - raw[static_cast<size_t>(chosen[0])]) / chosen_exp_sum
+                              : renormalize ? logits[e] / chosen_sum
+                                            : logits[e];
           if (weights_scale != 0) weight *= weights_scale;
-          auto out = swiglu(gate[e], up[e], down[e], h);
+          auto out = expert_biases ? swiglu(gate[e], up[e], down[e], h, gate_bias[e].data(), up_bias[e].data())
+                                   : swiglu(gate[e], up[e], down[e], h);
+          if (expert_biases)
+            for (size_t j = 0; j < out.size(); ++j) out[j] += down_bias[e][j];
           for (size_t j = 0; j < out.size(); ++j) x[t][j] += weight * out[j];
         }
         if (!shared_gate.empty()) {

@@ -20,7 +20,12 @@ struct Case {
   std::string arch, type;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.arch + "_" + info.param.type; }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = info.param.arch + "_" + info.param.type;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
 
 // RMS of the difference relative to the RMS of the logits alone. A row's products are the same
 // arithmetic whether it is alone or stacked with others, except that the kernels may order the
@@ -127,7 +132,7 @@ TEST_P(BatchVsAlone, EverySequenceGetsItsLogitsAlone) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "deepseek2"})
+  for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "deepseek2", "gpt-oss"})
     for (std::string type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
   return cases;
 }

@@ -111,9 +111,154 @@ TEST(MoeConfig, ErrorsNameTheKey) {
                 .find("shared experts are not supported yet"),
             std::string::npos);
   const std::string unknown = error_of(header("mamba", [](auto&) {}));
-  EXPECT_NE(unknown.find("architecture 'mamba' is not supported; supported: llama, qwen2, qwen3, qwen3moe"),
+  EXPECT_NE(unknown.find("architecture 'mamba' is not supported; supported: llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss"),
             std::string::npos)
       << unknown;
+}
+
+void gpt_oss_keys(model::gguf::Writer& w) {
+  set_experts(w, "gpt-oss.", 4, 2);
+  w.set("gpt-oss.expert_feed_forward_length", Value::u32(32));
+  w.set("gpt-oss.attention.key_length", Value::u32(8));
+  w.set("gpt-oss.attention.sliding_window", Value::u32(128));
+}
+
+model::ModelConfig config_of(const std::vector<uint8_t>& bytes) {
+  auto file = model::gguf::Reader::parse(bytes, "m.gguf");
+  return model::ModelConfig::from_gguf(file);
+}
+
+// gpt-oss: every layer a mixture of experts with the clamped SwiGLU; the even layers slide
+// (llama.cpp's pattern of period 2) unless the file sets another period (0: all of them).
+TEST(GptOssConfig, ReadsItsHyperParameters) {
+  const auto c = config_of(header("gpt-oss", gpt_oss_keys));
+  EXPECT_EQ(c.arch, model::find_architecture("gpt-oss"));
+  EXPECT_EQ(c.n_expert, 4);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.n_ff_exp, 32);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.rope_ordering, model::RopeOrdering::NeoX);
+  EXPECT_EQ(c.ffn_activation, model::FfnActivation::ClampedSwiGlu);
+  EXPECT_EQ(c.sliding_window, 128);
+  EXPECT_TRUE(c.sliding_layer(0) && c.sliding_layer(2));
+  EXPECT_FALSE(c.sliding_layer(1) || c.sliding_layer(3));
+  EXPECT_TRUE(c.moe_layer(0) && c.moe_layer(1));
+
+  const auto period3 = config_of(header("gpt-oss", [](auto& w) {
+    gpt_oss_keys(w);
+    w.set("gpt-oss.attention.sliding_window_pattern", Value::u32(3));
+  }));
+  EXPECT_TRUE(period3.sliding_layer(0) && period3.sliding_layer(1) && period3.sliding_layer(3));
+  EXPECT_FALSE(period3.sliding_layer(2) || period3.sliding_layer(5));
+  const auto all = config_of(header("gpt-oss", [](auto& w) {
+    gpt_oss_keys(w);
+    w.set("gpt-oss.attention.sliding_window_pattern", Value::u32(0));
+  }));
+  EXPECT_TRUE(all.sliding_layer(0) && all.sliding_layer(1));
+
+  // Other architectures have neither.
+  const auto qwen = config_of(header("qwen3moe", [](auto& w) {
+    set_experts(w, "qwen3moe.", 4, 2);
+    w.set("qwen3moe.expert_feed_forward_length", Value::u32(32));
+    w.set("qwen3moe.attention.sliding_window", Value::u32(128));
+  }));
+  EXPECT_EQ(qwen.ffn_activation, model::FfnActivation::SwiGlu);
+  EXPECT_FALSE(qwen.sliding_layer(0));
+}
+
+// llama.cpp's expert_gating_func 3 (softmax over the chosen experts' logits) is the softmax
+// renormalized over the chosen, whatever expert_weights_norm says.
+TEST(GptOssConfig, SoftmaxOfTheChosenRenormalizes) {
+  const auto c = config_of(header("gpt-oss", [](auto& w) {
+    gpt_oss_keys(w);
+    w.set("gpt-oss.expert_weights_norm", Value::boolean(false));
+    w.set("gpt-oss.expert_gating_func", Value::u32(3));
+  }));
+  EXPECT_TRUE(c.expert_weights_norm);
+}
+
+TEST(GptOssConfig, ErrorsNameTheKey) {
+  const std::string no_window = error_of(header("gpt-oss", [](auto& w) {
+    set_experts(w, "gpt-oss.", 4, 2);
+    w.set("gpt-oss.expert_feed_forward_length", Value::u32(32));
+  }));
+  EXPECT_NE(no_window.find("gpt-oss.attention.sliding_window"), std::string::npos) << no_window;
+  const std::string no_experts =
+      error_of(header("gpt-oss", [](auto& w) { w.set("gpt-oss.attention.sliding_window", Value::u32(128)); }));
+  EXPECT_NE(no_experts.find("gpt-oss.expert_count"), std::string::npos) << no_experts;
+  const std::string zero_window = error_of(header("gpt-oss", [](auto& w) {
+    gpt_oss_keys(w);
+    w.set("gpt-oss.attention.sliding_window", Value::u32(0));
+  }));
+  EXPECT_NE(zero_window.find("gpt-oss.attention.sliding_window = 0 is out of range"), std::string::npos) << zero_window;
+  // Some architectures give the pattern as one flag per layer; gpt-oss's is a period.
+  const std::string flags = error_of(header("gpt-oss", [](auto& w) {
+    gpt_oss_keys(w);
+    w.set("gpt-oss.attention.sliding_window_pattern", Value::array(model::gguf::ValueType::BOOL, {}));
+  }));
+  EXPECT_NE(flags.find("gpt-oss.attention.sliding_window_pattern"), std::string::npos) << flags;
+}
+
+// A copy of `path` with tensor `name` given `shape` (zero bytes) or, with an empty shape, left out.
+std::vector<uint8_t> with_tensor(const std::string& path, const std::string& name, std::vector<int64_t> shape) {
+  auto file = model::gguf::Reader::open(path);
+  model::gguf::Writer w;
+  for (const auto& [key, value] : file.metadata())
+    if (key != "general.alignment") w.set(key, value);
+  for (const auto& t : file.tensors()) {
+    if (t.name != name) {
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+    } else if (!shape.empty()) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      w.add_tensor(t.name, t.type, shape, std::vector<uint8_t>(static_cast<size_t>(n) * 4));
+    }
+  }
+  return w.to_bytes();
+}
+
+std::string load_error(const std::vector<uint8_t>& bytes) {
+  try {
+    auto file = model::gguf::Reader::parse(bytes, "m.gguf");
+    const auto config = model::ModelConfig::from_gguf(file);
+    model::ModelWeights weights(file, config, model::Shard::whole(config), {});
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The gpt-oss tensors are checked like the others: a sink per head, a bias per expert.
+TEST(GptOssConfig, TensorsOfTheWrongShapeOrMissingAreNamed) {
+  const std::string path = testing::synthetic_model("gpt-oss", "tiny", "f32");
+  EXPECT_EQ(load_error(with_tensor(path, "", {})), "(no error)");
+  const std::string sinks = load_error(with_tensor(path, "blk.1.attn_sinks.weight", {8}));
+  EXPECT_NE(sinks.find("tensor 'blk.1.attn_sinks.weight' has shape [8], expected [4]"), std::string::npos) << sinks;
+  const std::string bias = load_error(with_tensor(path, "blk.2.ffn_down_exps.bias", {256, 4}));
+  EXPECT_NE(bias.find("tensor 'blk.2.ffn_down_exps.bias' has shape [256, 4], expected [256, 8]"), std::string::npos)
+      << bias;
+  const std::string missing = load_error(with_tensor(path, "blk.0.attn_output.bias", {}));
+  EXPECT_NE(missing.find("blk.0.attn_output.bias"), std::string::npos) << missing;
+}
+
+// A tensor split sends a rank the whole of every vector (sinks and biases are read whole and cut
+// after conversion), inside the file.
+TEST(GptOssConfig, ShardByteRangesSendVectorsWhole) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("gpt-oss", "tiny", "f32"));
+  const auto config = model::ModelConfig::from_gguf(file);
+  model::Shard half = model::Shard::whole(config);
+  half.head_begin = config.n_heads / 2;
+  half.kv_head_begin = config.n_kv_heads / 2;
+  half.expert_ff_begin = config.n_ff_exp / 2;
+  const auto ranges = model::shard_byte_ranges(file, config, half);
+  for (const auto& r : ranges) EXPECT_LE(r.offset + r.size, file.file_size());
+  for (const char* name : {"blk.0.attn_sinks.weight", "blk.0.attn_q.bias", "blk.0.ffn_gate_exps.bias"}) {
+    const auto& t = file.tensor(name);
+    const uint64_t at = file.data_offset() + t.offset;
+    bool whole = false;
+    for (const auto& r : ranges) whole |= r.offset == at && r.size == t.size_bytes;
+    EXPECT_TRUE(whole) << name;
+  }
 }
 
 // An expert stack whose shape disagrees with the metadata is refused naming the tensor and both

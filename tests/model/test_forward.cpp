@@ -122,6 +122,12 @@ std::vector<Case> all_cases() {
   for (std::string arch : {"llama", "qwen3moe"})
     for (std::string type : {"q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q5_k_m", "iq4_nl", "iq4_xs", "mxfp4"})
       cases.push_back({arch, "tiny", type});
+  // gpt-oss: attention sinks, sliding windows shorter than the prompt, biases everywhere, the
+  // clamped SwiGLU and softmax-of-the-chosen routing; mxfp4 as its files have it (MXFP4
+  // experts, BF16 elsewhere).
+  for (std::string type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "mxfp4"})
+    cases.push_back({"gpt-oss", "tiny", type});
+  cases.push_back({"gpt-oss", "small", "f32"});
   cases.push_back({"llama", "tiny", "f32", 4.0f, false});
   cases.push_back({"llama", "tiny", "f32", 0, true});
   // YaRN on a whole-head rotation (NeoX and normal ordering); deepseek2 has it on its rotated part.

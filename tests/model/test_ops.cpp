@@ -29,6 +29,25 @@ TEST(Ops, SiluMulMatchesFloat64AcrossTheRange) {
   }
 }
 
+// gpt-oss's clamped SwiGLU over the range, on both sides of both clamps.
+TEST(Ops, SwigluClampedMatchesFloat64AcrossTheRange) {
+  std::vector<float> gate, up;
+  for (float x = -120.0f; x <= 120.0f; x += 0.0137f) gate.push_back(x);
+  for (float x : {-1e30f, -51.3f, -51.0f, -1e-30f, 0.0f, 6.99f, 7.0f, 7.01f, 1e30f}) gate.push_back(x);
+  const float ups[] = {-1e30f, -9.0f, -7.0f, -1.5f, 0.0f, 0.75f, 6.5f, 7.5f, 1e30f};
+  for (size_t i = 0; i < gate.size(); ++i) up.push_back(ups[i % std::size(ups)]);
+  std::vector<float> out = gate;
+  ops::swiglu_clamped(out.data(), up.data(), static_cast<int64_t>(out.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = std::min<double>(gate[i], 7.0), u = std::clamp<double>(up[i], -7.0, 7.0);
+    const double exact = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+    // As silu's, plus the float rounding of 1.702·g, which e^x turns into a relative error of
+    // |1.702·g| times that rounding (up to 88 × 6e-8 where e^x still counts).
+    const double tolerance = (4e-7 + 1.2e-7 * std::fabs(1.702 * g)) * std::fabs(exact) + 1e-30;
+    ASSERT_NEAR(out[i], exact, tolerance) << "swiglu(" << gate[i] << ", " << up[i] << ")";
+  }
+}
+
 TEST(Ops, SiluMulPassesNanThrough) {
   float gate[] = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
   const float up[] = {1.0f, 1.0f};
@@ -40,16 +59,26 @@ TEST(Ops, SiluMulPassesNanThrough) {
 struct AttentionCase {
   int32_t n_rows, group, head_dim, key_stride;
   std::vector<int32_t> n_keys;
+  std::vector<int32_t> first_key = {};  // a sliding window's first visible key per row; empty: none
+  std::vector<float> sinks = {};        // each query head's sink logit; empty: none
 };
 
 // Rows with different key counts (within and past one 32-key tile, up to the cache's stride),
 // query-vector counts that leave a partial tile of 4, head sizes with and without a tail past
 // whole 64-dimension tiles; scores spread wider than e^x's clamp, so some weights underflow.
+// Sliding windows (gpt-oss) starting inside and past the first 32-key tile, one key wide and
+// wider than a tile, differing within a tile of query vectors; sinks (gpt-oss) from negligible
+// to dominating the scores.
 TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
   const std::vector<AttentionCase> cases = {
       {1, 8, 64, 40, {1}},        {1, 8, 64, 40, {40}},          {1, 3, 64, 70, {33}},
       {8, 8, 64, 80, {65, 66, 67, 68, 69, 70, 71, 72}},          {3, 2, 24, 45, {45, 7, 32}},
       {5, 1, 128, 100, {1, 31, 32, 64, 100}},                    {2, 4, 80, 64, {64, 63}},
+      {8, 2, 64, 80, {73, 74, 75, 76, 77, 78, 79, 80}, {68, 69, 70, 71, 72, 73, 74, 75}},
+      {5, 1, 64, 100, {1, 31, 40, 64, 100}, {0, 30, 3, 33, 99}},
+      {3, 4, 80, 128, {128, 127, 70}, {0, 60, 69}},
+      {4, 4, 64, 48, {45, 46, 47, 48}, {}, {-30.0f, 0.0f, 3.5f, 40.0f}},
+      {6, 2, 24, 90, {85, 86, 87, 88, 89, 90}, {80, 81, 82, 83, 84, 85}, {2.0f, -1.0f}},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -67,23 +96,28 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
     std::vector<float> out(q.size(), NAN);
     ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, hd, c.n_keys.data(),
                           keys.data(), c.key_stride, values.data(), hd, scratch.data()};
+    if (!c.first_key.empty()) b.first_key = c.first_key.data();
+    if (!c.sinks.empty()) b.sinks = c.sinks.data();
     ops::attend_block(b);
     for (int32_t v = 0; v < vectors; ++v) {
       const int32_t row = v / c.group, head = v % c.group, n = c.n_keys[static_cast<size_t>(row)];
+      const int32_t first = c.first_key.empty() ? 0 : c.first_key[static_cast<size_t>(row)];
       const float* qv = &q[static_cast<size_t>(row * row_stride + head * hd)];
       const float* ov = &out[static_cast<size_t>(row * row_stride + head * hd)];
-      std::vector<double> p(static_cast<size_t>(n));
-      double max = -INFINITY, sum = 0;
-      for (int32_t j = 0; j < n; ++j) {
+      std::vector<double> p(static_cast<size_t>(n), -INFINITY);
+      double max = c.sinks.empty() ? -INFINITY : c.sinks[static_cast<size_t>(head)], sum = 0;
+      for (int32_t j = first; j < n; ++j) {
         double dot = 0;
         for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.key_stride + j];
         p[j] = dot / std::sqrt(static_cast<double>(hd));
         max = std::max(max, p[j]);
       }
+      // A sink joins the denominator only.
+      if (!c.sinks.empty()) sum += std::exp(c.sinks[static_cast<size_t>(head)] - max);
       for (double& x : p) sum += x = std::exp(x - max);
       for (int32_t d = 0; d < hd; ++d) {
         double expected = 0, magnitude = 0;
-        for (int32_t j = 0; j < n; ++j) {
+        for (int32_t j = first; j < n; ++j) {
           expected += p[j] / sum * values[static_cast<size_t>(j) * hd + d];
           magnitude += p[j] / sum * std::fabs(values[static_cast<size_t>(j) * hd + d]);
         }
