@@ -18,6 +18,11 @@ constexpr double kBaseOverheadBytes = 512.0 * (1 << 20);
 struct PresetShape {
   std::string_view name;
   int32_t n_embd, n_layers, n_heads, n_kv_heads, n_ff, vocab;
+  int32_t head_dim = 0;  // 0: n_embd / n_heads
+  // Mixtures of experts: experts, chosen per token, their width, shared experts, leading dense layers.
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_expert_shared = 0, n_dense_leading = 0;
+  // Latent attention (deepseek2): query and key-value latents, the rotated part of a head, its value width.
+  int32_t q_lora_rank = 0, kv_lora_rank = 0, rope_dims = 0, value_head_dim = 0;
 };
 // Public shapes of common models (config.json of each), for what-ifs without a file.
 constexpr PresetShape kShapes[] = {
@@ -25,6 +30,14 @@ constexpr PresetShape kShapes[] = {
     {"llama-8b", 4096, 32, 32, 8, 14336, 128256},
     {"qwen-32b", 5120, 64, 40, 8, 27648, 152064},
     {"llama-70b", 8192, 80, 64, 8, 28672, 128256},
+    {"mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 0, 8, 2, 14336},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, 128, 128, 8, 768},
+    {"qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 151936, 128, 128, 8, 1536},
+    {"gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088, 64, 128, 4, 2880},
+    // DeepSeek V3 / R1 and Kimi K2: 128 (Kimi: 64) heads of 128 + 64 rotated dimensions,
+    // values of 128, one leading dense layer, one shared expert.
+    {"deepseek-v3", 7168, 61, 128, 128, 18432, 129280, 192, 256, 8, 2048, 1, 3, 1536, 512, 64, 128},
+    {"kimi-k2", 7168, 61, 64, 64, 18432, 163840, 192, 384, 8, 2048, 1, 1, 1536, 512, 64, 128},
 };
 struct PresetType {
   std::string_view name;
@@ -115,7 +128,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share * m.ffn_active_fraction;
   const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
-  const double kv_row = 2.0 * s.n_kv_heads() * c.head_dim * kFloatBytes;  // K and V of one position, one layer
+  const double kv_row = static_cast<double>(c.kv_cache_floats(s.n_kv_heads())) * kFloatBytes;  // one position, one layer
 
   // A tied head is the embedding table: mapped once when one rank holds both ends.
   const bool head_is_embedding = c.tied_output && s.has_embedding;
@@ -187,8 +200,28 @@ ModelFacts ModelFacts::from_shape(const model::ModelConfig& config, double bits_
   f.name = std::move(name);
   const double bytes_per_param = bits_per_weight / 8;
   const double d = config.n_embd;
-  f.attn_params = d * (2.0 * config.q_dim() + 2.0 * config.kv_dim());
+  if (config.latent_attention()) {
+    // The query (through its latent), the key-value latent with the rotated part, every head's
+    // key and value up-projections, the output.
+    const double heads = config.n_heads, latent = config.kv_lora_rank, nope = config.head_dim - config.rope_dims;
+    const double query = config.q_lora_rank > 0 ? d * config.q_lora_rank + config.q_lora_rank * config.q_dim()
+                                                : d * config.q_dim();
+    f.attn_params = query + d * (latent + config.rope_dims) + heads * latent * (nope + config.value_head_dim) +
+                    heads * config.value_head_dim * d;
+  } else {
+    f.attn_params = d * (2.0 * config.q_dim() + 2.0 * config.kv_dim());
+  }
   f.ffn_params = 3.0 * d * config.n_ff;
+  if (config.n_expert > 0) {
+    // Per layer on average: the MoE layers' experts, shared experts and router, the leading
+    // dense layers' FFN; a token reads its chosen experts, the shared ones and the router.
+    const double layers = config.n_layers, moe = layers - config.n_dense_leading;
+    const double expert = 3.0 * d * config.n_ff_exp, shared = expert * config.n_expert_shared, router = d * config.n_expert;
+    const double all = moe * (expert * config.n_expert + shared + router) + config.n_dense_leading * f.ffn_params;
+    const double active = moe * (expert * config.n_expert_used + shared + router) + config.n_dense_leading * f.ffn_params;
+    f.ffn_params = all / layers;
+    f.ffn_active_fraction = active / all;
+  }
   f.output_params = d * config.vocab_size;
   f.attn_bytes = f.attn_params * bytes_per_param;
   f.ffn_bytes = f.ffn_params * bytes_per_param;
@@ -215,16 +248,24 @@ ModelFacts ModelFacts::from_preset(const std::string& spec) {
   if (!s || !t)
     throw Error(error_message("cluster", "unknown model preset '{}' (shapes: {}; types: {})", spec, shapes, types));
   model::ModelConfig c;
-  c.arch_name = "llama";
+  c.arch_name = s->kv_lora_rank > 0 ? "deepseek2" : "llama";
   c.name = spec;
   c.n_embd = s->n_embd;
   c.n_layers = s->n_layers;
   c.n_heads = s->n_heads;
   c.n_kv_heads = s->n_kv_heads;
-  c.head_dim = s->n_embd / s->n_heads;
-  c.rope_dims = c.head_dim;
+  c.head_dim = s->head_dim > 0 ? s->head_dim : s->n_embd / s->n_heads;
+  c.rope_dims = s->rope_dims > 0 ? s->rope_dims : c.head_dim;
   c.n_ff = s->n_ff;
   c.vocab_size = s->vocab;
+  c.n_expert = s->n_expert;
+  c.n_expert_used = s->n_expert_used;
+  c.n_ff_exp = s->n_ff_exp;
+  c.n_expert_shared = s->n_expert_shared;
+  c.n_dense_leading = s->n_dense_leading;
+  c.q_lora_rank = s->q_lora_rank;
+  c.kv_lora_rank = s->kv_lora_rank;
+  c.value_head_dim = s->value_head_dim;
   c.context_length = 8192;
   return from_shape(c, t->bits, spec);
 }

@@ -38,7 +38,8 @@ struct ModelFacts {
   static ModelFacts from_gguf(const model::gguf::Reader& file);
   // A shape at an average number of bits per weight ("llama-70b" at 4.85 for Q4_K_M).
   static ModelFacts from_shape(const model::ModelConfig& config, double bits_per_weight, std::string name);
-  // "llama-70b:q4_k_m" (shapes: tinyllama-1.1b, llama-8b, llama-70b, qwen-32b; types: f32, f16,
+  // "llama-70b:q4_k_m" (shapes: tinyllama-1.1b, llama-8b, llama-70b, qwen-32b, and the mixtures of
+  // experts mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-120b, deepseek-v3, kimi-k2; types: f32, f16,
   // bf16, q8_0, q6_k, q4_k_m, q4_0). Throws Error listing both when unknown.
   static ModelFacts from_preset(const std::string& spec);
 };

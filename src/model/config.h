@@ -88,6 +88,12 @@ struct ModelConfig {
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
+  // Floats the KV cache keeps per position and layer for kv_heads of the KV heads: each one's key
+  // and value, or, with latent attention, the latent (as key and as value) and the rotated part,
+  // whatever the heads.
+  int64_t kv_cache_floats(int32_t kv_heads) const {
+    return latent_attention() ? int64_t{2} * kv_lora_rank + rope_dims : int64_t{2} * kv_heads * head_dim;
+  }
   bool moe_layer(int32_t layer) const { return n_expert > 0 && layer >= n_dense_leading; }
   bool sliding_layer(int32_t layer) const {
     return sliding_window > 0 &&

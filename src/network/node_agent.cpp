@@ -43,7 +43,7 @@ class BuiltinEngine final : public Engine {
         // This engine's KV cache is F32 keys and values for every layer.
         out.push_back({{"name", e.path().stem().string()},
                        {"bytes", static_cast<int64_t>(e.file_size())},
-                       {"kv_bytes_per_token", int64_t{2} * config.n_layers * config.kv_dim() * 4},
+                       {"kv_bytes_per_token", config.n_layers * config.kv_cache_floats(config.n_kv_heads) * 4},
                        {"context_length", ctx}});
       } catch (const Error& err) {
         spdlog::warn("[network] skipping {}: {}", e.path().string(), err.what());

@@ -49,6 +49,9 @@ const std::vector<Scenario>& scenarios() {
       {"70B Q8 on 4 M4 Pro 48 GB, TB5 RDMA", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 50, 80, 8192, Strategy::Tensor, 4},
       {"70B Q8 on 4 M4 Pro 48 GB, 2 ms links", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 2000, 10, 8192, Strategy::Pipeline, 3},
       {"70B Q8 on 4 M4 Pro 48 GB, 500 µs links", "llama-70b:q8_0", {{"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}, {"M4 Pro", 48}}, 500, 10, 8192, Strategy::Tensor, 4},
+      // The page's four Mac Studios running Kimi K2: 577 GB at 4.5 bits does not fit one.
+      {"Kimi K2 Q4 on 4 M3 Ultra 512 GB, TB5 RDMA", "kimi-k2:q4_0", {{"M3 Ultra", 512}, {"M3 Ultra", 512}, {"M3 Ultra", 512}, {"M3 Ultra", 512}}, 10, 80, 8192, Strategy::Tensor, 4},
+      {"Kimi K2 Q4 on 4 M3 Ultra 512 GB, TCP", "kimi-k2:q4_0", {{"M3 Ultra", 512}, {"M3 Ultra", 512}, {"M3 Ultra", 512}, {"M3 Ultra", 512}}, 300, 10, 8192, Strategy::Pipeline, 2},
   };
   return table;
 }
@@ -66,6 +69,21 @@ TEST(Planner, ScenarioTable) {
     EXPECT_FALSE(plan.explanation.empty());
   }
   std::cout << table;
+}
+
+// Kimi K2's published size: about 1.03 T parameters, 32 B of them used per token (Moonshot's
+// card: 1 T total, 32 B activated); hand-computed from its config: 1026.4 G and 31.7 G without
+// the embedding table, of which a token reads one row.
+TEST(Planner, MixtureOfExpertsPresetsKnowTotalAndActiveParameters) {
+  const ModelFacts kimi = ModelFacts::from_preset("kimi-k2:f16");
+  const double layers = kimi.config.n_layers;
+  const double total = layers * (kimi.attn_params + kimi.ffn_params) + kimi.output_params + kimi.embedding_bytes / 2;
+  const double active = layers * (kimi.attn_params + kimi.ffn_params * kimi.ffn_active_fraction) + kimi.output_params;
+  EXPECT_NEAR(total / 1e9, 1026.4, 1.0);
+  EXPECT_NEAR(active / 1e9, 31.7, 0.1);
+  EXPECT_NEAR(kimi.total_bytes() / 1e9, 2 * 1026.4, 2.0);
+  // Its latent KV cache: 512 + 64 key and 512 value floats per layer and position.
+  EXPECT_EQ(kimi.config.kv_cache_floats(kimi.config.n_kv_heads), 2 * 512 + 64);
 }
 
 TEST(Planner, TensorOnRdmaIsAtLeast1_8TimesOneMachine) {
