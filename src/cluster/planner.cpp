@@ -113,11 +113,18 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
   const MachineSpec* roomiest = &request.machines.front();
   for (const MachineSpec& ms : request.machines)
     if (ms.memory_gb > roomiest->memory_gb) roomiest = &ms;
-  const bool fits_one = std::any_of(fitting.begin(), fitting.end(), [](const Candidate& c) { return c.machines.size() == 1; });
+  // `whole` is the model on the roomiest machine; a single machine may still be left out of the
+  // candidates by a restriction (--world, --strategy), which is not the same as not fitting.
+  const bool fits_one = whole.need_bytes() <= whole.usable_bytes;
+  const bool single_considered =
+      std::any_of(fitting.begin(), fitting.end(), [](const Candidate& c) { return c.machines.size() == 1; });
   if (!fits_one)
     text += fmt::format("That does not fit one machine: the roomiest, {}, offers {:.1f} GB ({:.0f}% of {:g} GB). ",
                         roomiest->host, roomiest->memory_gb * kUsableMemoryFraction, kUsableMemoryFraction * 100,
                         roomiest->memory_gb);
+  else if (!single_considered)
+    text += fmt::format("It would fit one machine ({} offers {:.1f} GB); this plan was asked for splits only. ",
+                        roomiest->host, roomiest->memory_gb * kUsableMemoryFraction);
   const std::string links = p.layout.world() == 1 ? "no links"
                             : p.layout.tp == 1     ? link_words(p.stage_link)
                             : p.layout.pp == 1     ? link_words(p.link)
@@ -176,7 +183,7 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
                           e.layout.tp, e.wire_bytes_per_token / 1e3, e.gen_compute_ms, e.gen_tok_s, e.prompt_tok_s);
     }
   }
-  if (p.layout.world() > 1 && fits_one) {
+  if (p.layout.world() > 1 && single_considered) {
     double single = 0;
     for (const Candidate& c : fitting)
       if (c.machines.size() == 1) single = std::max(single, c.prediction.gen_tok_s);

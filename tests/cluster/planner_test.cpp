@@ -93,6 +93,20 @@ TEST(Planner, TensorOnRdmaIsAtLeast1_8TimesOneMachine) {
   EXPECT_GE(plan.predicted.gen_tok_s / plan.single_gen_tok_s, 1.8) << plan.explanation;
 }
 
+// A plan restricted to splits of a model that fits one machine says so, instead of claiming
+// the model does not fit.
+TEST(Planner, ARestrictedPlanDoesNotClaimTheModelDoesNotFit) {
+  PlanRequest r = request_for(scenarios()[0]);  // 8B on 2 M4 Max 64 GB: fits one
+  r.world = 2;
+  const Plan plan = make_plan(r);
+  EXPECT_EQ(plan.predicted.layout.world(), 2);
+  EXPECT_EQ(plan.explanation.find("does not fit one machine"), std::string::npos) << plan.explanation;
+  EXPECT_NE(plan.explanation.find("would fit one machine"), std::string::npos) << plan.explanation;
+  // Unrestricted, a model too big for one machine is still said to be.
+  const Plan big = make_plan(request_for(scenarios()[5]));  // 70B Q4 on 2 × 64 GB
+  EXPECT_NE(big.explanation.find("does not fit one machine"), std::string::npos) << big.explanation;
+}
+
 TEST(Planner, PipelineOnTcpExplainsTheAllReduceTime) {
   const Plan plan = make_plan(request_for(scenarios()[6]));
   ASSERT_EQ(plan.strategy, Strategy::Pipeline);
