@@ -208,11 +208,8 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
     }
   };
 
-  for (int64_t l = 0; l < n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    if (latent_attention) {
-      mla(p);
-    } else {
+  // Standard multi-head attention with grouped KV heads (and gpt-oss's sinks and windows).
+  auto attention = [&](const std::string& p, int64_t l) {
     const Matrix wq = f.matrix(p + "attn_q.weight"), wk = f.matrix(p + "attn_k.weight"),
                  wv = f.matrix(p + "attn_v.weight"), wo = f.matrix(p + "attn_output.weight");
     const auto attn_norm = f.vec(p + "attn_norm.weight");
@@ -265,7 +262,14 @@ std::vector<std::vector<double>> reference_logits(const model::gguf::Reader& rea
       }
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
-    }
+  };
+
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    if (latent_attention)
+      mla(p);
+    else
+      attention(p, l);
     const auto ffn_norm = f.vec(p + (f.has(p + "post_attention_norm.weight") ? "post_attention_norm.weight" : "ffn_norm.weight"));
     // SwiGLU: down · (silu(gate · h) ⊙ (up · h)); gpt-oss's: with biases, the gate clamped
     // above and the up to ±7, down · (g σ(1.702 g) ⊙ (u + 1)).
