@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 mkdir -p models
-[ -f models/default.gguf ] || build/orchard make-model --arch llama --shape small --type q4_0 --seed 1 -o models/default.gguf
+# The default model is synthetic: its weights are written from the built-in corpus (make-model
+# --fit-corpus), so it strings together phrases in words without a download; Q8_0 keeps its codes.
+[ -f models/default.gguf ] || build/orchard make-model --arch llama --shape small --type q8_0 --fit-corpus --seed 1 -o models/default.gguf
 build/orchard run -m models/default.gguf -p "Once upon a time" -n 48 --temp 0.8 --seed 42

@@ -62,6 +62,9 @@ void add_make_model_command(CLI::App& app) {
                   "Write YaRN RoPE scaling with this factor over a quarter of the context")
       ->check(at_least(1));
   cmd->add_flag("--rope-freq-factors", spec->rope_freq_factors, "Write Llama-3.1-style RoPE frequency factors");
+  cmd->add_flag("--fit-corpus", spec->fit_corpus,
+                "Write the weights from the built-in corpus's token statistics, so the model strings "
+                "together phrases in words (dense llama shapes: small, tinyllama-1.1b)");
   cmd->add_option("--threads", spec->threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("-o,--output", *output, "Where to write the .gguf file")->required();
   cmd->callback([spec, output] {

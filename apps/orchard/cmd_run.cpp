@@ -54,6 +54,8 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   const bool records = !group || options.layout.tensor_rank_of(group->rank()) == 0;
   ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, records, speaker);
 
+  if (speaker && !engine.config().synthetic_note.empty() && !o.json)
+    std::fprintf(stderr, "note: %s is %s\n", options.model_path.c_str(), engine.config().synthetic_note.c_str());
   const auto& tokenizer = engine.tokenizer();
   std::vector<model::TokenId> prompt = tokenizer.encode(o.prompt, tokenizer.adds_bos());
   model::GenerationOptions gen;

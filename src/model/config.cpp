@@ -187,6 +187,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::Reader& file) {
   c.rope_ordering = c.arch->rope;
   c.ffn_activation = c.arch->activation;
   if (const auto* v = file.find("general.name")) c.name = v->as_string("general.name");
+  if (const auto* v = file.find("orchard.synthetic.note")) c.synthetic_note = v->as_string("orchard.synthetic.note");
 
   const std::string p = c.arch_name + ".";
   c.n_embd = positive_int(file, p + "embedding_length");

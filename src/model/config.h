@@ -26,6 +26,8 @@ struct ModelConfig {
   const ArchitectureDef* arch = nullptr;  // its tensor table (architecture.h)
   std::string arch_name;          // "llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gpt-oss"
   std::string name;               // general.name, may be empty
+  // orchard.synthetic.note of a file make-model wrote (what its text will be like); empty otherwise.
+  std::string synthetic_note;
   int32_t n_embd = 0;             // width of the residual stream
   int32_t n_layers = 0;
   int32_t n_heads = 0;            // query heads

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "model/architecture.h"
+#include "model/corpus_fit.h"
 #include "model/gguf/writer.h"
 #include "model/tokenizer/vocab_builder.h"
 
@@ -128,6 +130,28 @@ class ModelBuilder {
       if (on_progress_) on_progress_(++matrices_done_, matrices_);
       return bytes;
     });
+  }
+
+  // A [rows, cols] matrix of the given values (row-major).
+  void matrix_values(const std::string& name, TensorType type, int64_t rows, int64_t cols,
+                     std::vector<float> values) {
+    ++matrices_;
+    writer_.add_tensor_lazy(name, type, {cols, rows}, [=, this, values = std::move(values)] {
+      const size_t row_size = core::row_bytes(type, cols);
+      std::vector<uint8_t> bytes(row_size * static_cast<size_t>(rows));
+      pool_.parallel_for(rows, [&](int64_t r, int) {
+        core::quantize_row_reference(type, values.data() + r * cols, bytes.data() + row_size * static_cast<size_t>(r), cols);
+      });
+      if (on_progress_) on_progress_(++matrices_done_, matrices_);
+      return bytes;
+    });
+  }
+
+  // F32 values as given.
+  void vector_values(const std::string& name, const std::vector<float>& values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    writer_.add_tensor(name, TensorType::F32, {static_cast<int64_t>(values.size())}, std::move(bytes));
   }
 
   // A vector around `center` (norm weights near 1, biases near 0), always F32; `shape` when it
@@ -343,6 +367,22 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
                      : spec.shape == "llama-8b" ? VocabStyle::Llama3Bpe
                                                 : VocabStyle::SentencePiece;
   write_vocab(writer, style, c.vocab_size);
+  writer.set("orchard.synthetic", gguf::Value::boolean(true));
+  std::map<std::string, std::vector<float>> fitted;
+  if (spec.fit_corpus) {
+    c.context_length = s.context;
+    c.rope_theta = s.rope_theta;
+    c.rope_ordering = c.arch->rope;
+    fitted = fit_corpus_weights(c, Tokenizer::from_vocab(build_vocab(style, c.vocab_size)), spec.seed);
+    writer.set("orchard.synthetic.note",
+               gguf::Value::string("a small synthetic model: its weights are written from Orchard's built-in "
+                                   "corpus (which token follows which), so it strings together phrases in "
+                                   "the corpus's style; it was not trained and understands nothing"));
+  } else {
+    writer.set("orchard.synthetic.note",
+               gguf::Value::string("a synthetic model with random weights (orchard make-model): its text is "
+                                   "random tokens; make one with --fit-corpus for text in words"));
+  }
 
   core::ThreadPool pool(spec.threads);
   ModelBuilder b(spec, pool, writer, on_progress);
@@ -355,6 +395,14 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     return float_outside_experts && t.experts() == 1 ? TensorType::BF16 : type;
   };
   for_each_tensor(c, [&](const TensorSpec& t, int32_t layer) {
+    if (auto f = fitted.find(t.name); f != fitted.end()) {
+      if (t.role == TensorRole::Norm) return b.vector_values(t.name, f->second);
+      const TensorType type = t.role == TensorRole::Embedding ? types.embedding
+                              : t.role == TensorRole::Output  ? types.output
+                              : t.role == TensorRole::MoreBits && uses_more_bits(layer, c.n_layers) ? types.more_bits
+                                                                                                    : types.matrix;
+      return b.matrix_values(t.name, type, t.rows(), t.cols(), std::move(f->second));
+    }
     const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
     switch (t.role) {
       case TensorRole::Embedding: b.matrix(t.name, types.embedding, t.rows(), t.cols(), 1.0f); break;

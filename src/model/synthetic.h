@@ -17,9 +17,15 @@ struct SyntheticModelSpec {
   float rope_yarn_factor = 0;    // > 0: YaRN metadata with this factor over a quarter of the context
   bool rope_freq_factors = false;  // write a llama-3.1-style rope_freqs.weight tensor
   int threads = 0;               // for generating and quantizing; 0: all cores
+  // Write the embedding, output head, norms and every layer's attention and FFN from the built-in
+  // corpus's token statistics (corpus_fit.h), so the model continues text in the corpus's words
+  // (dense llama shapes only).
+  bool fit_corpus = false;
 };
 
-// Throws Error naming the bad field for an unknown arch, shape or type.
+// Every file is marked synthetic in its metadata (orchard.synthetic, orchard.synthetic.note: what
+// its text will be like, which `run` prints). Throws Error naming the bad field for an unknown
+// arch, shape or type.
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path,
                            const std::function<void(size_t done, size_t total)>& on_progress = {});
 
