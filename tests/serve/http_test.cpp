@@ -329,6 +329,30 @@ TEST_F(RealModel, OllamaDescribesTheModelAndErrorsTakeItsShape) {
   expect_error(c.Get("/api/pull"), 404, "no route GET /api/pull");
 }
 
+TEST(HttpFake, TheChatPageIsServedAtTheRoot) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine);
+  auto c = server.client();
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(page->body.find("Orchard chat"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(c.Get("/chat")->body, page->body);
+  EXPECT_EQ(c.Head("/")->status, 200);  // Ollama clients' liveness check
+  httplib::Headers again = {{"If-None-Match", page->get_header_value("ETag")}};
+  EXPECT_EQ(c.Get("/", again)->status, 304);
+  // Every asset the page names is served (when the page was built; the placeholder names none).
+  for (size_t at = 0; (at = page->body.find("/chat/assets/", at)) != std::string::npos; ++at) {
+    const std::string path = page->body.substr(at, page->body.find('"', at) - at);
+    auto asset = c.Get(path.c_str());
+    ASSERT_TRUE(asset);
+    EXPECT_EQ(asset->status, 200) << path;
+    EXPECT_NE(asset->get_header_value("Cache-Control").find("immutable"), std::string::npos) << path;
+  }
+}
+
 // Opens a connection, sends a POST and reads until `want` bytes of response came (or the end).
 class RawClient {
  public:
@@ -435,7 +459,11 @@ TEST(HttpFake, AnApiKeyIsRequiredWhenOneIsSet) {
   EXPECT_EQ(e["error"]["type"], "authentication_error");
   EXPECT_EQ(e["error"]["code"], "invalid_api_key");
   EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/api/tags")->status, 401);
+  EXPECT_EQ(json::parse(c.Get("/api/tags")->body)["error"], "this server wants an API key: Authorization: Bearer KEY");
   EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/")->status, 200) << "the chat page asks for the key itself";
+  EXPECT_EQ(c.Get("/chat/assets/none.js")->status, 404);
   c.set_bearer_token_auth("sk-on");
   EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
   c.set_bearer_token_auth("sk-one-more");

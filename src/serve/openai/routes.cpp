@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "serve/chat_page.h"
 #include "serve/http_guard.h"
 #include "serve/ollama/routes.h"
 #include "serve/ollama/schema.h"
@@ -125,7 +126,8 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
 
   if (!options.api_keys.empty()) {
     svr.set_pre_routing_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || authorized(req, keys)) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.path == "/health" || is_chat_page_path(req.path) || authorized(req, keys))
+        return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_error(req, res, api_error(401, "this server wants an API key: Authorization: Bearer KEY", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
@@ -137,6 +139,7 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
   http::post(svr, "/v1/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
     answer(service, Endpoint::Completions, req, res, probe);
   });
+  mount_chat_page(svr);
   ollama::mount_routes(svr, service, std::chrono::duration_cast<std::chrono::milliseconds>(probe));
   svr.Get("/v1/models", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.models_body(), kJson); });
   svr.Get("/health", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.health_body(), kJson); });
