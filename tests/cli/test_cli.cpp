@@ -1,14 +1,17 @@
 // The CLI as a new user meets it: edge values of flags give results or errors that name the
 // flag, never a crash; commands say what they did and what to do next.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_process.h"
@@ -327,6 +330,39 @@ TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
   EXPECT_EQ(full.exit_code, 0) << full.err;
   EXPECT_NE(full.err.find("maximum context length is 40 tokens"), std::string::npos) << full.err;
   EXPECT_NE(full.err.find("/clear starts a new conversation"), std::string::npos) << full.err;
+}
+
+// Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
+// stopped reply in its history.
+TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string dir = ::testing::TempDir() + "/chat-interrupt-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
+  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
+  const pid_t pid = testing::start(orchard({"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}),
+                                   err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
+  ASSERT_NE(input, nullptr);
+  auto wait_until = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 3000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  ASSERT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
+  kill(pid, SIGINT);
+  ASSERT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; })) << testing::read_text(err);
+  std::fputs("more\n/exit\n", input);
+  std::fclose(input);
+  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+  const int first = prompt_tokens_of_turn(f.stderr_text, 1), second = prompt_tokens_of_turn(f.stderr_text, 2);
+  EXPECT_NE(f.stderr_text.find("[turn 1: prompt " + std::to_string(first) + " tokens, reply "), std::string::npos);
+  EXPECT_NE(f.stderr_text.find("(cancelled)"), std::string::npos) << f.stderr_text;
+  EXPECT_GT(second, first) << "the second turn holds the stopped reply: " << f.stderr_text;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
