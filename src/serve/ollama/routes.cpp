@@ -44,7 +44,7 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
           out += u.finish_reason == FinishReason::Error ? failure_line(u)
                                                          : final_line(c->answer, "", u.finish_reason, u.usage, c->elapsed_ns());
         else if (out.empty() && Clock::now() - last_write >= probe)
-          out = " ";
+          out.push_back(' ');  // (assigning " " trips GCC 12's -Wrestrict false positive)
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) return false;
           last_write = Clock::now();
