@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,11 +27,13 @@ inline std::string read_text(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Starts argv with stderr and stdout to files; returns its pid.
-inline pid_t start(const std::vector<std::string>& argv, const std::string& stderr_path, const std::string& stdout_path) {
+// Starts argv with stderr and stdout to files (and stdin from one, when given); returns its pid.
+inline pid_t start(const std::vector<std::string>& argv, const std::string& stderr_path, const std::string& stdout_path,
+                   const std::string& stdin_path = {}) {
   pid_t pid = fork();
   if (pid == 0) {
     if (!freopen(stderr_path.c_str(), "w", stderr) || !freopen(stdout_path.c_str(), "w", stdout)) _exit(126);
+    if (!stdin_path.empty() && !freopen(stdin_path.c_str(), "r", stdin)) _exit(126);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -63,17 +66,22 @@ struct Ran {
   std::string out, err;
 };
 
-// Runs argv to the end (at most `limit`) and returns its exit code and what it printed.
-inline Ran run_to_end(const std::vector<std::string>& argv, std::chrono::seconds limit = std::chrono::seconds(60)) {
+// Runs argv to the end (at most `limit`) and returns its exit code and what it printed. With
+// `input`, that is its stdin (then end of file); otherwise it inherits the test's.
+inline Ran run_to_end(const std::vector<std::string>& argv, std::chrono::seconds limit = std::chrono::seconds(60),
+                      const std::optional<std::string>& input = std::nullopt) {
   // Per process and call: ctest runs a file's tests at the same time.
   static int calls = 0;
   const std::string tag = std::to_string(getpid()) + "-" + std::to_string(calls++);
   const std::string err = ::testing::TempDir() + "/cli-err-" + tag + ".txt";
   const std::string out = ::testing::TempDir() + "/cli-out-" + tag + ".txt";
-  Finished f = wait_for(start(argv, err, out), err, limit);
+  const std::string in = input ? ::testing::TempDir() + "/cli-in-" + tag + ".txt" : std::string();
+  if (input) std::ofstream(in) << *input;
+  Finished f = wait_for(start(argv, err, out, in), err, limit);
   Ran r{f.exit_code, read_text(out), f.stderr_text};
   std::remove(err.c_str());
   std::remove(out.c_str());
+  if (input) std::remove(in.c_str());
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
 #include "parallel/engine.h"
+#include "serve/chat_page.h"
 #include "serve/chat_templates.h"
 #include "serve/local_engine.h"
 #include "serve/split_engine.h"
@@ -76,6 +77,8 @@ void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::op
 
   std::fprintf(stderr, "serving '%s' (%s chat template, %d slots of %d positions, %d threads)\n", engine.info().id.c_str(),
                std::string(serve::chat_family_name(family)).c_str(), engine.n_slots(), scheduler.n_ctx(), threads);
+  std::fprintf(stderr, "chat page at http://%s:%d/%s; OpenAI API under /v1, Ollama's under /api\n", o.host.c_str(), port,
+               serve::kChatPageBuilt ? "" : " (not built: node/npm were missing at configure time)");
   // On stdout, one line, so that scripts and tests starting the server with --port 0 learn the port.
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
@@ -157,7 +160,7 @@ void serve_model(ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over OpenAI- and Ollama-compatible HTTP APIs, with a chat page at /");
   cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")
       ->required();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();

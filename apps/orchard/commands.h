@@ -11,6 +11,7 @@ void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_network_command(CLI::App& app);
 void add_node_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   orchard::app::add_tokenize_command(app);
   orchard::app::add_bench_comm_command(app);
   orchard::app::add_serve_command(app);
+  orchard::app::add_chat_command(app);
   orchard::app::add_network_command(app);
   orchard::app::add_node_command(app);
   orchard::app::add_simulate_command(app);

@@ -19,6 +19,11 @@ struct ModelInfo {
   std::string architecture;   // "llama", "qwen2", ...
   std::string chat_template;  // tokenizer.chat_template metadata; empty when absent
   int64_t created = 0;        // Unix seconds, reported by /v1/models
+  // What Ollama's /api/tags and /api/show describe.
+  uint64_t file_bytes = 0;
+  int64_t parameters = 0;        // elements of every tensor in the file
+  int64_t file_type = -1;        // general.file_type (llama.cpp's llama_ftype); -1 when absent
+  std::string metadata_json;     // the file's scalar metadata as one JSON object (arrays left out)
 };
 
 class Engine {

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace orchard::serve {
@@ -57,6 +59,19 @@ ModelInfo describe_model(const std::string& model_path, const std::string& alias
     const auto system_time = std::chrono::system_clock::now() + (written - std::filesystem::file_time_type::clock::now());
     info.created = std::chrono::duration_cast<std::chrono::seconds>(system_time.time_since_epoch()).count();
   }
+  info.file_bytes = file.file_size();
+  for (const model::gguf::TensorInfo& t : file.tensors()) info.parameters += t.elements();
+  if (const auto* value = file.find("general.file_type")) info.file_type = value->as_int("general.file_type");
+  // Arrays (the vocabulary above all) would make the description megabytes long.
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const auto& [key, value] : file.metadata()) {
+    if (const auto* u = std::get_if<uint64_t>(&value.data)) metadata[key] = *u;
+    else if (const auto* i = std::get_if<int64_t>(&value.data)) metadata[key] = *i;
+    else if (const auto* d = std::get_if<double>(&value.data)) metadata[key] = *d;
+    else if (const auto* b = std::get_if<bool>(&value.data)) metadata[key] = *b;
+    else if (const auto* text = std::get_if<std::string>(&value.data)) metadata[key] = *text;
+  }
+  info.metadata_json = metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return info;
 }
 

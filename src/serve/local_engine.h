@@ -27,7 +27,8 @@ struct LocalEngineOptions {
 };
 
 // What /v1/models says of the model in `file`: its id (alias, or the file name without .gguf),
-// architecture, chat template and the file's time.
+// architecture, chat template and the file's time; its size, parameters, file type and scalar
+// metadata for Ollama's /api/show.
 ModelInfo describe_model(const std::string& model_path, const std::string& alias, const model::gguf::Reader& file,
                          const model::ModelConfig& config);
 

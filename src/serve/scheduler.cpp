@@ -156,6 +156,7 @@ void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job) {
   slot.pos = 0;
   slot.generated = 0;
   slot.last = -1;
+  slot.admitted = std::chrono::steady_clock::now();
   slot.job = std::move(job);
   ++active_;
 }
@@ -263,6 +264,7 @@ void Scheduler::advance(Slot& slot, int32_t n) {
 
 void Scheduler::sample(Slot& slot) {
   const model::TokenId token = slot.sampler->sample(slot.model->last_logits());
+  if (slot.generated == 0) slot.first_sampled = std::chrono::steady_clock::now();
   ++slot.generated;
   metrics_.add_generated_tokens(1);
   if (tokenizer_.is_end_of_generation(token)) return end(slot, FinishReason::Stop);
@@ -284,7 +286,12 @@ void Scheduler::end(Slot& slot, FinishReason reason, std::string error) {
     slot.job->append(tail);
   }
   metrics_.count_finished(std::string(finish_reason_name(reason)));
-  slot.job->finish(reason, {static_cast<int32_t>(slot.job->request_.prompt.size()), slot.generated}, std::move(error));
+  Usage usage{static_cast<int32_t>(slot.job->request_.prompt.size()), slot.generated};
+  const auto now = std::chrono::steady_clock::now();
+  const auto prompt_end = slot.generated > 0 ? slot.first_sampled : now;
+  usage.prompt_seconds = std::chrono::duration<double>(prompt_end - slot.admitted).count();
+  usage.generation_seconds = std::chrono::duration<double>(now - prompt_end).count();
+  slot.job->finish(reason, usage, std::move(error));
   slot.job.reset();
   --active_;
 }

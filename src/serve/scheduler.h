@@ -49,6 +49,10 @@ struct GenerationRequest {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // tokens sampled, the one that ended generation included
+  // From taking a slot to the first sampled token (the prompt's evaluation), and from there to
+  // the end (Ollama reports both); 0 for a job that never had a slot.
+  double prompt_seconds = 0;
+  double generation_seconds = 0;
 };
 
 struct JobUpdate {
@@ -144,6 +148,7 @@ class Scheduler {
     int32_t pos = 0;          // where the next generated token goes
     int32_t generated = 0;
     model::TokenId last = -1;  // sampled, not evaluated yet
+    std::chrono::steady_clock::time_point admitted, first_sampled;
     int32_t planned = 0;       // positions in this round's batch; 0: none
     std::optional<std::string> failure;  // why this round's eval failed
   };

@@ -1,13 +1,17 @@
 // The CLI as a new user meets it: edge values of flags give results or errors that name the
 // flag, never a crash; commands say what they did and what to do next.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_process.h"
@@ -271,6 +275,94 @@ TEST(MakeModel, SaysWhatItWrote) {
   EXPECT_NE(r.out.find(fmt::format("{:.3g} MB of weights", parameters * 4 / 1e6)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format(" {} bytes in all", bytes)), std::string::npos) << r.out;
   std::filesystem::remove(path);
+}
+
+// --- chat: turns read from stdin, the history rendered with the chat template each turn.
+
+// The tokens `orchard tokenize` gives for text (the independent count of a rendered prompt).
+size_t token_count(const std::string& model, const std::string& text) {
+  Ran r = run_to_end(orchard({"tokenize", "-m", model, text}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream ids(r.out);
+  size_t n = 0;
+  for (std::string id; ids >> id;) ++n;
+  return n;
+}
+
+// "[turn N: prompt P tokens, ..." of --verbose; -1 when the line is missing.
+int prompt_tokens_of_turn(const std::string& err, int turn) {
+  const std::string head = fmt::format("[turn {}: prompt ", turn);
+  const size_t at = err.find(head);
+  return at == std::string::npos ? -1 : std::stoi(err.substr(at + head.size()));
+}
+
+TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
+  // ChatML, whose rendering is simple to write out here by hand (the tiny llama's greedy replies
+  // are visible text; the tiny qwen2's are newlines).
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> chat =
+      orchard({"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"});
+  Ran one = run_to_end(chat, std::chrono::seconds(60), "hi\n");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_TRUE(one.out.ends_with("\n")) << one.out;
+  const std::string reply = one.out.substr(0, one.out.size() - 1);  // stdin is no terminal: no ">>> " prompts
+  const std::string first = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(prompt_tokens_of_turn(one.err, 1), static_cast<int>(token_count(model, first))) << one.err;
+
+  Ran two = run_to_end(chat, std::chrono::seconds(60), "hi\n\n  how so?  \n");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_TRUE(two.out.starts_with(reply + "\n")) << "greedy: the same first reply\n" << two.out;
+  const std::string second = first + reply + "<|im_end|>\n<|im_start|>user\nhow so?<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), static_cast<int>(token_count(model, second))) << two.err;
+  EXPECT_EQ(prompt_tokens_of_turn(two.err, 3), -1) << "an empty line is no turn";
+
+  // /clear forgets the conversation; /exit quits before the lines after it.
+  Ran cleared = run_to_end(chat, std::chrono::seconds(60), "hi\n/clear\nhi\n/exit\nignored\n");
+  ASSERT_EQ(cleared.exit_code, 0) << cleared.err;
+  EXPECT_EQ(prompt_tokens_of_turn(cleared.err, 2), prompt_tokens_of_turn(cleared.err, 1)) << cleared.err;
+  EXPECT_EQ(prompt_tokens_of_turn(cleared.err, 3), -1) << cleared.err;
+  EXPECT_EQ(cleared.out, reply + "\n" + reply + "\n");
+
+  // A conversation longer than the context is refused turn by turn, with what to do, not a crash.
+  Ran full = run_to_end(orchard({"chat", "-m", model, "-c", "40", "--temp", "0", "-t", "1", "--chat-template", "chatml"}),
+                        std::chrono::seconds(60),
+                        std::string(300, 'a') + "\nhi\n");
+  EXPECT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(full.err.find("maximum context length is 40 tokens"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("/clear starts a new conversation"), std::string::npos) << full.err;
+}
+
+// Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
+// stopped reply in its history.
+TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::string dir = ::testing::TempDir() + "/chat-interrupt-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
+  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
+  const pid_t pid = testing::start(orchard({"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}),
+                                   err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
+  ASSERT_NE(input, nullptr);
+  auto wait_until = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 3000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  ASSERT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
+  kill(pid, SIGINT);
+  ASSERT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; })) << testing::read_text(err);
+  std::fputs("more\n/exit\n", input);
+  std::fclose(input);
+  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+  const int first = prompt_tokens_of_turn(f.stderr_text, 1), second = prompt_tokens_of_turn(f.stderr_text, 2);
+  EXPECT_NE(f.stderr_text.find("[turn 1: prompt " + std::to_string(first) + " tokens, reply "), std::string::npos);
+  EXPECT_NE(f.stderr_text.find("(cancelled)"), std::string::npos) << f.stderr_text;
+  EXPECT_GT(second, first) << "the second turn holds the stopped reply: " << f.stderr_text;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -229,6 +229,130 @@ TEST_F(RealModel, BadRequestsGetOpenAIErrors) {
   EXPECT_EQ(post(*server_, "/v1/completions", {{"prompt", "ok"}, {"max_tokens", 2}})["object"], "text_completion");
 }
 
+// Ollama's NDJSON lines (a line may start with the spaces the server writes to probe the client).
+std::vector<json> ndjson_lines(const std::string& body) {
+  std::vector<json> out;
+  size_t at = 0;
+  for (size_t end; (end = body.find('\n', at)) != std::string::npos; at = end + 1) out.push_back(json::parse(body.substr(at, end - at)));
+  EXPECT_EQ(at, body.size()) << "the last line ends in a newline";
+  return out;
+}
+
+TEST_F(RealModel, OllamaAnswersEqualOpenAIsAndStreamAsNdjson) {
+  // Greedy, and no repetition penalty (Ollama's default is 1.1, OpenAI's none).
+  const json options = {{"temperature", 0}, {"num_predict", 24}, {"repeat_penalty", 1}, {"seed", 7}};
+  const json openai_chat = post(*server_, "/v1/chat/completions", kChat);
+  const std::string expected = openai_chat["choices"][0]["message"]["content"];
+
+  const json chat = {{"model", "tiny:latest"}, {"messages", kChat["messages"]}, {"options", options}};
+  json whole = chat;
+  whole["stream"] = false;
+  const json answer = post(*server_, "/api/chat", whole);
+  EXPECT_EQ(answer["model"], "tiny:latest");
+  EXPECT_EQ(answer["message"]["role"], "assistant");
+  EXPECT_EQ(answer["message"]["content"], expected);
+  EXPECT_EQ(answer["done"], true);
+  EXPECT_EQ(answer["done_reason"], openai_chat["choices"][0]["finish_reason"]);
+  EXPECT_EQ(answer["prompt_eval_count"], openai_chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(answer["eval_count"], openai_chat["usage"]["completion_tokens"]);
+  const int64_t total = answer["total_duration"], prompt = answer["prompt_eval_duration"], eval = answer["eval_duration"];
+  EXPECT_GT(prompt, 0);
+  EXPECT_GT(eval, 0);
+  EXPECT_GE(total, prompt + eval);  // the request's whole time covers both
+  EXPECT_LT(total, 30'000'000'000);  // nanoseconds, not some other unit
+
+  auto res = server_->client().Post("/api/chat", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/x-ndjson");
+  const std::vector<json> lines = ndjson_lines(res->body);
+  ASSERT_GE(lines.size(), 2u);
+  std::string streamed;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["done"], false);
+    streamed += lines[i]["message"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(lines.back()["done"], true);
+  EXPECT_EQ(lines.back()["message"]["content"], "");
+  EXPECT_EQ(lines.back()["eval_count"], answer["eval_count"]);
+
+  // A raw prompt is a text completion; num_predict beyond the context is cut by it, not refused.
+  const json completion = post(*server_, "/v1/completions", {{"prompt", "The orchard"}, {"max_tokens", 24}, {"temperature", 0}});
+  const json generated = post(*server_, "/api/generate",
+                              {{"model", "tiny"}, {"prompt", "The orchard"}, {"raw", true}, {"stream", false}, {"options", options}});
+  EXPECT_EQ(generated["response"], completion["choices"][0]["text"]);
+  json unlimited = options;
+  unlimited["num_predict"] = 100000;
+  const json long_one =
+      post(*server_, "/api/generate", {{"model", "tiny"}, {"prompt", "The orchard"}, {"stream", false}, {"options", unlimited}});
+  EXPECT_EQ(long_one["done"], true);
+  EXPECT_LE(long_one["prompt_eval_count"].get<int>() + long_one["eval_count"].get<int>(), server_->scheduler().n_ctx() + 1);
+}
+
+TEST_F(RealModel, OllamaDescribesTheModelAndErrorsTakeItsShape) {
+  auto c = server_->client();
+  auto tags = c.Get("/api/tags");
+  ASSERT_TRUE(tags);
+  const json models = json::parse(tags->body)["models"];
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0]["name"], "tiny:latest");
+  EXPECT_EQ(models[0]["details"]["quantization_level"], "Q8_0");
+  const json show = post(*server_, "/api/show", {{"model", "tiny"}});
+  EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
+  EXPECT_EQ(show["details"]["family"], "llama");
+  EXPECT_EQ(json::parse(c.Get("/api/version")->body)["version"].is_string(), true);
+  EXPECT_EQ(json::parse(c.Get("/api/ps")->body)["models"][0]["model"], "tiny:latest");
+  const json load = post(*server_, "/api/generate", {{"model", "tiny"}});
+  EXPECT_EQ(load["done_reason"], "load");
+
+  // {"error": "message"} and nothing else, with the status the OpenAI routes give.
+  auto expect_error = [&](const httplib::Result& r, int status, const std::string& part) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << r->body;
+    const json body = json::parse(r->body);
+    ASSERT_TRUE(body.is_object() && body.size() == 1 && body["error"].is_string()) << r->body;
+    EXPECT_NE(body["error"].get<std::string>().find(part), std::string::npos) << r->body;
+  };
+  expect_error(c.Post("/api/chat", "{not json", "application/json"), 400, "not valid JSON");
+  expect_error(c.Post("/api/chat", R"({"model": "tiny", "messages": [{"role": "user", "content": 1}]})", "application/json"), 400,
+               "'messages[0].content' must be a string");
+  expect_error(c.Post("/api/generate", R"({"model": "tiny", "prompt": "x", "options": {"temperature": "hot"}})", "application/json"), 400,
+               "'options.temperature' must be a number");
+  expect_error(c.Post("/api/chat", R"({"model": "llama3", "messages": [{"role": "user", "content": "x"}]})", "application/json"), 404,
+               "'llama3' does not exist");
+  expect_error(c.Post("/api/show", R"({"model": "llama3"})", "application/json"), 404, "does not exist");
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += "The quick brown fox. ";
+  expect_error(c.Post("/api/generate", json({{"model", "tiny"}, {"prompt", long_prompt}}).dump(), "application/json"), 400,
+               "maximum context length");
+  expect_error(c.Get("/api/pull"), 404, "no route GET /api/pull");
+}
+
+TEST(HttpFake, TheChatPageIsServedAtTheRoot) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine);
+  auto c = server.client();
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(page->body.find("Orchard chat"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(c.Get("/chat")->body, page->body);
+  EXPECT_EQ(c.Head("/")->status, 200);  // Ollama clients' liveness check
+  httplib::Headers again = {{"If-None-Match", page->get_header_value("ETag")}};
+  EXPECT_EQ(c.Get("/", again)->status, 304);
+  // Every asset the page names is served (when the page was built; the placeholder names none).
+  for (size_t at = 0; (at = page->body.find("/chat/assets/", at)) != std::string::npos; ++at) {
+    const std::string path = page->body.substr(at, page->body.find('"', at) - at);
+    auto asset = c.Get(path.c_str());
+    ASSERT_TRUE(asset);
+    EXPECT_EQ(asset->status, 200) << path;
+    EXPECT_NE(asset->get_header_value("Cache-Control").find("immutable"), std::string::npos) << path;
+  }
+}
+
 // Opens a connection, sends a POST and reads until `want` bytes of response came (or the end).
 class RawClient {
  public:
@@ -335,7 +459,11 @@ TEST(HttpFake, AnApiKeyIsRequiredWhenOneIsSet) {
   EXPECT_EQ(e["error"]["type"], "authentication_error");
   EXPECT_EQ(e["error"]["code"], "invalid_api_key");
   EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/api/tags")->status, 401);
+  EXPECT_EQ(json::parse(c.Get("/api/tags")->body)["error"], "this server wants an API key: Authorization: Bearer KEY");
   EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/")->status, 200) << "the chat page asks for the key itself";
+  EXPECT_EQ(c.Get("/chat/assets/none.js")->status, 404);
   c.set_bearer_token_auth("sk-on");
   EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
   c.set_bearer_token_auth("sk-one-more");

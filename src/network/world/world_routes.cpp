@@ -7,36 +7,13 @@
 #include <string_view>
 
 #include "network/world/world_assets.h"
+#include "serve/web_files.h"
 
 namespace orchard::network::world {
 
 namespace {
 
-// The page may talk to its own origin only: no CDN, no fonts, no trackers (the issue's rule, made
-// a browser-enforced one). data: images are for the inline SVG favicon.
-constexpr const char* kCsp =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-const Asset* find_asset(std::string_view path) {
-  for (const auto& a : world_assets())
-    if (a.path == path) return &a;
-  return nullptr;
-}
-
-void send_asset(const httplib::Request& req, httplib::Response& res, const Asset& asset) {
-  const bool hashed = asset.path.starts_with("assets/");
-  res.set_header("Cache-Control", hashed ? "public, max-age=31536000, immutable" : "no-cache");
-  res.set_header("ETag", std::string(asset.etag));
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Content-Security-Policy", kCsp);
-  res.set_header("Referrer-Policy", "no-referrer");
-  if (req.get_header_value("If-None-Match") == asset.etag) {
-    res.status = 304;
-    return;
-  }
-  res.set_content(asset.bytes.data(), asset.bytes.size(), std::string(asset.content_type).c_str());
-}
+const Asset* find_asset(std::string_view path) { return serve::web::find_file(world_assets(), path); }
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -61,14 +38,14 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
   auto page = [](const httplib::Request& req, httplib::Response& res) {
     const Asset* index = find_asset("index.html");
     if (!index) return send_error(res, 500, "[world] the page was not embedded");
-    send_asset(req, res, *index);
+    serve::web::send_file(req, res, *index);
   };
   server.Get("/world", page);
   server.Get("/world/", page);
   server.Get(R"(/world/(assets/[A-Za-z0-9._-]+))", [](const httplib::Request& req, httplib::Response& res) {
     const Asset* asset = find_asset(req.matches[1].str());
     if (!asset) return send_error(res, 404, "[world] no such asset: " + req.matches[1].str());
-    send_asset(req, res, *asset);
+    serve::web::send_file(req, res, *asset);
   });
 
   server.Get("/v1/world/history", [feed](const httplib::Request&, httplib::Response& res) {

@@ -6,7 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "serve/chat_page.h"
 #include "serve/http_guard.h"
+#include "serve/ollama/routes.h"
+#include "serve/ollama/schema.h"
 
 namespace orchard::serve::openai {
 namespace {
@@ -15,9 +18,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kJson = "application/json";
 
-void send_error(httplib::Response& res, const ApiError& e) {
+// Errors of Ollama's routes take Ollama's shape ({"error": "message"}), all others OpenAI's.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
   res.status = e.status();
-  res.set_content(error_body(e), kJson);
+  res.set_content(ollama::is_ollama_path(req.path) ? ollama::error_body(e.message()) : error_body(e), kJson);
 }
 
 // The error an answer reports when the engine failed after the response had started.
@@ -96,7 +100,7 @@ void answer(Service& service, Endpoint endpoint, const httplib::Request& req, ht
     else
       whole_answer(std::move(started), res, probe);
   } catch (const ApiError& e) {
-    send_error(res, e);
+    send_error(req, res, e);
   }
 }
 
@@ -122,9 +126,10 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
 
   if (!options.api_keys.empty()) {
     svr.set_pre_routing_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || authorized(req, keys)) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.path == "/health" || is_chat_page_path(req.path) || authorized(req, keys))
+        return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, api_error(401, "this server wants an API key: Authorization: Bearer KEY", "invalid_api_key"));
+      send_error(req, res, api_error(401, "this server wants an API key: Authorization: Bearer KEY", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     });
   }
@@ -134,6 +139,8 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
   http::post(svr, "/v1/completions", [&service, probe](const httplib::Request& req, httplib::Response& res) {
     answer(service, Endpoint::Completions, req, res, probe);
   });
+  mount_chat_page(svr);
+  ollama::mount_routes(svr, service, std::chrono::duration_cast<std::chrono::milliseconds>(probe));
   svr.Get("/v1/models", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.models_body(), kJson); });
   svr.Get("/health", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.health_body(), kJson); });
   svr.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
@@ -142,7 +149,7 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
 
   // Every other failure gets an OpenAI-style body too: unknown routes (404), bodies over the
   // limit (413), and anything a handler threw (500: a bug, never bad input).
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(ep);
@@ -150,7 +157,7 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
       what = e.what();
     } catch (...) {
     }
-    send_error(res, ApiError(500, "server_error", "internal error: " + what));
+    send_error(req, res, ApiError(500, "server_error", "internal error: " + what));
   });
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -158,7 +165,7 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
                                 : res.status == 413 ? std::string("the request body is too large")
                                                     : fmt::format("HTTP status {}", res.status);
     const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
-    res.set_content(error_body(ApiError(res.status, type, message)), kJson);
+    send_error(req, res, ApiError(res.status, type, message));
   });
   svr.set_logger([&metrics](const httplib::Request&, const httplib::Response& res) { metrics.count_request(res.status); });
 }

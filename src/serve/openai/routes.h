@@ -2,6 +2,7 @@
 // The HTTP layer, thin: routes of the OpenAI API onto the Service, server-sent events for
 // streamed answers, and noticing clients that go away (their job is cancelled, freeing its slot).
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics
+// and Ollama's API beside them (ollama/routes.h), on the same port.
 // Bodies are judged by their content (JSON) whatever their Content-Type says.
 #include <atomic>
 #include <chrono>

@@ -11,50 +11,13 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxStops = 4;  // as OpenAI allows
+// Completions without max_tokens stop after this many tokens, as OpenAI's do; chat completions
+// may use the rest of the context.
+constexpr int32_t kDefaultCompletionTokens = 16;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json null_or(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
-
-// The field, or nullptr when absent or null (the API treats both as "use the default").
-const json* field(const json& object, const char* name) {
-  auto it = object.find(name);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-ApiError wrong_type(const std::string& param, std::string_view expected, const json& got) {
-  return invalid_request(fmt::format("'{}' must be {}, not {}", param, expected, got.type_name()), param);
-}
-
-std::string string_value(const json& v, const std::string& param) {
-  if (!v.is_string()) throw wrong_type(param, "a string", v);
-  return v.get<std::string>();
-}
-
-bool bool_value(const json& v, const std::string& param) {
-  if (!v.is_boolean()) throw wrong_type(param, "a boolean", v);
-  return v.get<bool>();
-}
-
-double number_value(const json& v, const std::string& param, double lo, double hi) {
-  if (!v.is_number()) throw wrong_type(param, "a number", v);
-  const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, x), param);
-  return x;
-}
-
-int64_t integer_value(const json& v, const std::string& param, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) throw wrong_type(param, "an integer", v);
-  const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
-  const int64_t x = too_big ? hi : v.get<int64_t>();
-  if (too_big || x < lo || x > hi)
-    throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, v.dump()), param);
-  return x;
-}
-
-ApiError unsupported(const std::string& param, std::string_view what) {
-  return invalid_request(fmt::format("{} is not supported by this server", what), param, "unsupported_parameter");
-}
 
 // A message's content: a string, or an array of {"type": "text", "text": ...} parts.
 std::string message_content(const json& content, const std::string& param) {
@@ -165,9 +128,7 @@ void parse_sampling(const json& body, ApiRequest& r) {
   }
   if (const json* v = field(body, "seed")) {
     r.seeded = true;
-    // Any 64-bit integer, negative ones as their two's complement.
-    if (!v->is_number_integer()) throw wrong_type("seed", "an integer", *v);
-    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+    s.seed = seed_value(*v, "seed");
   }
   // Extensions llama.cpp's server also takes.
   if (const json* v = field(body, "top_k")) s.top_k = static_cast<int32_t>(integer_value(*v, "top_k", 0, std::numeric_limits<int32_t>::max()));
@@ -225,7 +186,51 @@ ApiError api_error(int status, std::string message, std::string code) {
   return ApiError(status, type, std::move(message), {}, std::move(code));
 }
 
-ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
+const json* field(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+ApiError wrong_type(const std::string& param, std::string_view expected, const json& got) {
+  return invalid_request(fmt::format("'{}' must be {}, not {}", param, expected, got.type_name()), param);
+}
+
+std::string string_value(const json& v, const std::string& param) {
+  if (!v.is_string()) throw wrong_type(param, "a string", v);
+  return v.get<std::string>();
+}
+
+bool bool_value(const json& v, const std::string& param) {
+  if (!v.is_boolean()) throw wrong_type(param, "a boolean", v);
+  return v.get<bool>();
+}
+
+double number_value(const json& v, const std::string& param, double lo, double hi) {
+  if (!v.is_number()) throw wrong_type(param, "a number", v);
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, x), param);
+  return x;
+}
+
+int64_t integer_value(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw wrong_type(param, "an integer", v);
+  const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t x = too_big ? hi : v.get<int64_t>();
+  if (too_big || x < lo || x > hi)
+    throw invalid_request(fmt::format("'{}' must be between {} and {}, not {}", param, lo, hi, v.dump()), param);
+  return x;
+}
+
+ApiError unsupported(const std::string& param, std::string_view what) {
+  return invalid_request(fmt::format("{} is not supported by this server", what), param, "unsupported_parameter");
+}
+
+uint64_t seed_value(const json& v, const std::string& param) {
+  if (!v.is_number_integer()) throw wrong_type(param, "an integer", v);
+  return v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+}
+
+json parse_object(std::string_view body_text) {
   json body;
   try {
     body = json::parse(body_text);
@@ -233,9 +238,14 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
     throw invalid_request(fmt::format("the body is not valid JSON: {}", e.what()), {}, "invalid_json");
   }
   if (!body.is_object()) throw invalid_request(fmt::format("the body must be a JSON object, not {}", body.type_name()));
+  return body;
+}
 
+ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
+  const json body = parse_object(body_text);
   ApiRequest r;
   r.endpoint = endpoint;
+  if (endpoint == Endpoint::Completions) r.default_max_tokens = kDefaultCompletionTokens;
   if (const json* v = field(body, "model")) r.model = string_value(*v, "model");
   if (endpoint == Endpoint::ChatCompletions)
     r.messages = parse_messages(body);

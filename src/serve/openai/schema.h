@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/error.h"
 #include "model/sampler.h"
 #include "serve/chat_templates.h"
@@ -47,12 +49,32 @@ struct ApiRequest {
   std::optional<std::string> prompt;    // completions given text
   std::vector<model::TokenId> prompt_tokens;  // completions given token ids (range unchecked)
   std::optional<int32_t> max_tokens;    // max_tokens or max_completion_tokens; at least 1
+  // Without max_tokens: at most this many tokens, or fewer when the context has less room
+  // (0: the rest of the context). OpenAI's text completions stop after 16.
+  int32_t default_max_tokens = 0;
   model::SamplerOptions sampling;       // OpenAI's defaults: temperature 1, top_p 1, no top-k/min-p
   bool seeded = false;                  // the request gave a seed
   std::vector<std::string> stop;        // at most 4, none empty
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
 };
+
+// Readers of a request's JSON fields, shared by the OpenAI and Ollama schemas. `field` gives the
+// value, or nullptr when absent or null (both APIs treat those as "use the default"); the
+// others throw ApiError 400 naming `param` when the value has the wrong type or is outside
+// [lo, hi].
+const nlohmann::json* field(const nlohmann::json& object, const char* name);
+ApiError wrong_type(const std::string& param, std::string_view expected, const nlohmann::json& got);
+std::string string_value(const nlohmann::json& v, const std::string& param);
+bool bool_value(const nlohmann::json& v, const std::string& param);
+double number_value(const nlohmann::json& v, const std::string& param, double lo, double hi);
+int64_t integer_value(const nlohmann::json& v, const std::string& param, int64_t lo, int64_t hi);
+// A seed: any 64-bit integer, negative ones as their two's complement.
+uint64_t seed_value(const nlohmann::json& v, const std::string& param);
+// 400 "<what> is not supported by this server", code unsupported_parameter.
+ApiError unsupported(const std::string& param, std::string_view what);
+// Parses a body that must be a JSON object (400 invalid_json / not an object otherwise).
+nlohmann::json parse_object(std::string_view body);
 
 // Parses `body` for `endpoint`. Throws ApiError (400) for a body that isn't a JSON object, a
 // field of the wrong type or out of range, a missing required field, or a feature the server

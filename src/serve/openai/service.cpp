@@ -10,10 +10,6 @@
 namespace orchard::serve::openai {
 namespace {
 
-// Completions without max_tokens stop after this many tokens, as OpenAI's do; chat completions
-// may use the rest of the context.
-constexpr int32_t kDefaultCompletionTokens = 16;
-
 std::string special_text(const model::Tokenizer& tokenizer, model::TokenId id) {
   return id >= 0 ? tokenizer.token_text(id) : std::string();
 }
@@ -50,13 +46,14 @@ std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
   return r.prompt_tokens;
 }
 
-Started Service::start(Endpoint endpoint, std::string_view body) {
-  Started s{parse_request(endpoint, body), {}, {}};
+Started Service::start(Endpoint endpoint, std::string_view body) { return start(parse_request(endpoint, body)); }
+
+Started Service::start(ApiRequest request) {
+  const Endpoint endpoint = request.endpoint;
+  Started s{std::move(request), {}, {}};
   const ApiRequest& r = s.request;
   const ModelInfo& info = engine_.info();
-  if (!r.model.empty() && r.model != info.id)
-    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, info.id),
-                   "model", "model_not_found");
+  check_model(r.model);
 
   const char* prompt_param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
   GenerationRequest g;
@@ -76,9 +73,7 @@ Started Service::start(Endpoint endpoint, std::string_view body) {
                           r.max_tokens && n_prompt < n_ctx ? "max_tokens" : prompt_param, "context_length_exceeded");
   }
   const int32_t room = n_ctx - n_prompt;
-  g.max_tokens = r.max_tokens ? *r.max_tokens
-                 : endpoint == Endpoint::ChatCompletions ? room
-                                                         : std::min(kDefaultCompletionTokens, room);
+  g.max_tokens = r.max_tokens ? *r.max_tokens : r.default_max_tokens > 0 ? std::min(r.default_max_tokens, room) : room;
   g.sampling = r.sampling;
   if (!r.seeded) g.sampling.seed = random_u64();
   g.stop = r.stop;
@@ -95,6 +90,13 @@ Started Service::start(Endpoint endpoint, std::string_view body) {
                    {}, "queue_full");
   }
   return s;
+}
+
+void Service::check_model(const std::string& name) const {
+  const ModelInfo& info = engine_.info();
+  if (!name.empty() && name != info.id)
+    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", name, info.id),
+                   "model", "model_not_found");
 }
 
 std::string Service::models_body() const { return openai::models_body(engine_.info()); }

@@ -30,10 +30,17 @@ class Service {
   // (plus max_tokens, when given) longer than the context (code context_length_exceeded); 404
   // for a model that isn't this one (code model_not_found); 429 when the queue is full.
   Started start(Endpoint endpoint, std::string_view body);
+  // The same for a request already parsed, by this API's schema or another's (Ollama's).
+  Started start(ApiRequest request);
 
   // The prompt tokens a request stands for (chat: the rendered template).
   std::vector<model::TokenId> prompt_tokens(const ApiRequest& request) const;
 
+  // Throws ApiError 404 (code model_not_found) unless `name` is empty or this server's model.
+  void check_model(const std::string& name) const;
+
+  const ModelInfo& info() const { return engine_.info(); }
+  int32_t n_ctx() const { return scheduler_.n_ctx(); }
   std::string models_body() const;
   std::string health_body() const;
   std::string metrics_text() const;

@@ -1,0 +1,246 @@
+#include "serve/ollama/schema.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace orchard::serve::ollama {
+namespace {
+
+using nlohmann::json;
+
+openai::ApiError error_of(Route route, const std::string& body) {
+  try {
+    parse_request(route, body);
+  } catch (const openai::ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return openai::ApiError(0, "", "");
+}
+
+std::string chat_with(const std::string& extra) {
+  return R"({"model": "m", "messages": [{"role": "user", "content": "hi"}])" + (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(OllamaSchema, ChatTakesOllamasDefaultsAndStreams) {
+  const Request r = parse_request(Route::Chat, chat_with(""));
+  EXPECT_FALSE(r.load_only);
+  const openai::ApiRequest& g = r.generation;
+  EXPECT_EQ(g.endpoint, openai::Endpoint::ChatCompletions);
+  EXPECT_EQ(g.model, "m");
+  ASSERT_EQ(g.messages.size(), 1u);
+  EXPECT_EQ(g.messages[0].role, "user");
+  EXPECT_EQ(g.messages[0].content, "hi");
+  EXPECT_TRUE(g.stream);  // Ollama streams unless told not to
+  EXPECT_FALSE(g.seeded);
+  EXPECT_FALSE(g.max_tokens);
+  EXPECT_EQ(g.default_max_tokens, 0);  // num_predict -1: up to the context
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.8f);
+  EXPECT_EQ(g.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(g.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(g.sampling.repeat_last_n, 64);
+}
+
+TEST(OllamaSchema, OptionsAreHonoured) {
+  const Request r = parse_request(Route::Chat, chat_with(R"("stream": false, "keep_alive": "5m", "options": {
+      "temperature": 0, "top_k": 7, "top_p": 0.5, "min_p": 0.1, "seed": 42, "num_predict": 12,
+      "stop": ["a", "", "bc", "d", "e", "f"], "repeat_penalty": 1.0, "repeat_last_n": -1, "num_ctx": 4096, "mirostat": 0})"));
+  const openai::ApiRequest& g = r.generation;
+  EXPECT_FALSE(g.stream);
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.0f);
+  EXPECT_EQ(g.sampling.top_k, 7);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.1f);
+  EXPECT_TRUE(g.seeded);
+  EXPECT_EQ(g.sampling.seed, 42u);
+  EXPECT_EQ(g.default_max_tokens, 12);  // a limit the context may shorten, never an error
+  EXPECT_FALSE(g.max_tokens);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"a", "bc", "d", "e", "f"}));  // more than OpenAI's 4
+  EXPECT_FLOAT_EQ(g.sampling.repeat_penalty, 1.0f);
+  EXPECT_EQ(g.sampling.repeat_last_n, std::numeric_limits<int32_t>::max());
+}
+
+TEST(OllamaSchema, NegativeSeedIsRandomAndNonPositiveNumPredictHasNoLimit) {
+  for (const char* n : {"-1", "-2", "0"}) {
+    const Request r = parse_request(Route::Chat, chat_with(std::string(R"("options": {"seed": -1, "num_predict": )") + n + "}"));
+    EXPECT_FALSE(r.generation.seeded);
+    EXPECT_EQ(r.generation.default_max_tokens, 0) << n;
+  }
+}
+
+TEST(OllamaSchema, GenerateRendersThePromptAsAChatUnlessRaw) {
+  Request r = parse_request(Route::Generate, R"({"model": "m:latest", "prompt": "why?", "system": "be brief"})");
+  EXPECT_EQ(r.generation.model, "m");  // the :latest tag names the same model
+  EXPECT_EQ(r.generation.endpoint, openai::Endpoint::ChatCompletions);
+  ASSERT_EQ(r.generation.messages.size(), 2u);
+  EXPECT_EQ(r.generation.messages[0].role, "system");
+  EXPECT_EQ(r.generation.messages[0].content, "be brief");
+  EXPECT_EQ(r.generation.messages[1].role, "user");
+  EXPECT_EQ(r.generation.messages[1].content, "why?");
+
+  r = parse_request(Route::Generate, R"({"model": "m", "prompt": "<s>[INST] x", "raw": true})");
+  EXPECT_EQ(r.generation.endpoint, openai::Endpoint::Completions);
+  EXPECT_EQ(r.generation.prompt, "<s>[INST] x");
+  EXPECT_TRUE(r.generation.messages.empty());
+  EXPECT_EQ(r.generation.default_max_tokens, 0);  // not OpenAI's 16 for completions
+}
+
+TEST(OllamaSchema, NoPromptOrMessagesIsALoadRequest) {
+  EXPECT_TRUE(parse_request(Route::Generate, R"({"model": "m"})").load_only);
+  EXPECT_TRUE(parse_request(Route::Generate, R"({"model": "m", "prompt": ""})").load_only);
+  EXPECT_TRUE(parse_request(Route::Chat, R"({"model": "m", "messages": []})").load_only);
+  EXPECT_TRUE(parse_request(Route::Chat, R"({"model": "m"})").load_only);
+}
+
+TEST(OllamaSchema, BadInputIsA400NamingTheField) {
+  struct Case {
+    Route route;
+    std::string body, param, message_part;
+  };
+  const std::vector<Case> cases = {
+      {Route::Chat, "{", "", "not valid JSON"},
+      {Route::Chat, "[1]", "", "must be a JSON object"},
+      {Route::Chat, R"({"messages": []})", "model", "'model' is required"},
+      {Route::Chat, R"({"model": 3})", "model", "must be a string, not number"},
+      {Route::Chat, R"({"model": ""})", "model", "must name a model"},
+      {Route::Chat, R"({"model": "m", "messages": {}})", "messages", "must be an array"},
+      {Route::Chat, R"({"model": "m", "messages": [3]})", "messages[0]", "must be an object"},
+      {Route::Chat, R"({"model": "m", "messages": [{"content": "x"}]})", "messages[0].role", "is required"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "messages[0].role", "not 'robot'"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "messages[0].role", "not supported"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content", "is required"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "user", "content": ["x"]}]})", "messages[0].content", "must be a string"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]})", "messages[0].images",
+       "images is not supported"},
+      {Route::Chat, chat_with(R"("stream": "yes")"), "stream", "must be a boolean"},
+      {Route::Chat, chat_with(R"("options": [])"), "options", "must be an object"},
+      {Route::Chat, chat_with(R"("options": {"temperature": "hot"})"), "options.temperature", "must be a number, not string"},
+      {Route::Chat, chat_with(R"("options": {"temperature": -1})"), "options.temperature", "between 0 and"},
+      {Route::Chat, chat_with(R"("options": {"top_k": 1.5})"), "options.top_k", "must be an integer"},
+      {Route::Chat, chat_with(R"("options": {"top_p": 2})"), "options.top_p", "between 0 and 1"},
+      {Route::Chat, chat_with(R"("options": {"min_p": 1})"), "options.min_p", "between 0 and 0.999"},
+      {Route::Chat, chat_with(R"("options": {"seed": "x"})"), "options.seed", "must be an integer"},
+      {Route::Chat, chat_with(R"("options": {"num_predict": 1e3})"), "options.num_predict", "must be an integer"},
+      {Route::Chat, chat_with(R"("options": {"stop": [1]})"), "options.stop[0]", "must be a string"},
+      {Route::Chat, chat_with(R"("options": {"stop": 5})"), "options.stop", "array of strings"},
+      {Route::Chat, chat_with(R"("options": {"repeat_penalty": 0})"), "options.repeat_penalty", "must be positive"},
+      {Route::Chat, chat_with(R"("options": {"repeat_last_n": -2})"), "options.repeat_last_n", "between -1 and"},
+      {Route::Chat, chat_with(R"("tools": [{"type": "function"}])"), "tools", "tool calling is not supported"},
+      {Route::Chat, chat_with(R"("format": "json")"), "format", "not supported"},
+      {Route::Chat, chat_with(R"("format": 3)"), "format", "JSON schema"},
+      {Route::Chat, chat_with(R"("keep_alive": [])"), "keep_alive", "a duration"},
+      {Route::Generate, R"({"model": "m", "prompt": 5})", "prompt", "must be a string"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "raw": 1})", "raw", "must be a boolean"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "system": false})", "system", "must be a string"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "suffix": "end"})", "suffix", "not supported"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "context": [1, 2]})", "context", "not supported"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "images": ["aGk="]})", "images", "not supported"},
+  };
+  for (const Case& c : cases) {
+    const openai::ApiError e = error_of(c.route, c.body);
+    EXPECT_EQ(e.status(), 400) << c.body;
+    EXPECT_EQ(e.param(), c.param) << c.body;
+    EXPECT_NE(e.message().find(c.message_part), std::string::npos) << c.body << " → " << e.message();
+    // The body a client gets: {"error": message}, nothing else.
+    const json body = json::parse(error_body(e.message()));
+    EXPECT_EQ(body, json({{"error", e.message()}}));
+  }
+}
+
+TEST(OllamaSchema, EmptyFormatAndToolsAreAccepted) {
+  EXPECT_NO_THROW(parse_request(Route::Chat, chat_with(R"("format": "", "tools": [], "keep_alive": 300)")));
+  EXPECT_NO_THROW(parse_request(Route::Chat, chat_with(R"("format": null, "think": false)")));
+}
+
+TEST(OllamaSchema, ShowNamesTheModelEitherWay) {
+  EXPECT_EQ(parse_show_request(R"({"model": "tiny:latest"})"), "tiny");
+  EXPECT_EQ(parse_show_request(R"({"name": "tiny"})"), "tiny");
+  EXPECT_THROW(parse_show_request("{}"), openai::ApiError);
+  EXPECT_THROW(parse_show_request(R"({"model": 1})"), openai::ApiError);
+}
+
+ModelInfo tiny_info() {
+  ModelInfo info;
+  info.id = "tiny";
+  info.architecture = "llama";
+  info.created = 1700000000;  // 2023-11-14T22:13:20Z
+  info.file_bytes = 3931776;
+  info.parameters = 3672320;
+  info.file_type = 15;
+  info.metadata_json = R"({"general.architecture": "llama", "llama.context_length": 512})";
+  return info;
+}
+
+TEST(OllamaSchema, LinesCarryOllamasFieldsInNanoseconds) {
+  const Answer chat{Route::Chat, "tiny:latest"};
+  const json chunk = json::parse(chunk_line(chat, "Hel"));
+  EXPECT_EQ(chunk["model"], "tiny:latest");
+  EXPECT_EQ(chunk["message"], json({{"role", "assistant"}, {"content", "Hel"}}));
+  EXPECT_EQ(chunk["done"], false);
+  const std::string created = chunk["created_at"];
+  EXPECT_EQ(created.size(), std::string("2026-12-01T21:51:37.606672848Z").size()) << created;
+  EXPECT_EQ(created.back(), 'Z');
+
+  Usage usage{19, 5, 0.25, 1.5};
+  const std::string line = final_line(chat, "", FinishReason::Length, usage, 2'000'000'000);
+  EXPECT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);  // one line
+  const json last = json::parse(line);
+  EXPECT_EQ(last["done"], true);
+  EXPECT_EQ(last["done_reason"], "length");
+  EXPECT_EQ(last["prompt_eval_count"], 19);
+  EXPECT_EQ(last["eval_count"], 5);
+  EXPECT_EQ(last["prompt_eval_duration"], 250'000'000);
+  EXPECT_EQ(last["eval_duration"], 1'500'000'000);
+  EXPECT_EQ(last["total_duration"], 2'000'000'000);
+  EXPECT_EQ(last["load_duration"], 0);
+
+  const json generated = json::parse(final_line({Route::Generate, "tiny:latest"}, "whole text", FinishReason::Stop, usage, 1));
+  EXPECT_EQ(generated["response"], "whole text");
+  EXPECT_EQ(generated["done_reason"], "stop");
+  EXPECT_FALSE(generated.contains("message"));
+
+  const json load = json::parse(load_line({Route::Generate, "tiny:latest"}));
+  EXPECT_EQ(load["done"], true);
+  EXPECT_EQ(load["done_reason"], "load");
+  EXPECT_EQ(load["response"], "");
+}
+
+TEST(OllamaSchema, ModelDescriptions) {
+  const ModelInfo info = tiny_info();
+  EXPECT_EQ(model_name(info), "tiny:latest");
+  ModelInfo tagged = info;
+  tagged.id = "tiny:q8";
+  EXPECT_EQ(model_name(tagged), "tiny:q8");
+
+  const json tags = json::parse(tags_body(info));
+  ASSERT_EQ(tags["models"].size(), 1u);
+  const json& m = tags["models"][0];
+  EXPECT_EQ(m["name"], "tiny:latest");
+  EXPECT_EQ(m["size"], 3931776);
+  EXPECT_EQ(m["modified_at"], "2023-11-14T22:13:20.000000000Z");
+  EXPECT_EQ(m["details"]["family"], "llama");
+  EXPECT_EQ(m["details"]["format"], "gguf");
+  EXPECT_EQ(m["details"]["parameter_size"], "3.7M");
+  EXPECT_EQ(m["details"]["quantization_level"], "Q4_K_M");
+
+  const json show = json::parse(show_body(info, ChatFamily::ChatML, 256));
+  EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
+  EXPECT_EQ(show["model_info"]["llama.context_length"], 512);
+  EXPECT_EQ(show["model_info"]["general.parameter_count"], 3672320);
+  EXPECT_EQ(show["parameters"], "num_ctx 256");
+  EXPECT_NE(show["modelfile"].get<std::string>().find("chatml"), std::string::npos);
+  EXPECT_EQ(show["capabilities"], json::array({"completion"}));
+
+  const json ps = json::parse(ps_body(info));
+  EXPECT_EQ(ps["models"][0]["name"], "tiny:latest");
+  EXPECT_EQ(ps["models"][0]["size_vram"], 0);
+  EXPECT_EQ(json::parse(version_body())["version"].is_string(), true);
+}
+
+}  // namespace
+}  // namespace orchard::serve::ollama
