@@ -1,6 +1,7 @@
 #include "apps/orchard/cluster_launch.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -255,6 +256,9 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
       h.agent = h.agent.substr(0, h.agent.size() - 1) + std::to_string(f.discovery.agent_port);
   launch.start_by_agent = [cluster = f.discovery.cluster, secret = f.discovery.secret](const parallel::HostEntry& host,
                                                                                       const parallel::RankCommand& rank) {
+    // An agent that vanishes mid-run is a lost rank, not a crash of the launcher (macOS has no
+    // MSG_NOSIGNAL, and the dialled socket no SO_NOSIGPIPE), as with ClusterFlags::find.
+    std::signal(SIGPIPE, SIG_IGN);
     return cluster::start_rank_by_agent(host.agent, host.ssh, cluster, secret, rank);
   };
   std::string names;

@@ -78,8 +78,8 @@ int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std:
         if (end->code == 255 && i < ssh_hosts.size() && !ssh_hosts[i].empty())
           std::fprintf(stderr,
                        "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
-                       "log into without a password (try: ssh -o BatchMode=yes %s true), or start `orchard agent` "
-                       "there and let the agent start the rank\n",
+                       "log into without a password (try: ssh -o BatchMode=yes %s true), or run `orchard agent` "
+                       "there and let it start the rank (--discover does; in a hostfile: \"agent\": true)\n",
                        ssh_hosts[i].c_str(), ssh_hosts[i].c_str());
         result = end->code;
       }
