@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cluster/cluster_status.h"
 #include "cluster/machine_probe.h"
 #include "cluster/rank_service.h"
 #include "comm/launcher.h"
@@ -96,8 +97,12 @@ void Agent::run(const std::atomic<bool>& stop) {
       if (fd.get() < 0) continue;
       // One probe at a time: a probe measures one link, and a second one running beside it
       // would share the CPU and the wire and spoil both figures. A rank runs on its own thread
-      // for as long as it lives.
+      // for as long as it lives. `GET /cluster` (a browser, curl) is answered here too.
       try {
+        if (starts_with_http_get(fd.get(), options_.probe.timeout)) {
+          serve_status_request(fd.get(), from, [this] { return topology(); }, options_.probe.timeout);
+          continue;
+        }
         const uint16_t op = serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
                                                    [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
         if (op == kOpStart) {

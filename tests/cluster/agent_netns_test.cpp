@@ -127,6 +127,15 @@ TEST_F(NetnsAgents, DiscoveredRunsStartThroughAgentsAndReuseCachedShards) {
   // C's agent joins: the next run uses it.
   start_machine("c");
   wait_for_machines(3);
+  // The cluster at a glance, from any machine's agent port.
+  const nlohmann::json status = nlohmann::json::parse(
+      capture("ip netns exec " + ns("b") + " curl -s -m 10 'http://10.77.9.1:52417/cluster?model=tinyllama-1.1b:q4_0'"), nullptr,
+      false);
+  ASSERT_TRUE(status.is_object()) << "no JSON from /cluster";
+  EXPECT_EQ(status["machines"].size(), 3u) << status.dump(1);
+  // These agents skipped measuring themselves (--no-measure) and their CPU is no catalog chip:
+  // the plan says so instead of guessing (cluster_status_test plans over measured machines).
+  EXPECT_NE(status["plan"].value("error", "").find("measured no bandwidth"), std::string::npos) << status.dump(1);
   const nlohmann::json second = run_on_a(discover, "second.err");
   const std::string second_err = text_of("second.err");
   ASSERT_TRUE(second.is_object()) << second_err;
