@@ -1,6 +1,7 @@
 #include "apps/orchard/cluster_launch.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -9,6 +10,7 @@
 #include "apps/orchard/plan_machines.h"
 #include "cluster/local_machine.h"
 #include "cluster/planner.h"
+#include "cluster/rank_service.h"
 #include "cluster/topology.h"
 #include "comm/bootstrap.h"
 #include "comm/launcher.h"
@@ -90,12 +92,14 @@ bool is_this_machine(const cluster::Topology& t, size_t m) {
   return false;
 }
 
-parallel::HostEntry discovered_host(const cluster::Topology& t, const std::vector<size_t>& machines, size_t m, int rank) {
+parallel::HostEntry discovered_host(const cluster::Topology& t, const std::vector<size_t>& machines, size_t m, int rank,
+                                    bool by_agent) {
   parallel::HostEntry h;
   for (const std::string& a : reachable_addresses(t, machines, m))
     h.endpoints.push_back(fmt::format("{}:{}", a, comm::kDefaultBasePort + rank));
   h.ssh = h.endpoints.front().substr(0, h.endpoints.front().rfind(':'));
-  h.local = is_this_machine(t, m);  // no ssh server needed to reach ourselves
+  h.local = is_this_machine(t, m);  // no ssh server or agent request needed to reach ourselves
+  if (by_agent) h.agent = fmt::format("{}:{}", h.ssh, t.machines[m].agent_port);
   return h;
 }
 
@@ -194,17 +198,22 @@ std::vector<parallel::HostEntry> discovered_hosts(const ClusterLaunchFlags& f, p
   }
   std::vector<parallel::HostEntry> hosts;
   for (size_t rank = 0; rank < chosen.size(); ++rank)
-    hosts.push_back(discovered_host(t, chosen, chosen[rank], static_cast<int>(rank)));
+    hosts.push_back(discovered_host(t, chosen, chosen[rank], static_cast<int>(rank), !f.ssh_option->count()));
   return hosts;
 }
 
 }  // namespace
 
 void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
-  cmd->add_option("--hostfile", f.hostfile, "MLX-style JSON hostfile: start one rank per host over ssh")
+  cmd->add_option("--hostfile", f.hostfile,
+                  "MLX-style JSON hostfile: start one rank per host over ssh, or through its agent where the entry "
+                  "says \"agent\": true")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--discover", f.discover, "Run on the machines this cluster's agents found (see orchard cluster)");
-  cmd->add_option("--ssh", f.ssh, "ssh client that reaches the hosts")->capture_default_str();
+  f.ssh_option = cmd->add_option("--ssh", f.ssh,
+                                 "ssh client that reaches the hosts of a --hostfile (those without \"agent\"); with "
+                                 "--discover, reach the other machines over ssh instead of through their agents")
+                     ->capture_default_str();
   add_cluster_identity_flags(cmd, f.discovery);
 }
 
@@ -242,6 +251,16 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
   launch.base.link.gbps = split.link_gbps;
   launch.ssh_command = f.ssh;
   launch.command = rank_command(split);
+  for (parallel::HostEntry& h : hosts)  // "agent": true in a hostfile: the agents' port
+    if (h.agent.size() > 2 && h.agent.compare(h.agent.size() - 2, 2, ":0") == 0)
+      h.agent = h.agent.substr(0, h.agent.size() - 1) + std::to_string(f.discovery.agent_port);
+  launch.start_by_agent = [cluster = f.discovery.cluster, secret = f.discovery.secret](const parallel::HostEntry& host,
+                                                                                      const parallel::RankCommand& rank) {
+    // An agent that vanishes mid-run is a lost rank, not a crash of the launcher (macOS has no
+    // MSG_NOSIGNAL, and the dialled socket no SO_NOSIGPIPE), as with ClusterFlags::find.
+    std::signal(SIGPIPE, SIG_IGN);
+    return cluster::start_rank_by_agent(host.agent, host.ssh, cluster, secret, rank);
+  };
   std::string names;
   for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.ssh;
   std::fprintf(stderr, "starting %zu rank(s), %s: %s\n", hosts.size(), split.strategy.c_str(), names.c_str());

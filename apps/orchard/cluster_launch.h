@@ -1,7 +1,7 @@
 #pragma once
 // `run` and `serve` on a cluster: --hostfile or --discover start this same command as one rank
-// per machine (over ssh, as `orchard launch` does), and --strategy auto asks the planner which
-// split, and which of the machines, to use.
+// per machine (through each machine's `orchard agent`, or over ssh as `orchard launch` does),
+// and --strategy auto asks the planner which split, and which of the machines, to use.
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
@@ -15,6 +15,7 @@ struct ClusterLaunchFlags {
   std::string hostfile;
   bool discover = false;
   std::string ssh = "ssh";
+  CLI::Option* ssh_option = nullptr;  // given: --discover reaches the other machines over ssh
   ClusterFlags discovery;
 };
 

@@ -1,5 +1,6 @@
-// `orchard agent`: announces this machine to its cluster, measures the links to the others and
-// answers `orchard cluster`, `plan` and `doctor` until SIGINT or SIGTERM.
+// `orchard agent`: announces this machine to its cluster, measures the links to the others,
+// answers `orchard cluster`, `plan` and `doctor`, and starts the ranks that `run`/`serve
+// --discover` ask it for, until SIGINT or SIGTERM.
 #include <csignal>
 #include <cstdlib>
 #include <spdlog/spdlog.h>
@@ -27,6 +28,9 @@ void add_agent_command(CLI::App& app) {
   cmd->add_option("--port", o->port, "UDP port of announcements")->capture_default_str();
   cmd->add_option("--agent-port", o->agent_port, "TCP port for link probes and queries")->capture_default_str();
   cmd->add_option("--models", o->models_dir, "Directory whose .gguf files are announced");
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "Where the ranks this agent starts keep the model shards they receive (default: ORCHARD_CACHE_DIR, "
+                  "else ~/.cache/orchard)");
   cmd->add_option("--probe-every", *probe_every_s, "Seconds between measurements of each link")->capture_default_str();
   cmd->add_option("--probe-mb", o->probe.bulk_bytes, "Bytes sent to measure a link's bandwidth")
       ->transform([](std::string s) { return std::to_string(std::stoull(s) << 20); });

@@ -3,11 +3,13 @@
 
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
+#include "comm/launcher.h"
 #include "core/error.h"
 #include "orchard/config.h"
 
 int main(int argc, char** argv) {
   orchard::app::remember_command_line(argc, argv);
+  orchard::comm::exit_when_watched_pipe_closes();
   CLI::App app{"orchard: run large language models on one machine, a cluster, or a network"};
   app.require_subcommand(1);
   app.set_version_flag("--version", ORCHARD_VERSION);

@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cluster/cluster_status.h"
 #include "cluster/machine_probe.h"
+#include "cluster/rank_service.h"
+#include "comm/launcher.h"
 #include "comm/transport/tcp/socket.h"
 #include "core/error.h"
 
@@ -79,21 +82,55 @@ void Agent::run(const std::atomic<bool>& stop) {
   DiscoverySocket socket(options_.port);
   // Bind the TCP port before announcing it.
   comm::tcp::Fd listener = comm::tcp::listen_on("", options_.agent_port);
+  const RankServiceOptions rank_service{options_.cluster, options_.secret, comm::current_executable(), options_.cache_dir};
+  // Ranks end when the agent does (serve_rank_start stops them once `ending` is set).
+  std::atomic<bool> ending{false};
+  struct RankThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::vector<RankThread> ranks;
   std::thread server([&] {
     while (!stop && !failed_) {
       std::string from;
       comm::tcp::Fd fd = comm::tcp::accept_until(listener.get(), Clock::now() + std::chrono::milliseconds(200), &from);
       if (fd.get() < 0) continue;
-      // One connection at a time: a probe measures one link, and a second one running beside
-      // it would share the CPU and the wire and spoil both figures.
+      // One probe at a time: a probe measures one link, and a second one running beside it
+      // would share the CPU and the wire and spoil both figures. A rank runs on its own thread
+      // for as long as it lives. `GET /cluster` (a browser, curl) is answered here too.
       try {
-        serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
-                               [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
+        if (starts_with_http_get(fd.get(), options_.probe.timeout)) {
+          serve_status_request(fd.get(), from, [this] { return topology(); }, options_.probe.timeout);
+          continue;
+        }
+        const uint16_t op = serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
+                                                   [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
+        if (op == kOpStart) {
+          std::erase_if(ranks, [](RankThread& r) {
+            if (!*r.done) return false;
+            r.thread.join();
+            return true;
+          });
+          RankThread& r = ranks.emplace_back();
+          r.thread = std::thread([&rank_service, &ending, from, done = r.done, fd = std::move(fd)]() mutable {
+            try {
+              serve_rank_start(std::move(fd), from, rank_service, ending);
+            } catch (const std::exception& e) {
+              spdlog::warn("{}", e.what());
+            }
+            *done = true;
+          });
+        }
       } catch (const std::exception& e) {
         spdlog::debug("{}", e.what());
       }
     }
   });
+  auto end_threads = [&] {
+    server.join();
+    ending = true;
+    for (RankThread& r : ranks) r.thread.join();
+  };
   std::thread prober([&] { probe_peers(stop); });
 
   std::vector<uint8_t> datagram;
@@ -133,11 +170,11 @@ void Agent::run(const std::atomic<bool>& stop) {
     }
   } catch (...) {
     failed_ = true;
-    server.join();
+    end_threads();
     prober.join();
     throw;
   }
-  server.join();
+  end_threads();
   prober.join();
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // `orchard agent`: announces this machine, listens for the others of its cluster, measures the
-// link to each of them per interface pair, and answers link probes and topology queries on its
-// TCP port. Runs until `stop` turns true.
+// link to each of them per interface pair, answers link probes and topology queries on its TCP
+// port, and starts ranks of jobs on request (rank_service.h). Runs until `stop` turns true.
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -20,6 +20,7 @@ struct AgentOptions {
   uint16_t port = kDiscoveryPort;       // UDP announcements
   uint16_t agent_port = kAgentPort;     // TCP probes and queries
   std::string models_dir;               // *.gguf files here are announced
+  std::string cache_dir;                // where ranks it starts keep received shards (empty: their default)
   bool measure_machine = true;          // run probe_machine() once at start
   int probe_threads = 0;
   std::chrono::milliseconds announce_every{1000};

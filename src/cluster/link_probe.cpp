@@ -65,8 +65,10 @@ tcp::Fd dial_from(const std::string& from, const std::string& addr, uint16_t por
   return fd;
 }
 
-tcp::Fd open_probe(const std::string& from, const std::string& addr, uint16_t port, const std::string& cluster,
-                   const std::string& secret, uint16_t op, uint64_t arg, tcp::Clock::time_point deadline) {
+}  // namespace
+
+tcp::Fd open_agent_request(const std::string& from, const std::string& addr, uint16_t port, const std::string& cluster,
+                           const std::string& secret, uint16_t op, uint64_t arg, tcp::Clock::time_point deadline) {
   const std::string peer = peer_name(addr, port);
   tcp::Fd fd = dial_from(from, addr, port, deadline);
   ProbeHello h{};
@@ -81,11 +83,10 @@ tcp::Fd open_probe(const std::string& from, const std::string& addr, uint16_t po
   ProbeVerdict v{};
   tcp::read_exact(fd.get(), &v, sizeof v, deadline, peer);
   if (v.magic != kProbeMagic || v.accepted != 1)
-    throw Error(error_message("cluster", "{} refused the probe (another cluster or secret?)", peer));
+    throw Error(error_message("cluster", "{} refused the request: it belongs to another cluster or has another secret "
+                                         "(check --cluster/--secret, or ORCHARD_CLUSTER/ORCHARD_CLUSTER_SECRET)", peer));
   return fd;
 }
-
-}  // namespace
 
 LinkFigures probe_link(const std::string& from_addr, const std::string& peer_addr, uint16_t port,
                        const std::string& cluster, const std::string& secret, const ProbeOptions& options) {
@@ -93,7 +94,7 @@ LinkFigures probe_link(const std::string& from_addr, const std::string& peer_add
   const auto deadline = tcp::Clock::now() + options.timeout;
   LinkFigures figures;
   {
-    tcp::Fd fd = open_probe(from_addr, peer_addr, port, cluster, secret, kOpPing, static_cast<uint64_t>(options.pings), deadline);
+    tcp::Fd fd = open_agent_request(from_addr, peer_addr, port, cluster, secret, kOpPing, static_cast<uint64_t>(options.pings), deadline);
     std::vector<double> rtts;
     for (int i = 0; i < options.pings; ++i) {
       uint64_t token = static_cast<uint64_t>(i), echo = 0;
@@ -107,7 +108,7 @@ LinkFigures probe_link(const std::string& from_addr, const std::string& peer_add
     figures.rtt_us_p50 = rtts[rtts.size() / 2];
   }
   if (options.bulk_bytes > 0) {
-    tcp::Fd fd = open_probe(from_addr, peer_addr, port, cluster, secret, kOpBulk, options.bulk_bytes, deadline);
+    tcp::Fd fd = open_agent_request(from_addr, peer_addr, port, cluster, secret, kOpBulk, options.bulk_bytes, deadline);
     std::vector<uint8_t> buffer(1 << 20, 0x5a);
     const auto start = tcp::Clock::now();
     for (uint64_t sent = 0; sent < options.bulk_bytes;) {
@@ -131,7 +132,7 @@ std::string query_topology(const std::string& addr, uint16_t port, const std::st
                            std::chrono::milliseconds timeout) {
   const std::string peer = peer_name(addr, port);
   const auto deadline = tcp::Clock::now() + timeout;
-  tcp::Fd fd = open_probe("", addr, port, cluster, secret, kOpTopology, 0, deadline);
+  tcp::Fd fd = open_agent_request("", addr, port, cluster, secret, kOpTopology, 0, deadline);
   uint32_t length = 0;
   tcp::read_exact(fd.get(), &length, sizeof length, deadline, peer);
   if (length > kMaxTopologyBytes)
@@ -141,7 +142,7 @@ std::string query_topology(const std::string& addr, uint16_t port, const std::st
   return text;
 }
 
-void serve_probe_connection(int fd, const std::string& from, const std::string& cluster, const std::string& secret,
+uint16_t serve_probe_connection(int fd, const std::string& from, const std::string& cluster, const std::string& secret,
                             const std::function<std::string()>& topology, std::chrono::milliseconds timeout) {
   const std::string peer = "probe client " + from;
   const auto deadline = tcp::Clock::now() + timeout;
@@ -150,7 +151,7 @@ void serve_probe_connection(int fd, const std::string& from, const std::string& 
   tcp::read_exact(fd, &h, sizeof h, deadline, peer);
   const std::vector<uint8_t> mac = hello_mac(cluster, secret, h);
   const bool valid_size = (h.op == kOpPing && h.arg <= kMaxPings) || (h.op == kOpBulk && h.arg <= kMaxBulkBytes) ||
-                          h.op == kOpTopology;
+                          ((h.op == kOpTopology || h.op == kOpStart) && h.arg == 0);
   const bool ok = h.magic == kProbeMagic && h.version == kProbeVersion && valid_size &&
                   CRYPTO_memcmp(mac.data(), h.mac, sizeof h.mac) == 0;
   const ProbeVerdict verdict{kProbeMagic, ok ? 1u : 0u};
@@ -171,12 +172,13 @@ void serve_probe_connection(int fd, const std::string& from, const std::string& 
       received += n;
     }
     tcp::write_exact(fd, &received, sizeof received, deadline, peer);
-  } else {
+  } else if (h.op == kOpTopology) {
     const std::string text = topology();
     const uint32_t length = static_cast<uint32_t>(text.size());
     tcp::write_exact(fd, &length, sizeof length, deadline, peer);
     tcp::write_exact(fd, text.data(), text.size(), deadline, peer);
   }
+  return h.op;
 }
 
 }  // namespace orchard::cluster

@@ -7,13 +7,15 @@
 // it knows the cluster secret; the agent answers a ProbeVerdict; then
 //   kOpPing:     `arg` times: 8 bytes there, the same 8 bytes back;
 //   kOpBulk:     `arg` bytes there, then 8 bytes back (the count received);
-//   kOpTopology: a 4-byte length and the agent's topology JSON back.
+//   kOpTopology: a 4-byte length and the agent's topology JSON back;
+//   kOpStart:    a rank to start (cluster/rank_service.h: a challenge and a signed request).
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "cluster/discovery.h"
+#include "comm/transport/tcp/socket.h"
 
 namespace orchard::cluster {
 
@@ -22,6 +24,7 @@ inline constexpr uint16_t kProbeVersion = 1;
 inline constexpr uint16_t kOpPing = 1;
 inline constexpr uint16_t kOpBulk = 2;
 inline constexpr uint16_t kOpTopology = 3;
+inline constexpr uint16_t kOpStart = 4;
 inline constexpr uint64_t kMaxBulkBytes = uint64_t{1} << 30;
 inline constexpr uint32_t kMaxPings = 10000;
 inline constexpr uint32_t kMaxTopologyBytes = 16u << 20;
@@ -63,9 +66,18 @@ LinkFigures probe_link(const std::string& from_addr, const std::string& peer_add
 std::string query_topology(const std::string& addr, uint16_t port, const std::string& cluster, const std::string& secret,
                            std::chrono::milliseconds timeout);
 
-// Serves one accepted connection (the agent calls it per connection). topology() gives the
-// JSON text for kOpTopology. Throws on protocol errors; the caller logs and closes.
-void serve_probe_connection(int fd, const std::string& from, const std::string& cluster, const std::string& secret,
+// Dials the agent at addr:port from local address `from` (empty: any), sends a hello for `op`
+// and returns the connection once the agent accepted it. Throws Error / TimeoutError naming the
+// agent (a refusal: another cluster or secret).
+comm::tcp::Fd open_agent_request(const std::string& from, const std::string& addr, uint16_t port,
+                                 const std::string& cluster, const std::string& secret, uint16_t op, uint64_t arg,
+                                 comm::tcp::Clock::time_point deadline);
+
+// Serves one accepted connection (the agent calls it per connection) and returns the op it
+// accepted: kOpStart is left to the caller (the rest of that exchange is rank_service's).
+// topology() gives the JSON text for kOpTopology. Throws on protocol errors; the caller logs
+// and closes.
+uint16_t serve_probe_connection(int fd, const std::string& from, const std::string& cluster, const std::string& secret,
                             const std::function<std::string()>& topology, std::chrono::milliseconds timeout);
 
 }  // namespace orchard::cluster

@@ -1,11 +1,14 @@
 #include "comm/launcher.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "comm/bootstrap.h"
@@ -211,6 +214,28 @@ std::string current_executable() {
   ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
 #endif
+}
+
+void exit_when_watched_pipe_closes() {
+  const char* text = std::getenv("ORCHARD_WATCH_FD");
+  if (!text) return;
+  const int fd = std::atoi(text);
+  ::unsetenv("ORCHARD_WATCH_FD");  // not for the processes this one starts
+  if (fd < 3 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return;
+  std::thread([fd] {
+    sigset_t all;  // signals are the rank's own threads' business
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+      char byte;
+      if (::read(fd, &byte, 1) > 0) continue;  // nobody writes: only the end counts
+      static const char kGone[] = "orchard: the agent that started this rank is gone; exiting\n";
+      [[maybe_unused]] ssize_t n = ::write(2, kGone, sizeof kGone - 1);
+      ::_exit(1);
+    }
+  }).detach();
 }
 
 void pin_to_cpu([[maybe_unused]] int index) {

@@ -44,6 +44,12 @@ std::vector<RankExit> exec_local_ranks(int world, const Config& base, const std:
 // Path of the running executable (to re-exec it as ranks).
 std::string current_executable();
 
+// A rank started by an agent gets the read end of a pipe whose write end only the agent holds
+// (ORCHARD_WATCH_FD): when the agent ends, however it ends, the pipe closes and this process
+// exits, on every OS (Linux's parent-death signal does not exist on macOS, and a rank's
+// re-parenting is not a signal one can wait for). A no-op without the variable.
+void exit_when_watched_pipe_closes();
+
 // Pins the calling process to one CPU where the system allows it; a no-op elsewhere.
 void pin_to_cpu(int index);
 

@@ -1,6 +1,7 @@
 #include "parallel/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -49,8 +50,11 @@ EngineOptions resolve_for_rank(EngineOptions options, comm::Group* group) {
   if (!group) return options;
   options.layout = with_memory_weights(*group, options.layout);
   options.layout = with_rank0_expert_loads(*group, options.layout);
+  // A rank without the file says on stderr what it received and what the cache held (stdout
+  // is rank 0's output).
   options.model_path = ensure_model_file(*group, options.model_path, options.layout, options.shard_cache_dir,
-                                         options.on_receive_progress);
+                                         options.on_receive_progress,
+                                         [](const std::string& note) { std::fprintf(stderr, "%s\n", note.c_str()); });
   return options;
 }
 

@@ -33,54 +33,69 @@ std::string host_of(const std::string& endpoint) {
 volatile sig_atomic_t g_interrupted = 0;
 void on_interrupt(int) { g_interrupted = 1; }
 
-// Waits for every child; after the first failure or an interrupt, stops the rest (SIGTERM,
+// A rank that is a child process of the launcher (ssh, or a shell on this machine).
+class ChildRank : public RankProcess {
+ public:
+  explicit ChildRank(pid_t pid) : pid_(pid) {}
+  std::optional<RankEnd> poll() override {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+    if (WIFEXITED(status)) return RankEnd{WEXITSTATUS(status), fmt::format("exited with code {}", WEXITSTATUS(status))};
+    return RankEnd{128 + WTERMSIG(status), fmt::format("exited with signal {}", WTERMSIG(status))};
+  }
+  void terminate() override { ::kill(pid_, SIGTERM); }
+  void kill() override { ::kill(pid_, SIGKILL); }
+
+ private:
+  pid_t pid_;
+};
+
+// Waits for every rank; after the first failure or an interrupt, stops the rest (SIGTERM,
 // then SIGKILL after a grace period).
-int supervise(const std::vector<pid_t>& pids, const std::vector<std::string>& names,
+int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std::vector<std::string>& names,
               const std::vector<std::string>& ssh_hosts = {}) {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  std::vector<bool> done(pids.size(), false);
-  size_t remaining = pids.size();
+  std::vector<bool> done(ranks.size(), false);
+  size_t remaining = ranks.size();
   int result = 0;
   auto stop_at = std::chrono::steady_clock::time_point::max();
   bool terminated = false;
   while (remaining > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (pids[i] != pid || done[i]) continue;
-        done[i] = true;
-        --remaining;
-        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 && result == 0 && !terminated) {
-          std::fprintf(stderr, "orchard launch: %s exited with %s %d; stopping the other ranks\n", names[i].c_str(),
-                       WIFEXITED(status) ? "code" : "signal", WIFEXITED(status) ? code : WTERMSIG(status));
-          // ssh exits 255 for its own errors (the rank never ran); orchard never exits 255.
-          if (WIFEXITED(status) && code == 255 && i < ssh_hosts.size() && !ssh_hosts[i].empty())
-            std::fprintf(stderr,
-                         "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
-                         "log into without a password (try: ssh -o BatchMode=yes %s true)\n",
-                         ssh_hosts[i].c_str(), ssh_hosts[i].c_str());
-          result = code;
-        }
+    bool reaped = false;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (done[i]) continue;
+      const std::optional<RankEnd> end = ranks[i]->poll();
+      if (!end) continue;
+      done[i] = true;
+      reaped = true;
+      --remaining;
+      if (end->code != 0 && result == 0 && !terminated) {
+        std::fprintf(stderr, "orchard launch: %s %s; stopping the other ranks\n", names[i].c_str(), end->detail.c_str());
+        // ssh exits 255 for its own errors (the rank never ran); orchard never exits 255.
+        if (end->code == 255 && i < ssh_hosts.size() && !ssh_hosts[i].empty())
+          std::fprintf(stderr,
+                       "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
+                       "log into without a password (try: ssh -o BatchMode=yes %s true), or run `orchard agent` "
+                       "there and let it start the rank (--discover does; in a hostfile: \"agent\": true)\n",
+                       ssh_hosts[i].c_str(), ssh_hosts[i].c_str());
+        result = end->code;
       }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const bool failed = result != 0 || g_interrupted;
     if (failed && !terminated) {
       terminated = true;
       if (g_interrupted && result == 0) result = 130;
-      for (size_t i = 0; i < pids.size(); ++i)
-        if (!done[i]) kill(pids[i], SIGTERM);
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (!done[i]) ranks[i]->terminate();
       stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     }
     if (std::chrono::steady_clock::now() >= stop_at) {
-      for (size_t i = 0; i < pids.size(); ++i)
-        if (!done[i]) kill(pids[i], SIGKILL);
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (!done[i]) ranks[i]->kill();
       stop_at = std::chrono::steady_clock::time_point::max();
     }
   }
@@ -89,7 +104,7 @@ int supervise(const std::vector<pid_t>& pids, const std::vector<std::string>& na
   return result;
 }
 
-pid_t spawn(const std::vector<std::string>& argv) {
+std::unique_ptr<RankProcess> spawn(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -103,7 +118,7 @@ pid_t spawn(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "orchard launch: cannot run %s\n", args[0]);
     _exit(127);
   }
-  return pid;
+  return std::make_unique<ChildRank>(pid);
 }
 
 }  // namespace
@@ -128,6 +143,18 @@ std::vector<HostEntry> read_hostfile(const std::string& path, uint16_t base_port
     } else {
       h.ssh = host_of(h.endpoints.front());
     }
+    // "agent": true (the agent on the host's first address, default port), or "addr[:port]".
+    if (entry.is_object() && entry.contains("agent")) {
+      const nlohmann::json& agent = entry["agent"];
+      if (agent.is_boolean()) {
+        if (agent.get<bool>()) h.agent = host_of(h.endpoints.front()) + ":0";
+      } else if (agent.is_string() && !agent.get<std::string>().empty()) {
+        const std::string a = agent.get<std::string>();
+        h.agent = a.find(':') == std::string::npos ? a + ":0" : a;
+      } else {
+        throw FormatError(error_message("launch", "hostfile host {}: \"agent\" must be true, false or \"address[:port]\"", r));
+      }
+    }
     hosts.push_back(std::move(h));
   }
   return hosts;
@@ -149,7 +176,9 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
     for (const auto& h : hosts) host_list += (host_list.empty() ? "" : ",") + h.ssh;
     std::vector<std::string> argv = {"mpirun", "-np", std::to_string(world), "--host", host_list, "-x", "ORCHARD_BACKEND=mpi"};
     argv.insert(argv.end(), options.command.begin(), options.command.end());
-    return supervise({spawn(argv)}, {"mpirun"});
+    std::vector<std::unique_ptr<RankProcess>> mpirun;
+    mpirun.push_back(spawn(argv));
+    return supervise(mpirun, {"mpirun"});
   }
 
   comm::Config config = options.base;
@@ -159,24 +188,41 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
   if (config.secret.empty()) config.secret = comm::random_secret();
   config.listen_fd = -1;
 
-  std::vector<pid_t> pids;
+  for (const HostEntry& host : hosts)
+    if (!host.local && !host.agent.empty() && !options.start_by_agent)
+      throw Error(error_message("launch", "{} is to be started by its agent, which only `orchard run` and `orchard serve` "
+                                          "(--hostfile, --discover) can ask: give it an \"ssh\" entry instead", host.ssh));
+  std::vector<std::unique_ptr<RankProcess>> ranks;
   std::vector<std::string> names, ssh_hosts;
-  for (int r = 0; r < world; ++r) {
-    const HostEntry& host = hosts[static_cast<size_t>(r)];
-    config.rank = r;
-    std::string remote = "cd " + shell_quote(cwd) + " && exec env";
-    for (const auto& [key, value] : comm::config_to_env(config)) {
-      if (key == "ORCHARD_LISTEN_FD") continue;
-      remote += " " + key + "=" + shell_quote(value);
+  try {
+    for (int r = 0; r < world; ++r) {
+      const HostEntry& host = hosts[static_cast<size_t>(r)];
+      config.rank = r;
+      RankCommand rank{{}, options.command, cwd};
+      std::string remote = "cd " + shell_quote(cwd) + " && exec env";
+      for (const auto& [key, value] : comm::config_to_env(config)) {
+        if (key == "ORCHARD_LISTEN_FD") continue;
+        remote += " " + key + "=" + shell_quote(value);
+        rank.env.emplace_back(key, value);
+      }
+      for (const auto& w : command_words) remote += " " + w;
+      const bool by_agent = !host.local && !host.agent.empty();
+      // The same command line either way, so a rank here sees what a remote one sees.
+      if (host.local) ranks.push_back(spawn({"/bin/sh", "-c", remote}));
+      else if (by_agent) ranks.push_back(options.start_by_agent(host, rank));
+      else ranks.push_back(spawn({options.ssh_command, "-o", "BatchMode=yes", host.ssh, remote}));
+      names.push_back("rank " + std::to_string(r) + " (" + host.ssh +
+                      (host.local ? ", this machine" : by_agent ? ", by its agent" : "") + ")");
+      ssh_hosts.push_back(host.local || by_agent ? "" : host.ssh);
     }
-    for (const auto& w : command_words) remote += " " + w;
-    // The same command line either way, so a rank here sees what a remote one sees.
-    pids.push_back(host.local ? spawn({"/bin/sh", "-c", remote})
-                              : spawn({options.ssh_command, "-o", "BatchMode=yes", host.ssh, remote}));
-    names.push_back("rank " + std::to_string(r) + " (" + host.ssh + (host.local ? ", this machine" : "") + ")");
-    ssh_hosts.push_back(host.local ? "" : host.ssh);
+  } catch (...) {
+    // A host that could not be asked: the ranks already started must not outlive the job.
+    for (auto& rank : ranks) rank->kill();
+    for (auto& rank : ranks)
+      while (!rank->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    throw;
   }
-  return supervise(pids, names, ssh_hosts);
+  return supervise(ranks, names, ssh_hosts);
 }
 
 int launch_local(int world, const LaunchOptions& options) {

@@ -14,6 +14,9 @@
 #include "model/model_files.h"
 #include "model/config.h"
 #include "parallel/engine.h"
+#include "model/gguf/reader.h"
+#include "model/weights.h"
+#include "parallel/weight_distribution.h"
 
 namespace orchard {
 namespace {
@@ -233,7 +236,10 @@ void receives_its_shard(const std::string& path, parallel::Strategy strategy, do
   std::vector<int32_t> tokens(kTokens);
   std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
   std::remove(out.c_str());
-  const std::string copy = dir + "/rank1-model.gguf";
+  // The cache holds one entry, named by the model's digest.
+  const auto file = model::gguf::Reader::open(path);
+  const std::string copy =
+      dir + "/" + parallel::model_digest(file.bytes().data(), file.file_size(), file.data_offset()) + "/model.gguf";
   struct stat st {};
   ASSERT_EQ(stat(copy.c_str(), &st), 0) << copy;
   std::filesystem::remove_all(dir);
@@ -245,6 +251,84 @@ TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
   // Float weights: a tensor split then gives exactly one rank's tokens (see above). Rank 1 holds
   // half of each layer's rows: well under the whole file is on its disk.
   receives_its_shard(testing::synthetic_model("llama", "small", "f16"), parallel::Strategy::Tensor, 0.75);
+}
+
+// The cache key reads the size, the header and 64 sampled blocks of the data: a byte changed in
+// any of them gives another key, a byte between the samples does not (the documented limit).
+TEST(WeightDistribution, TheDigestFollowsHeaderSizeAndSampledBlocks) {
+  const auto file = model::gguf::Reader::open(testing::synthetic_model("llama", "small", "f16"));
+  std::vector<uint8_t> bytes(file.bytes().begin(), file.bytes().end());
+  const uint64_t data = file.data_offset(), size = bytes.size();
+  auto digest = [&](const std::vector<uint8_t>& b) { return parallel::model_digest(b.data(), b.size(), data); };
+  const std::string original = digest(bytes);
+  EXPECT_EQ(original.size(), 32u);
+  EXPECT_EQ(original.find_first_not_of("0123456789abcdef"), std::string::npos) << original;
+  auto flipped = [&](uint64_t at) {
+    std::vector<uint8_t> b = bytes;
+    b[at] ^= 1;
+    return digest(b);
+  };
+  EXPECT_NE(flipped(8), original);                // in the header
+  EXPECT_NE(flipped(data), original);             // first sampled block
+  EXPECT_NE(flipped(size - 1), original);         // last sampled block ends the file
+  const uint64_t gap = data + (size - data) / 63 / 2;  // between the first two samples
+  ASSERT_GT(gap, data + (64 << 10));
+  EXPECT_EQ(flipped(gap), original);
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_NE(digest(longer), original);
+}
+
+// Rank 1 runs without the file three times on one cache: a tensor split (receives its whole
+// shard), the same again (receives nothing), then a pipeline (receives only what the tensor
+// shard lacked). Every run gives the single rank's tokens.
+TEST(WeightDistribution, ASecondRunTakesItsShardFromTheCache) {
+  const std::string path = testing::synthetic_model("llama", "small", "f16");
+  Outcome single;
+  {
+    parallel::Engine engine(engine_options(path), nullptr);
+    single = generate_with(engine);
+  }
+  const auto file = model::gguf::Reader::open(path);
+  const auto config = model::ModelConfig::from_gguf(file);
+  // What rank 1's shard is, straight from the layout.
+  auto shard_bytes = [&](parallel::Strategy strategy) {
+    uint64_t total = 0;
+    for (const auto& r : model::shard_byte_ranges(file, config, parallel::shard_for_rank(config, parallel::Layout::make(strategy, 2), 1)))
+      total += r.size;
+    return total;
+  };
+  const std::string dir = ::testing::TempDir() + "/shard-cache-" + std::to_string(getpid());
+  const std::string out = dir + "-run.bin";
+  auto run = [&](parallel::Strategy strategy) {
+    comm::Config base;
+    base.backend = comm::Backend::Ring;
+    auto exits = comm::spawn_local_ranks(2, base, [&](comm::Group& group) {
+      parallel::EngineOptions o = engine_options(group.rank() == 0 ? path : "/nonexistent/model.gguf");
+      o.layout = parallel::Layout::make(strategy, 2);
+      o.shard_cache_dir = dir;
+      uint64_t received = 0;
+      o.on_receive_progress = [&](size_t done, size_t) { received = done; };
+      parallel::Engine engine(o, &group);
+      const uint64_t figures[2] = {received, generate_with(engine).tokens == single.tokens};
+      if (group.rank() == 1) std::ofstream(out, std::ios::binary).write(reinterpret_cast<const char*>(figures), sizeof figures);
+    });
+    for (const auto& e : exits) EXPECT_TRUE(e.ok()) << e.describe();
+    uint64_t figures[2] = {};
+    std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(figures), sizeof figures);
+    std::remove(out.c_str());
+    EXPECT_EQ(figures[1], 1u) << "rank 1 generated other tokens than one rank";
+    return figures[0];
+  };
+  const uint64_t first = run(parallel::Strategy::Tensor), second = run(parallel::Strategy::Tensor),
+                 pipeline = run(parallel::Strategy::Pipeline);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(first, shard_bytes(parallel::Strategy::Tensor));
+  EXPECT_EQ(second, 0u);
+  // The second pipeline stage needs its layers whole: the halves of their rows the tensor shard
+  // held come from the cache.
+  EXPECT_GT(pipeline, 0u);
+  EXPECT_LT(pipeline, shard_bytes(parallel::Strategy::Pipeline));
 }
 
 TEST(WeightDistribution, ExpertRankReceivesItsExperts) {

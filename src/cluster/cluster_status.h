@@ -1,0 +1,32 @@
+#pragma once
+// The cluster at a glance, on the agent's TCP port: `GET /cluster` answers JSON with the
+// machines this agent knows (chip, memory, free memory, measured bandwidth and compute), the
+// links measured between them (round trip, throughput, transport), and with `?model=PRESET`
+// (e.g. llama-70b:q4_k_m, see ModelFacts::from_preset) the planner's split of that model over
+// them. Plain HTTP, no secret: it says what the signed announcements already tell anyone on the
+// LAN, and changes nothing.
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "cluster/topology.h"
+
+namespace orchard::cluster {
+
+// The JSON of /cluster; `model` empty: no plan. A model the planner cannot place (unknown,
+// too large) gives "plan": {"error": why} rather than failing the whole answer.
+nlohmann::json cluster_status(const Topology& t, const std::string& model);
+
+// Whether a new connection starts with an HTTP GET (the agent's binary hello does not): looks
+// at its first bytes without taking them, waiting at most `timeout` for them.
+bool starts_with_http_get(int fd, std::chrono::milliseconds timeout);
+
+// Answers one HTTP request on fd: /cluster (200, JSON), anything else 404, a malformed or
+// oversized head 400; every answer is JSON and closes the connection. Throws Error / TimeoutError
+// naming `from` when the client does not send a head within `timeout`.
+void serve_status_request(int fd, const std::string& from, const std::function<Topology()>& topology,
+                          std::chrono::milliseconds timeout);
+
+}  // namespace orchard::cluster

@@ -1,0 +1,67 @@
+#pragma once
+// An agent starts a rank of a job on request, so a cluster needs no ssh server anywhere: the
+// machine that planned the job asks each chosen machine's `orchard agent` to run its rank (the
+// same orchard binary, `run` or `serve` with the job's arguments and comm environment), and the
+// agent streams the rank's output and exit status back. When the requester goes away (its
+// connection drops or stays silent) or asks, the agent stops the rank.
+//
+// Protocol (on the agent's TCP port, after a ProbeHello for kOpStart that the agent accepted):
+//   agent -> client: 16 random bytes, a challenge fresh for this connection;
+//   client -> agent: u32 length, the request JSON {"args": [...], "env": {...}, "cwd": "..."},
+//                    HMAC-SHA256(secret, cluster name || challenge || request);
+//   agent -> client: frames (FrameHeader + payload): kStarted (the pid), kStdout/kStderr
+//                    (bytes as the rank wrote them), kHeartbeat (each second), then kExit
+//                    (JSON {"code", "signaled"}) or kRefused (why, for a request it will not run);
+//   client -> agent: one byte each second (kClientHeartbeat), kClientStop to stop the rank.
+// The challenge makes a request good for one connection only: a recorded one replayed later
+// meets another challenge, whatever the clocks of the two machines say.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/transport/tcp/socket.h"
+#include "parallel/launch.h"
+
+namespace orchard::cluster {
+
+inline constexpr size_t kChallengeBytes = 16;
+inline constexpr uint32_t kMaxStartRequestBytes = 1u << 20;
+inline constexpr uint32_t kMaxFrameBytes = 1u << 20;
+// Either side that hears nothing for this long takes the other as gone.
+inline constexpr std::chrono::milliseconds kRankSilenceLimit{10000};
+
+enum class FrameKind : uint32_t { kStarted = 1, kStdout = 2, kStderr = 3, kHeartbeat = 4, kExit = 5, kRefused = 6 };
+inline constexpr uint8_t kClientHeartbeat = 'H';
+inline constexpr uint8_t kClientStop = 'T';
+
+#pragma pack(push, 1)
+struct FrameHeader {
+  uint32_t kind;
+  uint32_t bytes;  // payload that follows, at most kMaxFrameBytes
+};
+static_assert(sizeof(FrameHeader) == 8);
+#pragma pack(pop)
+
+struct RankServiceOptions {
+  std::string cluster, secret;
+  std::string executable;  // what the agent runs as a rank: its own binary
+  std::string cache_dir;   // given to the rank as ORCHARD_CACHE_DIR (received shards); empty: the rank's default
+};
+
+// Agent side, for a connection whose kOpStart hello was accepted: checks the request, runs the
+// rank and streams it until it ends; stops it when the requester goes away or `stop` turns
+// true. Throws Error on a protocol error or a refused request (the caller logs it).
+void serve_rank_start(comm::tcp::Fd fd, const std::string& from, const RankServiceOptions& options,
+                      const std::atomic<bool>& stop);
+
+// Client side: asks the agent at `agent` ("addr:port") to run `rank` (its command without
+// command[0], which the agent replaces with its own binary), naming the machine `machine` in
+// every message. The rank's output goes to this process's stdout and stderr. Throws Error when
+// the agent cannot be reached or refuses.
+std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& agent, const std::string& machine,
+                                                           const std::string& cluster, const std::string& secret,
+                                                           const parallel::RankCommand& rank);
+
+}  // namespace orchard::cluster

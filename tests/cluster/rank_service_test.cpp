@@ -1,0 +1,226 @@
+// An agent's rank service on a loopback port, with a shell script standing in for the orchard
+// binary: what it runs, what it refuses (another secret, a replayed request, a command that is
+// not a rank's), and that a rank ends when its requester goes away or asks.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cluster/discovery.h"
+#include "cluster/link_probe.h"
+#include "cluster/rank_service.h"
+#include "core/error.h"
+#include <spdlog/spdlog.h>
+
+namespace orchard::cluster {
+namespace {
+
+namespace tcp = comm::tcp;
+using namespace std::chrono_literals;
+
+class RankService : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spdlog::set_level(spdlog::level::warn);  // the agent's log goes to stdout, which the tests read
+    dir_ = std::filesystem::temp_directory_path() / ("orchard-rank-service-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    // "$1" is the subcommand (run), "$2" what to do.
+    const std::string script = (dir_ / "rank.sh").string();
+    std::ofstream(script) << "#!/bin/sh\necho \"out $* $ORCHARD_RANK\"\necho \"err line\" >&2\n"
+                          << "case \"$2\" in wait) echo $$ > " << (dir_ / "pid").string()
+                          << "; exec sleep 30;; fail) exit 3;; esac\n";
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    listener_ = tcp::listen_on("127.0.0.1", 0);
+    port_ = tcp::local_port(listener_.get());
+    agent_ = "127.0.0.1:" + std::to_string(port_);
+    const RankServiceOptions options{"alpha", "s1", script, ""};
+    server_ = std::thread([this, options] {
+      while (!stop_) {
+        std::string from;
+        tcp::Fd fd = tcp::accept_until(listener_.get(), tcp::Clock::now() + 100ms, &from);
+        if (fd.get() < 0) continue;
+        try {
+          if (serve_probe_connection(fd.get(), from, "alpha", "s1", [] { return std::string("{}"); }, 5000ms) == kOpStart)
+            serve_rank_start(std::move(fd), from, options, stop_);
+        } catch (const Error& e) {
+          last_error_ = e.what();
+        }
+        ++served_;
+      }
+    });
+  }
+
+  void TearDown() override {
+    stop_ = true;
+    server_.join();
+    std::filesystem::remove_all(dir_);
+  }
+
+  static parallel::RankCommand command(const std::vector<std::string>& args,
+                                       std::vector<std::pair<std::string, std::string>> env = {{"ORCHARD_RANK", "1"}}) {
+    parallel::RankCommand c;
+    c.command = {"/path/of/the/requesters/orchard"};
+    c.command.insert(c.command.end(), args.begin(), args.end());
+    c.env = std::move(env);
+    return c;
+  }
+
+  static parallel::RankEnd wait_for_end(parallel::RankProcess& rank) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (auto end = rank.poll()) return *end;
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "the rank did not end";
+    rank.kill();
+    return {};
+  }
+
+  void wait_served(int count) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (served_ < count && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    ASSERT_GE(served_.load(), count) << "the agent still serves the connection";
+  }
+
+  pid_t started_pid() {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    pid_t pid = 0;
+    while (pid == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::ifstream(dir_ / "pid") >> pid;
+      if (pid == 0) std::this_thread::sleep_for(20ms);
+    }
+    return pid;
+  }
+
+  std::filesystem::path dir_;
+  tcp::Fd listener_;
+  uint16_t port_ = 0;
+  std::string agent_;
+  std::thread server_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> served_{0};
+  std::string last_error_;
+};
+
+TEST_F(RankService, RunsTheRankAndStreamsItsOutputAndExitCode) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  auto rank = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"run", "hello"}));
+  const parallel::RankEnd end = wait_for_end(*rank);
+  const std::string out = testing::internal::GetCapturedStdout(), err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(end.code, 0) << end.detail;
+  // The agent ran its own binary with the requester's arguments and environment.
+  EXPECT_EQ(out, "out run hello 1\n");
+  EXPECT_EQ(err, "err line\n");
+
+  testing::internal::CaptureStdout();
+  auto failing = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"run", "fail"}));
+  const parallel::RankEnd failed = wait_for_end(*failing);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(failed.code, 3);
+  EXPECT_EQ(failed.detail, "exited with code 3");
+}
+
+TEST_F(RankService, AnotherSecretIsRefused) {
+  try {
+    start_rank_by_agent(agent_, "machine-b", "alpha", "not-the-secret", command({"run", "hello"}));
+    FAIL() << "started a rank without the secret";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("refused the request: it belongs to another cluster or has another secret"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Speaks the protocol by hand: a request signed with another secret, and a request replayed
+// from an earlier connection, are both refused; the agent starts nothing.
+TEST_F(RankService, ForgedAndReplayedRequestsAreRefused) {
+  auto exchange = [&](const std::string& body, const std::vector<uint8_t>* mac_override, std::vector<uint8_t>* mac_out) {
+    const auto deadline = tcp::Clock::now() + 5s;
+    tcp::Fd fd = open_agent_request("", "127.0.0.1", port_, "alpha", "s1", kOpStart, 0, deadline);
+    uint8_t challenge[kChallengeBytes];
+    tcp::read_exact(fd.get(), challenge, sizeof challenge, deadline, "agent");
+    const std::string cluster = "alpha";
+    std::vector<uint8_t> signed_data(cluster.begin(), cluster.end());
+    signed_data.insert(signed_data.end(), challenge, challenge + kChallengeBytes);
+    signed_data.insert(signed_data.end(), body.begin(), body.end());
+    std::vector<uint8_t> mac = mac_override ? *mac_override : hmac_sha256("s1", signed_data);
+    if (mac_out) *mac_out = mac;
+    const uint32_t length = static_cast<uint32_t>(body.size());
+    tcp::write_exact(fd.get(), &length, sizeof length, deadline, "agent");
+    tcp::write_exact(fd.get(), body.data(), body.size(), deadline, "agent");
+    tcp::write_exact(fd.get(), mac.data(), mac.size(), deadline, "agent");
+    FrameHeader h{};
+    tcp::read_exact(fd.get(), &h, sizeof h, deadline, "agent");
+    std::string payload(h.bytes, '\0');
+    tcp::read_exact(fd.get(), payload.data(), payload.size(), deadline, "agent");
+    return std::make_pair(static_cast<FrameKind>(h.kind), payload);
+  };
+  const std::string body = nlohmann::json{{"args", {"run", "wait"}}}.dump();
+  // Signed with another secret (the hello alone proves nothing about the request).
+  const std::string cluster = "alpha";
+  const std::vector<uint8_t> forged = hmac_sha256("not-the-secret", std::vector<uint8_t>(cluster.begin(), cluster.end()));
+  auto [kind, why] = exchange(body, &forged, nullptr);
+  EXPECT_EQ(kind, FrameKind::kRefused);
+  EXPECT_NE(why.find("not signed with this cluster's secret"), std::string::npos) << why;
+  // A good request, then the same bytes replayed on a new connection: another challenge.
+  const std::string harmless = nlohmann::json{{"args", {"run", "hello"}}}.dump();
+  std::vector<uint8_t> recorded;
+  auto [first, pid_text] = exchange(harmless, nullptr, &recorded);
+  EXPECT_EQ(first, FrameKind::kStarted) << pid_text;
+  auto [replayed, replay_why] = exchange(harmless, &recorded, nullptr);
+  EXPECT_EQ(replayed, FrameKind::kRefused);
+  EXPECT_NE(replay_why.find("not signed"), std::string::npos) << replay_why;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "pid")) << "a refused request started a rank";
+}
+
+TEST_F(RankService, OnlyRanksOfJobsWithTheirOwnVariables) {
+  for (const auto& [args, env, expected] :
+       std::vector<std::tuple<std::vector<std::string>, std::vector<std::pair<std::string, std::string>>, std::string>>{
+           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run` and `serve`, not `make-model`"},
+           {{"run", "hello"}, {{"LD_PRELOAD", "/tmp/x.so"}}, "may set ORCHARD_* variables to strings, not 'LD_PRELOAD'"}}) {
+    try {
+      start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command(args, env));
+      ADD_FAILURE() << "started " << args[0];
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the agent on machine-b (" + agent_ + ") refused to start the rank"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(RankService, TheRankEndsWhenItsRequesterGoesAway) {
+  testing::internal::CaptureStdout();
+  auto rank = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"run", "wait"}));
+  const pid_t pid = started_pid();
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(::kill(pid, 0), 0) << "the rank is not running";
+  rank->kill();  // the connection drops, as when the requester dies
+  wait_served(1);
+  testing::internal::GetCapturedStdout();
+  // The agent stopped and reaped it before it let the connection go.
+  EXPECT_NE(::kill(pid, 0), 0) << "rank " << pid << " outlived its requester";
+}
+
+TEST_F(RankService, TheRankStopsWhenAsked) {
+  testing::internal::CaptureStdout();
+  auto rank = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"run", "wait"}));
+  const pid_t pid = started_pid();
+  ASSERT_GT(pid, 0);
+  rank->terminate();
+  const parallel::RankEnd end = wait_for_end(*rank);
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(end.code, 128 + SIGTERM) << end.detail;
+  EXPECT_EQ(end.detail, "exited with signal 15");
+  EXPECT_NE(::kill(pid, 0), 0);
+}
+
+}  // namespace
+}  // namespace orchard::cluster
