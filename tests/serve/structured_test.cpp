@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/sampler.h"
+#include "serve/fake_engine.h"
+#include "serve/scheduler.h"
 #include "serve/openai/schema.h"
 #include "serve/structured/grammar.h"
 #include "serve/structured/json_schema.h"
@@ -379,6 +381,46 @@ TEST(ToolCalls, RendersToolsCallsAndResultsInTheTemplatesStyle) {
   EXPECT_EQ(llama3[3].role, "ipython");
   EXPECT_NE(render_chat(ChatFamily::Llama3, llama3, "", "").find("<|start_header_id|>ipython<|end_header_id|>\n\n12:00<|eot_id|>"),
             std::string::npos);
+}
+
+// The scheduler holds a request to its constraint: the fake model's favourite token is refused
+// unless the grammar allows it, end-of-generation waits for a whole document, and generation
+// ends by itself once nothing can follow.
+std::string constrained(testing::FakeEngine& engine, const std::vector<std::string>& words, Usage* usage = nullptr) {
+  auto g = std::make_shared<Grammar>();
+  g->finish(g->literals(words));
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  GenerationRequest r;
+  r.prompt = testing::letters("abc");
+  r.max_tokens = 50;
+  r.constraint = std::make_shared<Constraint>(Constraint{g, std::make_shared<TokenTrie>(engine.tokenizer())});
+  auto job = s.submit(std::move(r));
+  std::string text;
+  for (int round = 0; round < 100; ++round) {
+    JobUpdate u = job->wait(std::chrono::milliseconds(0));
+    text += u.text;
+    if (u.finished) {
+      EXPECT_EQ(u.finish_reason, FinishReason::Stop) << u.error;
+      if (usage) *usage = u.usage;
+      return text;
+    }
+    s.step();
+  }
+  ADD_FAILURE() << "did not finish: " << text;
+  return text;
+}
+
+TEST(ConstrainedScheduling, TheGrammarOverridesTheModelAndEndsGeneration) {
+  testing::FakeEngine letters(1);  // wants the next letter: d after abc
+  Usage usage;
+  EXPECT_EQ(constrained(letters, {"cab"}, &usage), "cab");
+  EXPECT_EQ(usage.completion_tokens, 3);  // no end-of-generation token: the document was finished
+  EXPECT_EQ(constrained(letters, {"ab", "abc"}), "abc");  // after "ab" the model's "c" is allowed
+
+  testing::FakeEngine eos(1, 256, 512, [](model::TokenId, int32_t) { return testing::kEos; });  // wants to stop at once
+  EXPECT_EQ(constrained(eos, {"ab", "abcd"}, &usage), "ab");
+  EXPECT_EQ(usage.completion_tokens, 3);  // a, b, then the end-of-generation token it was allowed
 }
 
 }  // namespace
