@@ -206,16 +206,33 @@ test('schemas and tools the server cannot honour are refused with 400 naming the
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice.function.name');
 });
 
-test('Llama 3 style: a required call is {"name", "parameters"} JSON, parsed into tool_calls', async () => {
-  const llama3 = await startServer(orchard, { extra: ['--chat-template', 'llama3', '-c', '2048'] });
-  try {
-    const c = new OpenAI({ baseURL: llama3.baseURL, apiKey: 'unused', maxRetries: 0 });
-    for (const seed of [1, 2, 3]) {
-      const a = await c.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Weather?' }], tools, tool_choice: 'required', temperature: 1, seed });
-      assert.equal(a.choices[0].finish_reason, 'tool_calls');
-      checkCall(a.choices[0].message.tool_calls[0]);
-    }
-  } finally {
-    assert.equal(await llama3.stop(), 0);
+test('text completions take response_format too', async () => {
+  let ended = 0;
+  for (const seed of [1, 2, 3, 4]) {
+    const a = await client.completions.create({ model: 'tiny', prompt: 'JSON:', max_tokens: 300, temperature: 1, seed, response_format: { type: 'json_object' } });
+    if (a.choices[0].finish_reason !== 'stop') continue;
+    const doc = JSON.parse(a.choices[0].text);
+    assert.ok(typeof doc === 'object' && doc !== null && !Array.isArray(doc));
+    ended++;
   }
+  assert.ok(ended >= 1);
 });
+
+// Llama 3's style ({"name", "parameters"} as the whole reply) and ChatML's (a qwen2 model:
+// <tool_call> blocks in the Qwen template) each give valid calls.
+for (const [label, options] of [['Llama 3', { extra: ['--chat-template', 'llama3', '-c', '2048'] }], ['ChatML', { arch: 'qwen2', extra: ['-c', '2048'] }]]) {
+  test(`${label} style: required calls are parsed into tool_calls`, async () => {
+    const other = await startServer(orchard, options);
+    try {
+      const c = new OpenAI({ baseURL: other.baseURL, apiKey: 'unused', maxRetries: 0 });
+      for (const seed of [1, 2, 3]) {
+        const a = await c.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Weather?' }], tools, tool_choice: 'required', temperature: 1, seed });
+        assert.equal(a.choices[0].finish_reason, 'tool_calls');
+        checkCall(a.choices[0].message.tool_calls[0]);
+      }
+      assert.match(await (await fetch(`${other.url}/health`)).text(), label === 'Llama 3' ? /"chat_template":"llama3"/ : /"chat_template":"chatml"/);
+    } finally {
+      assert.equal(await other.stop(), 0);
+    }
+  });
+}
