@@ -3,6 +3,8 @@
 // grammars, prompts and parsing, and the request fields that turn them on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "model/sampler.h"
@@ -142,6 +144,51 @@ TEST(JsonSchemaGrammar, RefusesWhatTheSchemaForbids) {
       {R"({"ok": "true"})", 7},                           // a boolean
   };
   for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*g, doc), at) << doc;
+}
+
+// Random walks over single bytes: at every step some byte (or the end) must be allowed, the
+// walk must end, and what it wrote must parse and hold the schema's shape (checked by hand on
+// the parsed value, independently of the recognizer).
+TEST(JsonSchemaGrammar, RandomByteWalksAlwaysContinueAndEndInValidDocuments) {
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "s": {"type": "string", "maxLength": 4}, "i": {"type": "integer"}, "n": {"type": ["number", "null"]},
+      "e": {"enum": ["x", 2, null]}, "a": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+      "o": {"type": "object", "properties": {"k": {"type": "string", "minLength": 1, "maxLength": 2}}, "required": ["k"],
+            "additionalProperties": false}},
+    "required": ["s", "i", "o"], "additionalProperties": false})");
+  auto g = schema_grammar(schema);
+  uint64_t z = 12345;
+  auto next = [&] { return (z = z * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int walk = 0; walk < 300; ++walk) {
+    Recognizer state(*g);
+    std::string text;
+    while (!state.finished()) {
+      std::vector<int> options;
+      for (int b = 1; b < 256; ++b) {
+        Recognizer copy(state);
+        if (copy.feed(static_cast<uint8_t>(b))) options.push_back(b);
+      }
+      if (state.complete()) options.push_back(-1);
+      ASSERT_FALSE(options.empty()) << "stuck after " << text;
+      ASSERT_LT(text.size(), 4000u) << "no end in sight: " << text.substr(0, 200);
+      const int b = options[next() % options.size()];
+      if (b < 0) break;
+      ASSERT_TRUE(state.feed(static_cast<uint8_t>(b)));
+      text += static_cast<char>(b);
+    }
+    const json doc = json::parse(text);
+    ASSERT_TRUE(doc.is_object()) << text;
+    for (const auto& [key, value] : doc.items()) {
+      if (key == "s") EXPECT_TRUE(value.is_string() && value.get<std::string>().size() <= 4 * 4) << text;
+      else if (key == "i") EXPECT_TRUE(value.is_number_integer()) << text;
+      else if (key == "n") EXPECT_TRUE(value.is_number() || value.is_null()) << text;
+      else if (key == "e") EXPECT_TRUE(value == "x" || value == 2 || value.is_null()) << text;
+      else if (key == "a") EXPECT_TRUE(value.is_array() && value.size() <= 3 && std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_boolean(); })) << text;
+      else if (key == "o") EXPECT_TRUE(value.is_object() && value.size() == 1 && value["k"].is_string() && !value["k"].get<std::string>().empty()) << text;
+      else ADD_FAILURE() << "unknown key " << key << " in " << text;
+    }
+    EXPECT_TRUE(doc.contains("s") && doc.contains("i") && doc.contains("o")) << text;
+  }
 }
 
 TEST(JsonSchemaGrammar, EnumsRefsAndDictionaries) {
