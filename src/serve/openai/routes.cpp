@@ -47,9 +47,9 @@ void stream_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::du
             called = !rest.calls.empty();
           }
           out += writer->end(u.finish_reason, u.usage, called);
-        }
-        else if (out.empty() && Clock::now() - last_write >= probe)
+        } else if (out.empty() && Clock::now() - last_write >= probe) {
           out = StreamWriter::keep_alive();
+        }
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) return false;
           last_write = Clock::now();

@@ -27,6 +27,9 @@ uint64_t random_u64() {
   return rng();
 }
 
+// Tools the model is offered: written into the prompt, and its reply read for calls.
+bool tools_offered(const ApiRequest& r) { return !r.tools.empty() && r.tool_choice != ToolChoice::None; }
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -44,7 +47,7 @@ Service::Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFam
 std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
   const model::Tokenizer& tokenizer = engine_.tokenizer();
   if (r.endpoint == Endpoint::ChatCompletions) {
-    const bool tools_on = !r.tools.empty() && r.tool_choice != ToolChoice::None;
+    const bool tools_on = tools_offered(r);
     const bool tool_turns = std::any_of(r.messages.begin(), r.messages.end(),
                                         [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
     const std::string text =
@@ -94,7 +97,7 @@ Started Service::start(Endpoint endpoint, std::string_view body) {
   g.sampling = r.sampling;
   if (!r.seeded) g.sampling.seed = random_u64();
   g.stop = r.stop;
-  const bool tools_on = !r.tools.empty() && r.tool_choice != ToolChoice::None;
+  const bool tools_on = tools_offered(r);
   const structured::ToolStyle style = structured::tool_style(chat_family_);
   std::shared_ptr<const structured::Grammar> grammar = r.format;
   if (tools_on && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)) {

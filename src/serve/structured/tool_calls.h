@@ -12,6 +12,7 @@
 //   Llama 3 (3.1's JSON tool calling): tools listed in the first user turn; a call is the whole
 //     reply, {"name": ..., "parameters": {...}}; results come back as "ipython" turns.
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
