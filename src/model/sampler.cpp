@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -41,7 +42,11 @@ double Sampler::next_uniform() {
 
 void Sampler::build_candidates(const float* logits) {
   candidates_.clear();
-  for (int32_t i = 0; i < vocab_size_; ++i) candidates_.emplace_back(i, logits[i]);
+  bool masked = false;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    candidates_.emplace_back(i, logits[i]);
+    masked = masked || logits[i] == -std::numeric_limits<float>::infinity();
+  }
   if (options_.repeat_penalty != 1.0f) {
     for (int32_t token : recent_) {
       float& l = candidates_[static_cast<size_t>(token)].second;
@@ -50,6 +55,12 @@ void Sampler::build_candidates(const float* logits) {
       if (l != logits[token]) continue;
       l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
     }
+  }
+  if (masked) {
+    // Tokens masked out (a grammar refuses them) are no candidates at all, so neither top-p's
+    // mass nor a rounding at the end of the cumulative sum can pick one.
+    std::erase_if(candidates_, [](const auto& c) { return c.second == -std::numeric_limits<float>::infinity(); });
+    if (candidates_.empty()) throw Error(error_message("sampler", "every token's logit is -infinity"));
   }
   auto by_logit = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
   if (options_.temperature == 0.0f) {

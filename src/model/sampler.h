@@ -23,7 +23,8 @@ class Sampler {
  public:
   Sampler(const SamplerOptions& options, int32_t vocab_size);
 
-  // Chooses a token from logits [vocab] (not modified). Remembers it for the penalty.
+  // Chooses a token from logits [vocab] (not modified). Remembers it for the penalty. A token
+  // whose logit is -infinity is never chosen (a grammar's mask); all of them: Error.
   int32_t sample(const float* logits);
   // Tokens that count as already seen for the repetition penalty (the prompt).
   void remember(int32_t token);

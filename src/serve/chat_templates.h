@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "model/tokenizer/tokenizer.h"
 
@@ -18,9 +20,21 @@ enum class ChatFamily {
   Mistral,  // [INST] user [/INST] assistant</s> (system text leads the first user turn)
 };
 
+// A call an assistant turn made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  // {role, content}, as before turns had tool calls (no initializer warnings at those sites).
+  ChatMessage(std::string role_ = {}, std::string content_ = {}) : role(std::move(role_)), content(std::move(content_)) {}
+
+  std::string role;  // "system", "user" or "assistant"; "tool" before structured::render_tool_turns
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant turns that called tools
+  std::string tool_call_id;              // tool turns: the call answered
 };
 
 // "llama2", "llama3", "chatml", "mistral"

@@ -152,6 +152,10 @@ void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job) {
   for (model::TokenId t : r.prompt) slot.sampler->remember(t);
   slot.decoder.emplace(tokenizer_);
   slot.stop.emplace(r.stop);
+  if (r.constraint)
+    slot.matcher.emplace(r.constraint, tokenizer_);
+  else
+    slot.matcher.reset();
   slot.prompt_done = 0;
   slot.pos = 0;
   slot.generated = 0;
@@ -263,13 +267,16 @@ void Scheduler::advance(Slot& slot, int32_t n) {
 }
 
 void Scheduler::sample(Slot& slot) {
-  const model::TokenId token = slot.sampler->sample(slot.model->last_logits());
+  const float* logits = slot.model->last_logits();
+  if (slot.matcher) logits = slot.matcher->mask(logits);
+  const model::TokenId token = slot.sampler->sample(logits);
   if (slot.generated == 0) slot.first_sampled = std::chrono::steady_clock::now();
   ++slot.generated;
   metrics_.add_generated_tokens(1);
+  if (slot.matcher) slot.matcher->accept(token);
   if (tokenizer_.is_end_of_generation(token)) return end(slot, FinishReason::Stop);
   slot.job->append(slot.stop->push(slot.decoder->push(token)));
-  if (slot.stop->stopped()) return end(slot, FinishReason::Stop);
+  if (slot.stop->stopped() || (slot.matcher && slot.matcher->finished())) return end(slot, FinishReason::Stop);
   // slot.pos is where `token` would be evaluated: past the context there is no room for it.
   if (slot.generated >= slot.job->request_.max_tokens || slot.pos >= n_ctx_) return end(slot, FinishReason::Length);
   slot.last = token;

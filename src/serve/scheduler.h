@@ -26,6 +26,7 @@
 #include "serve/engine.h"
 #include "serve/metrics.h"
 #include "serve/stop_matcher.h"
+#include "serve/structured/token_mask.h"
 
 namespace orchard::serve {
 
@@ -44,6 +45,10 @@ struct GenerationRequest {
   int32_t max_tokens = 16;             // at least 1
   model::SamplerOptions sampling;
   std::vector<std::string> stop;       // generation ends before the first of these; not returned
+  // Sampling held to a grammar (response_format, a required tool call): tokens it refuses are
+  // masked before the sampler sees the logits, end-of-generation comes only once the document
+  // is whole, and generation ends (Stop) as soon as nothing can follow. Null: free text.
+  std::shared_ptr<const structured::Constraint> constraint;
 };
 
 struct Usage {
@@ -144,6 +149,7 @@ class Scheduler {
     std::optional<model::Sampler> sampler;
     std::optional<model::Tokenizer::StreamDecoder> decoder;
     std::optional<StopMatcher> stop;
+    std::optional<structured::Matcher> matcher;  // the request's constraint, if any
     int32_t prompt_done = 0;  // prompt positions evaluated
     int32_t pos = 0;          // where the next generated token goes
     int32_t generated = 0;

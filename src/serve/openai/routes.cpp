@@ -37,11 +37,23 @@ void stream_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::du
         const JobUpdate u = s->job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
         if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
         std::string out;
-        if (!u.text.empty()) out += writer->text(u.text);
-        if (u.finished)
-          out += u.finish_reason == FinishReason::Error ? writer->error(engine_error(u)) : writer->end(u.finish_reason, u.usage);
-        else if (out.empty() && Clock::now() - last_write >= probe)
+        // With tools, text that may be a call is held until it is known to be one.
+        const std::string content = s->tool_parser ? s->tool_parser->push(u.text) : u.text;
+        if (!content.empty()) out += writer->text(content);
+        if (u.finished && u.finish_reason == FinishReason::Error) {
+          out += writer->error(engine_error(u));
+        } else if (u.finished) {
+          bool called = false;
+          if (s->tool_parser) {
+            structured::ToolCallParser::Result rest = s->tool_parser->finish();
+            if (!rest.content.empty()) out += writer->text(rest.content);
+            if (!rest.calls.empty()) out += writer->tool_calls(rest.calls);
+            called = !rest.calls.empty();
+          }
+          out += writer->end(u.finish_reason, u.usage, called);
+        } else if (out.empty() && Clock::now() - last_write >= probe) {
           out = StreamWriter::keep_alive();
+        }
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) return false;
           last_write = Clock::now();
@@ -67,9 +79,18 @@ void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::dur
         }
         if (u.finish_reason == FinishReason::Cancelled) return false;
         // The status line has gone out already; the body still says what happened.
+        std::vector<ChatToolCall> calls;
+        if (s->tool_parser && u.finish_reason != FinishReason::Error) {
+          std::string content = s->tool_parser->push(text);
+          structured::ToolCallParser::Result rest = s->tool_parser->finish();
+          text = content + rest.content;
+          calls = std::move(rest.calls);
+          // Only spacing beside the calls: no content.
+          if (!calls.empty() && text.find_first_not_of(" \t\r\n") == std::string::npos) text.clear();
+        }
         const std::string body = u.finish_reason == FinishReason::Error
                                      ? error_body(engine_error(u))
-                                     : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage);
+                                     : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage, calls);
         if (!sink.write(body.data(), body.size())) return false;
         sink.done();
         return true;

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "serve/structured/json_schema.h"
 
 namespace orchard::serve::openai {
 namespace {
@@ -40,6 +44,28 @@ std::string message_content(const json& content, const std::string& param) {
   return text;
 }
 
+// An assistant turn's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+std::vector<ChatToolCall> parse_message_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) throw wrong_type(param, "an array", calls);
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string p = fmt::format("{}[{}]", param, i);
+    const json& c = calls[i];
+    if (!c.is_object()) throw wrong_type(p, "an object", c);
+    const json* function = field(c, "function");
+    if (function == nullptr) throw invalid_request(fmt::format("'{}.function' is required", p), p + ".function");
+    if (!function->is_object()) throw wrong_type(p + ".function", "an object", *function);
+    ChatToolCall call;
+    if (const json* id = field(c, "id")) call.id = string_value(*id, p + ".id");
+    const json* name = field(*function, "name");
+    if (name == nullptr) throw invalid_request(fmt::format("'{}.function.name' is required", p), p + ".function.name");
+    call.name = string_value(*name, p + ".function.name");
+    if (const json* args = field(*function, "arguments")) call.arguments = string_value(*args, p + ".function.arguments");
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<ChatMessage> parse_messages(const json& body) {
   const json* messages = field(body, "messages");
   if (messages == nullptr) throw invalid_request("'messages' is required", "messages");
@@ -54,14 +80,21 @@ std::vector<ChatMessage> parse_messages(const json& body) {
     if (role == nullptr) throw invalid_request(fmt::format("'{}.role' is required", param), param + ".role");
     ChatMessage message{string_value(*role, param + ".role"), {}};
     if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
-    if (message.role != "system" && message.role != "user" && message.role != "assistant")
-      throw invalid_request(fmt::format("'{}.role' must be system, developer, user or assistant, not '{}'", param, message.role),
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool")
+      throw invalid_request(fmt::format("'{}.role' must be system, developer, user, assistant or tool, not '{}'", param, message.role),
                             param + ".role");
     const json* content = field(m, "content");
     // An assistant turn may have no content (it called tools instead); other turns must.
     if (content == nullptr && message.role != "assistant")
       throw invalid_request(fmt::format("'{}.content' is required", param), param + ".content");
     if (content != nullptr) message.content = message_content(*content, param + ".content");
+    if (message.role == "tool") {
+      const json* id = field(m, "tool_call_id");
+      if (id == nullptr) throw invalid_request(fmt::format("'{}.tool_call_id' is required", param), param + ".tool_call_id");
+      message.tool_call_id = string_value(*id, param + ".tool_call_id");
+    }
+    if (const json* calls = field(m, "tool_calls"); calls != nullptr && message.role == "assistant")
+      message.tool_calls = parse_message_calls(*calls, param + ".tool_calls");
     out.push_back(std::move(message));
   }
   return out;
@@ -150,16 +183,118 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
   }
   if (const json* v = field(body, "echo"); v != nullptr && bool_value(*v, "echo")) throw unsupported("echo", "echo");
   if (const json* v = field(body, "suffix"); v != nullptr && !string_value(*v, "suffix").empty()) throw unsupported("suffix", "suffix");
-  if (const json* v = field(body, "tools")) {
-    if (!v->is_array()) throw wrong_type("tools", "an array", *v);
-    if (!v->empty()) throw unsupported("tools", "tool calling");
+  if (endpoint == Endpoint::Completions && field(body, "tools") != nullptr) throw unsupported("tools", "tools in text completions");
+}
+
+ApiError schema_error(const structured::SchemaError& e, const std::string& param) {
+  return invalid_request(fmt::format("'{}' is not supported: {}{}", param, e.reason(), e.where().empty() ? "" : " (at " + e.where() + ")"),
+                         param, "unsupported_schema");
+}
+
+// response_format: text, json_object (any JSON object) or json_schema (a document of the schema).
+std::shared_ptr<const structured::Grammar> parse_format(const json& format) {
+  if (!format.is_object()) throw wrong_type("response_format", "an object", format);
+  const json* type = field(format, "type");
+  if (type == nullptr) throw invalid_request("'response_format.type' is required", "response_format.type");
+  const std::string kind = string_value(*type, "response_format.type");
+  if (kind == "text") return nullptr;
+  auto grammar = std::make_shared<structured::Grammar>();
+  if (kind == "json_object") {
+    grammar->finish(structured::Grammar::kAnyObject);
+    return grammar;
   }
-  if (const json* v = field(body, "response_format")) {
-    if (!v->is_object()) throw wrong_type("response_format", "an object", *v);
-    const json* type = field(*v, "type");
-    if (type != nullptr && string_value(*type, "response_format.type") != "text")
-      throw unsupported("response_format.type", fmt::format("response_format '{}'", type->get<std::string>()));
+  if (kind != "json_schema")
+    throw invalid_request(fmt::format("'response_format.type' must be text, json_object or json_schema, not '{}'", kind),
+                          "response_format.type");
+  const json* spec = field(format, "json_schema");
+  if (spec == nullptr) throw invalid_request("'response_format.json_schema' is required", "response_format.json_schema");
+  if (!spec->is_object()) throw wrong_type("response_format.json_schema", "an object", *spec);
+  const json* name = field(*spec, "name");
+  if (name == nullptr) throw invalid_request("'response_format.json_schema.name' is required", "response_format.json_schema.name");
+  string_value(*name, "response_format.json_schema.name");
+  if (const json* strict = field(*spec, "strict")) bool_value(*strict, "response_format.json_schema.strict");
+  // Without a schema any JSON value will do, as OpenAI's API has it.
+  const json* schema = field(*spec, "schema");
+  const std::string param = "response_format.json_schema.schema";
+  try {
+    grammar->finish(schema == nullptr ? structured::Grammar::kAny : structured::compile_schema(*grammar, *schema));
+  } catch (const structured::SchemaError& e) {
+    throw schema_error(e, param);
+  } catch (const Error& e) {  // alternatives that start alike
+    throw invalid_request(fmt::format("'{}' is not supported: {}", param, e.what()), param, "unsupported_schema");
   }
+  return grammar;
+}
+
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}];
+// each parameters schema is compiled once here so that a bad one is a 400 naming it.
+std::vector<structured::ToolFunction> parse_tools(const json& tools) {
+  if (!tools.is_array()) throw wrong_type("tools", "an array", tools);
+  std::vector<structured::ToolFunction> out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = fmt::format("tools[{}]", i);
+    const json& t = tools[i];
+    if (!t.is_object()) throw wrong_type(p, "an object", t);
+    const json* type = field(t, "type");
+    if (type == nullptr) throw invalid_request(fmt::format("'{}.type' is required", p), p + ".type");
+    if (string_value(*type, p + ".type") != "function")
+      throw unsupported(p + ".type", fmt::format("tools of type '{}'", type->get<std::string>()));
+    const json* function = field(t, "function");
+    if (function == nullptr) throw invalid_request(fmt::format("'{}.function' is required", p), p + ".function");
+    if (!function->is_object()) throw wrong_type(p + ".function", "an object", *function);
+    structured::ToolFunction f;
+    const json* name = field(*function, "name");
+    if (name == nullptr) throw invalid_request(fmt::format("'{}.function.name' is required", p), p + ".function.name");
+    f.name = string_value(*name, p + ".function.name");
+    if (!valid_function_name(f.name))
+      throw invalid_request(fmt::format("'{}.function.name' must be 1 to 64 letters, digits, '_' or '-', not '{}'", p, f.name),
+                            p + ".function.name");
+    for (const auto& other : out)
+      if (other.name == f.name) throw invalid_request(fmt::format("two tools are named '{}'", f.name), p + ".function.name");
+    if (const json* d = field(*function, "description")) f.description = string_value(*d, p + ".function.description");
+    if (const json* strict = field(*function, "strict")) bool_value(*strict, p + ".function.strict");
+    if (const json* parameters = field(*function, "parameters")) {
+      if (!parameters->is_object()) throw wrong_type(p + ".function.parameters", "an object", *parameters);
+      f.parameters = *parameters;
+      try {
+        structured::tool_call_grammar(structured::ToolStyle::Hermes, std::span(&f, 1));
+      } catch (const structured::SchemaError& e) {
+        throw schema_error(e, p + ".function.parameters");
+      } catch (const Error& e) {
+        throw invalid_request(fmt::format("'{}.function.parameters' is not supported: {}", p, e.what()), p + ".function.parameters",
+                              "unsupported_schema");
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+void parse_tool_choice(const json& choice, ApiRequest& r) {
+  if (choice.is_string()) {
+    const std::string mode = choice.get<std::string>();
+    if (mode == "auto") r.tool_choice = ToolChoice::Auto;
+    else if (mode == "none") r.tool_choice = ToolChoice::None;
+    else if (mode == "required") r.tool_choice = ToolChoice::Required;
+    else throw invalid_request(fmt::format("'tool_choice' must be auto, none, required or a function, not '{}'", mode), "tool_choice");
+  } else if (choice.is_object()) {
+    const json* function = field(choice, "function");
+    const json* name = function != nullptr && function->is_object() ? field(*function, "name") : nullptr;
+    if (name == nullptr) throw invalid_request("'tool_choice.function.name' is required", "tool_choice.function.name");
+    r.tool_choice = ToolChoice::Named;
+    r.tool_name = string_value(*name, "tool_choice.function.name");
+    if (std::none_of(r.tools.begin(), r.tools.end(), [&](const auto& f) { return f.name == r.tool_name; }))
+      throw invalid_request(fmt::format("'tool_choice' names '{}', which is not among the tools", r.tool_name), "tool_choice.function.name");
+  } else {
+    throw wrong_type("tool_choice", "a string or an object", choice);
+  }
+  if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) && r.tools.empty())
+    throw invalid_request("'tool_choice' asks for a tool call but 'tools' is empty", "tool_choice");
 }
 
 }  // namespace
@@ -257,6 +392,10 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
     if (const json* v = field(body, name)) r.max_tokens = static_cast<int32_t>(integer_value(*v, name, 1, std::numeric_limits<int32_t>::max()));
   parse_sampling(body, r);
   if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
+  if (const json* v = field(body, "response_format")) r.format = parse_format(*v);
+  if (const json* v = field(body, "tools")) r.tools = parse_tools(*v);
+  if (const json* v = field(body, "tool_choice")) parse_tool_choice(*v, r);
+  if (const json* v = field(body, "parallel_tool_calls")) bool_value(*v, "parallel_tool_calls");
   if (const json* v = field(body, "stream")) r.stream = bool_value(*v, "stream");
   if (const json* v = field(body, "stream_options")) {
     if (!v->is_object()) throw wrong_type("stream_options", "an object", *v);
@@ -313,13 +452,26 @@ json response_head(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
 
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
+json calls_json(std::span<const ChatToolCall> calls, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
-                            const Usage& usage) {
+                            const Usage& usage, std::span<const ChatToolCall> calls) {
   json j = response_head(endpoint, meta, false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(reason)}};
-  if (endpoint == Endpoint::ChatCompletions)
+  const bool called = !calls.empty() && reason == FinishReason::Stop;
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", called ? "tool_calls" : finish_reason_name(reason)}};
+  if (endpoint == Endpoint::ChatCompletions && !calls.empty())
+    choice["message"] = {{"role", "assistant"}, {"content", text.empty() ? json(nullptr) : json(text)}, {"tool_calls", calls_json(calls, false)}};
+  else if (endpoint == Endpoint::ChatCompletions)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
@@ -336,13 +488,14 @@ std::string models_body(const ModelInfo& info) {
 StreamWriter::StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage)
     : endpoint_(endpoint), meta_(std::move(meta)), include_usage_(include_usage) {}
 
-std::string StreamWriter::chunk(std::string_view delta, const char* finish_reason) {
+std::string StreamWriter::chunk(std::string_view delta, const char* finish_reason, const json* calls) {
   json j = response_head(endpoint_, meta_, true);
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   if (endpoint_ == Endpoint::ChatCompletions) {
     json d = json::object();
     if (!role_sent_) d["role"] = "assistant";
-    if (!delta.empty() || !role_sent_) d["content"] = delta;
+    if (!delta.empty() || (!role_sent_ && calls == nullptr)) d["content"] = delta;
+    if (calls != nullptr) d["tool_calls"] = *calls;
     role_sent_ = true;
     choice["delta"] = d;
   } else {
@@ -356,8 +509,13 @@ std::string StreamWriter::chunk(std::string_view delta, const char* finish_reaso
 
 std::string StreamWriter::text(std::string_view delta) { return chunk(delta, nullptr); }
 
-std::string StreamWriter::end(FinishReason reason, const Usage& usage) {
-  const std::string reason_name(finish_reason_name(reason));
+std::string StreamWriter::tool_calls(std::span<const ChatToolCall> calls) {
+  const json list = calls_json(calls, true);
+  return chunk("", nullptr, &list);
+}
+
+std::string StreamWriter::end(FinishReason reason, const Usage& usage, bool called_tools) {
+  const std::string reason_name = called_tools && reason == FinishReason::Stop ? "tool_calls" : std::string(finish_reason_name(reason));
   std::string out = chunk("", reason_name.c_str());
   if (include_usage_) {
     json j = response_head(endpoint_, meta_, true);

@@ -3,6 +3,8 @@
 // /v1/chat/completions and /v1/completions into typed requests, and building every response
 // body and server-sent event the server sends. No HTTP here.
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +17,8 @@
 #include "serve/chat_templates.h"
 #include "serve/engine.h"
 #include "serve/scheduler.h"
+#include "serve/structured/grammar.h"
+#include "serve/structured/tool_calls.h"
 
 namespace orchard::serve::openai {
 
@@ -42,6 +46,10 @@ ApiError api_error(int status, std::string message, std::string code = {});
 
 enum class Endpoint { ChatCompletions, Completions };
 
+// tool_choice: "auto" (the model decides), "none", "required" (a call of any tool) or a named
+// function (a call of that one).
+enum class ToolChoice { Auto, None, Required, Named };
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
   std::string model;                    // empty when the request names none
@@ -57,6 +65,11 @@ struct ApiRequest {
   std::vector<std::string> stop;        // at most 4, none empty
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
+  // response_format json_object or json_schema: the grammar the output follows; null for text.
+  std::shared_ptr<const structured::Grammar> format;
+  std::vector<structured::ToolFunction> tools;  // chat only; parameters schemas checked
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_name;                        // ToolChoice::Named
 };
 
 // Readers of a request's JSON fields, shared by the OpenAI and Ollama schemas. `field` gives the
@@ -78,7 +91,7 @@ nlohmann::json parse_object(std::string_view body);
 
 // Parses `body` for `endpoint`. Throws ApiError (400) for a body that isn't a JSON object, a
 // field of the wrong type or out of range, a missing required field, or a feature the server
-// doesn't offer (n > 1, logprobs, tools). Fields the API defines but the server has no use for
+// doesn't offer (n > 1, logprobs, a schema keyword the grammar can't honour). Fields the API defines but the server has no use for
 // (user, presence_penalty, ...) are ignored. The seed stays 0 when none is given (seeded false).
 ApiRequest parse_request(Endpoint endpoint, std::string_view body);
 
@@ -94,8 +107,10 @@ struct ResponseMeta {
 // the shape `orchard serve` and the network coordinator both answer with.
 std::string error_body(const ApiError& error);
 // The whole answer of a request without "stream".
+// With tool calls (chat), the message carries them, its content is null when `text` is empty,
+// and finish_reason is "tool_calls".
 std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
-                            const Usage& usage);
+                            const Usage& usage, std::span<const ChatToolCall> calls = {});
 // GET /v1/models.
 std::string models_body(const ModelInfo& info);
 
@@ -105,15 +120,18 @@ class StreamWriter {
   StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage);
   // The event carrying `delta` (for chat, the first one also carries the assistant role).
   std::string text(std::string_view delta);
-  // The last events: the finish reason, the usage when asked for, then "data: [DONE]".
-  std::string end(FinishReason reason, const Usage& usage);
+  // The event carrying the calls as delta.tool_calls, each whole (index, id, type, function).
+  std::string tool_calls(std::span<const ChatToolCall> calls);
+  // The last events: the finish reason ("tool_calls" when the answer called tools), the usage
+  // when asked for, then "data: [DONE]".
+  std::string end(FinishReason reason, const Usage& usage, bool called_tools = false);
   // An error after the stream started (headers are sent, so the status can't say it).
   std::string error(const ApiError& error) const;
   // A comment line: ignored by clients, it lets the server notice a client that went away.
   static std::string keep_alive();
 
  private:
-  std::string chunk(std::string_view delta, const char* finish_reason);
+  std::string chunk(std::string_view delta, const char* finish_reason, const nlohmann::json* calls = nullptr);
 
   Endpoint endpoint_;
   ResponseMeta meta_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <mutex>
@@ -22,6 +23,9 @@ uint64_t random_u64() {
   return rng();
 }
 
+// Tools the model is offered: written into the prompt, and its reply read for calls.
+bool tools_offered(const ApiRequest& r) { return !r.tools.empty() && r.tool_choice != ToolChoice::None; }
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -38,8 +42,19 @@ Service::Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFam
 
 std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
   const model::Tokenizer& tokenizer = engine_.tokenizer();
-  if (r.endpoint == Endpoint::ChatCompletions)
-    return tokenizer.encode(render_chat(chat_family_, r.messages, bos_text_, eos_text_), tokenizer.adds_bos(), true);
+  if (r.endpoint == Endpoint::ChatCompletions) {
+    const bool tools_on = tools_offered(r);
+    const bool tool_turns = std::any_of(r.messages.begin(), r.messages.end(),
+                                        [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+    const std::string text =
+        tools_on || tool_turns
+            ? render_chat(chat_family_,
+                          structured::render_tool_turns(structured::tool_style(chat_family_), r.messages,
+                                                        tools_on ? std::span(r.tools) : std::span<const structured::ToolFunction>()),
+                          bos_text_, eos_text_)
+            : render_chat(chat_family_, r.messages, bos_text_, eos_text_);
+    return tokenizer.encode(text, tokenizer.adds_bos(), true);
+  }
   // Raw prompts may spell out a chat format themselves, so special token texts count (as in
   // llama.cpp's server).
   if (r.prompt) return tokenizer.encode(*r.prompt, tokenizer.adds_bos(), true);
@@ -50,7 +65,7 @@ Started Service::start(Endpoint endpoint, std::string_view body) { return start(
 
 Started Service::start(ApiRequest request) {
   const Endpoint endpoint = request.endpoint;
-  Started s{std::move(request), {}, {}};
+  Started s{std::move(request), {}, {}, {}};
   const ApiRequest& r = s.request;
   const ModelInfo& info = engine_.info();
   check_model(r.model);
@@ -77,10 +92,21 @@ Started Service::start(ApiRequest request) {
   g.sampling = r.sampling;
   if (!r.seeded) g.sampling.seed = random_u64();
   g.stop = r.stop;
+  const bool tools_on = tools_offered(r);
+  const structured::ToolStyle style = structured::tool_style(chat_family_);
+  std::shared_ptr<const structured::Grammar> grammar = r.format;
+  if (tools_on && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)) {
+    std::vector<structured::ToolFunction> allowed;
+    for (const auto& f : r.tools)
+      if (r.tool_choice == ToolChoice::Required || f.name == r.tool_name) allowed.push_back(f);
+    grammar = structured::tool_call_grammar(style, allowed);  // the schemas compiled in parse_request already
+  }
+  if (grammar) g.constraint = std::make_shared<structured::Constraint>(structured::Constraint{grammar, token_trie()});
 
   s.meta.id = fmt::format("{}-{:016x}", endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl", random_u64());
   s.meta.created = unix_seconds();
   s.meta.model = info.id;
+  if (tools_on) s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()));
   try {
     s.job = scheduler_.submit(std::move(g));
   } catch (const QueueFullError&) {
@@ -97,6 +123,12 @@ void Service::check_model(const std::string& name) const {
   if (!name.empty() && name != info.id)
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", name, info.id),
                    "model", "model_not_found");
+}
+
+std::shared_ptr<const structured::TokenTrie> Service::token_trie() {
+  std::lock_guard lock(trie_mutex_);
+  if (!trie_) trie_ = std::make_shared<structured::TokenTrie>(engine_.tokenizer());
+  return trie_;
 }
 
 std::string Service::models_body() const { return openai::models_body(engine_.info()); }

@@ -3,6 +3,7 @@
 // ApiError) out; bodies for the models list, health and metrics. The HTTP layer (routes) only
 // moves these strings.
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,8 @@
 #include "serve/metrics.h"
 #include "serve/openai/schema.h"
 #include "serve/scheduler.h"
+#include "serve/structured/token_mask.h"
+#include "serve/structured/tool_calls.h"
 
 namespace orchard::serve::openai {
 
@@ -18,6 +21,9 @@ struct Started {
   ApiRequest request;
   ResponseMeta meta;
   std::shared_ptr<Job> job;
+  // Chat with tools the model may call: splits its text into content and tool_calls. Null
+  // without tools (or with tool_choice "none").
+  std::shared_ptr<structured::ToolCallParser> tool_parser;
 };
 
 class Service {
@@ -50,8 +56,13 @@ class Service {
   Engine& engine_;
   Scheduler& scheduler_;
   Metrics& metrics_;
+  // The vocabulary's trie for constrained sampling, built at the first request that needs it.
+  std::shared_ptr<const structured::TokenTrie> token_trie();
+
   ChatFamily chat_family_;
   std::string bos_text_, eos_text_;
+  std::mutex trie_mutex_;
+  std::shared_ptr<const structured::TokenTrie> trie_;
 };
 
 }  // namespace orchard::serve::openai
