@@ -96,10 +96,11 @@ TEST(Bench, DepthsAndCacheTypes) {
   EXPECT_NE(text.out.find("tg4 @ d40"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("f16 cache"), std::string::npos) << text.out;
   // tiny: 4 layers × 2 KV heads × (64 + 64) × 2 bytes
-  EXPECT_NE(text.err.find("KV cache: f16, 2.0 KiB per position, 0.1 MiB for 52 positions × 1 slot(s)"), std::string::npos)
+  EXPECT_NE(text.err.find("KV cache: f16, 2.0 KiB per position, 0.1 MiB for 48 positions × 1 slot(s)"), std::string::npos)
       << text.err;
   Ran bad = run_to_end(orchard({"bench", "-m", model, "-n", "4", "--cache-type", "q4_0"}));
-  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_LT(bad.exit_code, 128) << "a crash: " << bad.err;
   EXPECT_NE(bad.err.find("--cache-type"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("q8_0"), std::string::npos) << bad.err;
 }
