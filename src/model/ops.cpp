@@ -269,6 +269,9 @@ template <class L, KvType kType>
         for (int32_t v = 0; v < kVecs; ++v) L::load(block_scale[v], c.key_scales + d0 / kKvQ8Block * b.key_stride + j0 + kLanes * v);
       for (int32_t d = d0; d < d0 + block; ++d) {
         const auto* k = c.keys + d * b.key_stride + j0;
+        // A tile reads one short run of each of head_dim key rows, n_ctx apart: more streams
+        // than the hardware prefetcher follows, so each row's run a few tiles on is asked for.
+        __builtin_prefetch(k + 4 * kKeys);
         V kv[kVecs];
         for (int32_t v = 0; v < kVecs; ++v) {
           L::load(kv[v], k + kLanes * v);
