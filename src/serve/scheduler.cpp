@@ -257,7 +257,8 @@ void Scheduler::evaluate() {
     if (slot.failure) prompt_cache_.keep(step.sequence, step.pos);
     else prompt_cache_.record(step.sequence, step.tokens, step.pos);
     if (slot.failure) {
-      // The slot stays usable: the next job starts at position 0 and overwrites its cache.
+      // The slot stays usable: an eval writes only from its position on, so the positions
+      // before it (kept in the prompt cache above) still hold what they did.
       end(slot, FinishReason::Error, *std::exchange(slot.failure, std::nullopt));
       continue;
     }
