@@ -38,7 +38,8 @@ test('the split server answers like one process, several requests at once', asyn
   ]);
   for (let i = 0; i < prompts.length; i++) {
     assert.equal(together[i].choices[0].message.content, alone[i].choices[0].message.content, prompts[i]);
-    assert.deepEqual(together[i].usage, alone[i].usage);
+    // Without prompt_tokens_details: what the prompt cache held depends on request timing.
+    assert.deepEqual({ ...together[i].usage, prompt_tokens_details: null }, { ...alone[i].usage, prompt_tokens_details: null });
   }
 });
 
