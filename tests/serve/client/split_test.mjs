@@ -43,6 +43,16 @@ test('the split server answers like one process, several requests at once', asyn
   }
 });
 
+test('a prompt prefix reused or copied from a busy slot answers as computed, on every rank', async () => {
+  const long = `Tell me about the orchard: ${'apples, pears, plums and cherries, '.repeat(8)}`;
+  const first = ask(split, `${long}and the first tree.`);
+  await sleep(300);  // the first request's prompt evaluated: its slot is busy and holds the prefix
+  const [second, alone] = await Promise.all([ask(split, `${long}and the second tree.`), ask(single, `${long}and the second tree.`)]);
+  await first;
+  assert.equal(second.choices[0].message.content, alone.choices[0].message.content);
+  console.log(`# the second request found ${second.usage.prompt_tokens_details.cached_tokens} of ${second.usage.prompt_tokens} prompt positions cached`);
+});
+
 test('followers outlive an idle period longer than the comm timeout', async () => {
   await sleep(3000);
   const [a, b] = await Promise.all([ask(single, 'Still there?'), ask(split, 'Still there?')]);
