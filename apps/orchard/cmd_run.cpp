@@ -4,6 +4,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "apps/orchard/cache_type_flag.h"
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/expert_stats_flag.h"
@@ -50,6 +51,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
   parallel::Engine engine(options, group);
   receiving.finish();
   bar.finish();
+  if (speaker) std::fprintf(stderr, "%s\n", describe_kv_cache(engine.forward(), 1).c_str());
   // Each stage's first tensor rank sees its layers' routing (every rank of a group routes alike).
   const bool records = !group || options.layout.tensor_rank_of(group->rank()) == 0;
   ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, records, speaker);
@@ -137,6 +139,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass (pipeline chunk)")
       ->capture_default_str()
       ->check(at_least(1));
+  add_cache_type_flag(cmd, o->engine.cache_type);
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is (no interleaved copy)");
   cmd->add_option("--logits", o->logits_path, "Write the final position's logits (raw float32) here");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "apps/orchard/cache_type_flag.h"
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/expert_stats_flag.h"
@@ -112,6 +113,7 @@ void serve_model(ServeOptions& o) {
     o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
     serve::LocalEngine engine(o.engine);
     bar.finish();
+    std::fprintf(stderr, "%s\n", describe_kv_cache(engine.forward(), engine.n_slots()).c_str());
     ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, true, true);
     serve_on(engine, engine.threads(), o, forced);
     expert_stats.finish(nullptr);
@@ -124,6 +126,7 @@ void serve_model(ServeOptions& o) {
   options.batch = o.engine.max_batch;
   options.allow_repack = o.engine.allow_repack;
   options.n_slots = o.engine.n_slots;
+  options.cache_type = o.engine.cache_type;
   // The launcher of local ranks forwards SIGINT/SIGTERM to them: rank 0 stops its server, which
   // tells the other ranks to stop (theirs stay blocked, so they finish in order).
   parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
@@ -147,6 +150,7 @@ void serve_model(ServeOptions& o) {
     }
     // Followers wait for rank 0's next command under the comm timeout: beat well inside it.
     const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
+    std::fprintf(stderr, "rank 0's %s\n", describe_kv_cache(engine.forward(), engine.n_slots()).c_str());
     std::vector<model::Forward*> forwards;
     for (int32_t i = 0; i < engine.n_slots(); ++i) forwards.push_back(&engine.forward(i));
     ExpertStatsRecorder expert_stats(o.expert_stats_path, forwards, true, true);
@@ -172,6 +176,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(0));
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length of each slot (default: the model's)")->check(at_least(0));
+  add_cache_type_flag(cmd, o->engine.cache_type);
   cmd->add_option("-b,--batch", o->engine.max_batch, "Positions per forward pass at most, all slots together")
       ->capture_default_str()
       ->check(at_least(1));

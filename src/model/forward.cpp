@@ -11,7 +11,7 @@
 namespace orchard::model {
 
 Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
-                 PartialSums* partial, int32_t n_sequences)
+                 PartialSums* partial, int32_t n_sequences, KvType cache_type)
     : weights_(weights), pool_(pool), partial_(partial), max_batch_(max_batch) {
   const ModelConfig& c = weights.config();
   const Shard& s = weights.shard();
@@ -23,9 +23,9 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   // it whole): keys [latent | rotated part], values the latent.
   for (int32_t i = 0; i < n_sequences; ++i) {
     if (c.latent_attention())
-      caches_.emplace_back(s.n_layers(), n_ctx, 1, c.kv_lora_rank + c.rope_dims, c.kv_lora_rank);
+      caches_.emplace_back(s.n_layers(), n_ctx, 1, c.kv_lora_rank + c.rope_dims, c.kv_lora_rank, cache_type);
     else
-      caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim);
+      caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim, c.head_dim, cache_type);
   }
   const auto batch = static_cast<size_t>(max_batch);
   const size_t hd = static_cast<size_t>(c.head_dim);
@@ -284,6 +284,10 @@ void Forward::attend(int32_t local, int32_t n) {
     b.key_stride = n_ctx();
     b.values = cache.values(local, kv);
     b.value_stride = cache.value_stride();
+    b.type = cache.type();
+    b.key_scales = cache.key_scales(local, kv);
+    b.value_scales = cache.value_scales(local, kv);
+    b.value_scale_stride = cache.value_scale_stride();
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
     if (sliding) b.first_key = &first_keys_[static_cast<size_t>(t0)];
     if (!w.attn_sinks.empty()) b.sinks = &w.attn_sinks[static_cast<size_t>(h0)];
@@ -395,6 +399,10 @@ void Forward::attend_latent(int32_t local, int32_t n) {
     b.key_stride = n_ctx();
     b.values = cache.values(local, 0);
     b.value_stride = cache.value_stride();
+    b.type = cache.type();
+    b.key_scales = cache.key_scales(local, 0);
+    b.value_scales = cache.value_scales(local, 0);
+    b.value_scale_stride = cache.value_scale_stride();
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
     b.scale = c.attention_scale;
     b.value_dim = latent;

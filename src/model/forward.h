@@ -32,9 +32,10 @@ class Forward {
  public:
   // max_batch: most positions per call, all sequences together. partial: where tensor-parallel
   // ranks sum their parts (nullptr on a rank that holds whole layers). n_sequences: KV caches
-  // of n_ctx positions kept (sequences numbered from 0).
+  // of n_ctx positions kept (sequences numbered from 0), of elements of cache_type. Throws
+  // Error when the model's heads can't be kept in that type (Q8_0 wants multiples of 32).
   Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, core::ThreadPool& pool,
-          PartialSums* partial = nullptr, int32_t n_sequences = 1);
+          PartialSums* partial = nullptr, int32_t n_sequences = 1, KvType cache_type = KvType::F32);
 
   // Runs positions [pos, pos + n) of sequence 0. Exactly one of `tokens` (first stage) or
   // `hidden_in` (F32 [n, n_embd], later stages) is given. Positions at or after pos are
@@ -64,6 +65,10 @@ class Forward {
   // this rank a part of it. -1: the last row.
   const float* logits(int32_t i = -1) const;
   int32_t n_ctx() const { return caches_.front().n_ctx(); }
+  // Sequence i's keys and values; a prompt cache copies positions between sequences (also of
+  // different Forwards over the same shard) with KvCache::copy_prefix.
+  KvCache& cache(int32_t sequence) { return caches_.at(static_cast<size_t>(sequence)); }
+  const KvCache& cache(int32_t sequence) const { return caches_.at(static_cast<size_t>(sequence)); }
   int32_t n_sequences() const { return static_cast<int32_t>(caches_.size()); }
   int32_t max_batch() const { return max_batch_; }
   const ModelConfig& config() const { return weights_.config(); }

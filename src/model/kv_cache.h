@@ -5,56 +5,94 @@
 // for a run of positions are contiguous multiply-adds (and vectorize) instead of one short
 // dot product per position; values stay [layer][position][kv_dim], read one position at a time.
 // A key and a value may differ in width (latent attention: see ModelConfig).
+//
+// Elements are F32, F16 or Q8_0 (KvType). Q8_0 quantizes each head's key and value of a
+// position in blocks of 32 along the head (int8 codes, one F16 scale a block, as GGUF's Q8_0):
+// a key's codes follow the transposed layout, its scales are [layer][kv_head][key_dim / 32]
+// [position]; a value's scales are [layer][position][kv_dim / 32]. Attention reads every type
+// as stored (ops::attend_block), so a smaller cache is less memory read per decoded token.
+//
+// The memory is reserved zeroed and untouched (calloc): pages become resident as positions are
+// stored, so a context sized for the model's trained length costs what is used of it, to a page
+// per key row.
 #include <cstdint>
-#include <vector>
+#include <cstdlib>
+#include <memory>
+#include <string_view>
+
+#include "core/quant.h"
 
 namespace orchard::model {
 
+enum class KvType : uint8_t { F32, F16, Q8_0 };
+// Values per scale of a Q8_0 cache: the widths of its keys and values are multiples of this.
+constexpr int32_t kKvQ8Block = 32;
+// "f32", "f16", "q8_0"
+std::string_view kv_type_name(KvType type);
+// The inverse of kv_type_name; throws Error naming the text and the choices otherwise.
+KvType parse_kv_type(std::string_view name);
+
 class KvCache {
  public:
-  // n_layers / n_kv_heads are this rank's (its shard's), n_ctx the positions kept.
+  // n_layers / n_kv_heads are this rank's (its shard's), n_ctx the positions kept. Keys and
+  // values may differ in width per KV head (latent attention keeps one "head": keys [latent |
+  // rotated part], values the latent). Throws Error when a Q8_0 cache's widths are not
+  // multiples of kKvQ8Block.
+  KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim,
+          KvType type = KvType::F32);
   KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t head_dim)
       : KvCache(n_layers, n_ctx, n_kv_heads, head_dim, head_dim) {}
-  // Keys and values of different widths per KV head (latent attention keeps one "head": keys
-  // [latent | rotated part], values the latent).
-  KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim)
-      : n_ctx_(n_ctx),
-        n_kv_heads_(n_kv_heads),
-        head_dim_(key_dim),
-        value_dim_(value_dim),
-        keys_(static_cast<size_t>(n_layers) * n_ctx * n_kv_heads * key_dim),
-        values_(static_cast<size_t>(n_layers) * n_ctx * n_kv_heads * value_dim) {}
 
   int32_t n_ctx() const { return n_ctx_; }
+  KvType type() const { return type_; }
   // Stores k (F32 [n_kv_heads * key_dim]) and v (F32 [n_kv_heads * value_dim]) for `layer`
-  // (counted from the shard's first) at pos.
-  void store(int32_t layer, int32_t pos, const float* k, const float* v) {
-    for (int32_t h = 0; h < n_kv_heads_; ++h)
-      for (int32_t d = 0; d < head_dim_; ++d) key_column(layer, h)[static_cast<size_t>(d) * n_ctx_ + pos] = k[h * head_dim_ + d];
-    const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
-    float* dst = &values_[(static_cast<size_t>(layer) * n_ctx_ + static_cast<size_t>(pos)) * kv_dim];
-    for (size_t i = 0; i < kv_dim; ++i) dst[i] = v[i];
-  }
-  // F32 [head_dim][n_ctx]: the keys of one KV head, position-contiguous.
-  const float* keys(int32_t layer, int32_t kv_head) const { return &keys_[key_offset(layer, kv_head)]; }
-  // F32 [n_ctx][kv_dim] from this KV head's first element: row stride value_stride().
-  const float* values(int32_t layer, int32_t kv_head) const {
-    return &values_[static_cast<size_t>(layer) * n_ctx_ * n_kv_heads_ * value_dim_ + static_cast<size_t>(kv_head) * value_dim_];
+  // (counted from the shard's first) at pos, converted to the cache's type.
+  void store(int32_t layer, int32_t pos, const float* k, const float* v);
+  // [key_dim][n_ctx] elements of type(): the keys of one KV head, position-contiguous.
+  const void* keys(int32_t layer, int32_t kv_head) const { return keys_.get() + key_offset(layer, kv_head) * element_bytes(); }
+  // Q8_0: F16 [key_dim / 32][n_ctx], the keys' block scales; null otherwise.
+  const core::Half* key_scales(int32_t layer, int32_t kv_head) const;
+  // [n_ctx][kv_dim] elements from this KV head's first: row stride value_stride() elements.
+  const void* values(int32_t layer, int32_t kv_head) const {
+    return values_.get() + value_offset(layer, kv_head) * element_bytes();
   }
   int64_t value_stride() const { return static_cast<int64_t>(n_kv_heads_) * value_dim_; }
-  size_t bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
+  // Q8_0: F16 scales of this KV head's value blocks, position j's at + j · value_scale_stride();
+  // null otherwise.
+  const core::Half* value_scales(int32_t layer, int32_t kv_head) const;
+  int64_t value_scale_stride() const { return value_stride() / kKvQ8Block; }
+  // Makes positions [0, n) hold what `from` holds there (same shape and type): a prompt shared
+  // by two sequences is computed once.
+  void copy_prefix(const KvCache& from, int32_t n);
+  // Bytes of keys and values (scales included) per position, all layers, and reserved in all.
+  size_t bytes_per_position() const;
+  size_t bytes() const { return bytes_per_position() * static_cast<size_t>(n_ctx_); }
 
  private:
-  float* key_column(int32_t layer, int32_t kv_head) { return &keys_[key_offset(layer, kv_head)]; }
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
+  static Buffer reserve(size_t bytes);
+  size_t element_bytes() const;
+  // In elements (codes for Q8_0).
   size_t key_offset(int32_t layer, int32_t kv_head) const {
-    return ((static_cast<size_t>(layer) * n_kv_heads_ + static_cast<size_t>(kv_head)) * head_dim_) * n_ctx_;
+    return ((static_cast<size_t>(layer) * n_kv_heads_ + static_cast<size_t>(kv_head)) * key_dim_) * n_ctx_;
   }
+  size_t value_offset(int32_t layer, int32_t kv_head) const {
+    return static_cast<size_t>(layer) * n_ctx_ * n_kv_heads_ * value_dim_ + static_cast<size_t>(kv_head) * value_dim_;
+  }
+
+  int32_t n_layers_;
   int32_t n_ctx_;
   int32_t n_kv_heads_;
-  int32_t head_dim_;  // of a key
+  int32_t key_dim_;
   int32_t value_dim_;
-  std::vector<float> keys_;
-  std::vector<float> values_;
+  KvType type_;
+  Buffer keys_;
+  Buffer values_;
+  Buffer key_scales_;    // Q8_0 only
+  Buffer value_scales_;  // Q8_0 only
 };
 
 }  // namespace orchard::model

@@ -4,7 +4,22 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numbers>
+#include <type_traits>
+
+#include "core/quant.h"
+
+#if defined(__x86_64__)
+// GCC 12's _mm512_cvtph_ps and _mm512_cvtepi8_epi32 start from _mm512_undefined_*(), which it
+// then reports as (maybe-)uninitialized wherever they inline (as in core/kernels/x86/avx512.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace orchard::model::ops {
 namespace {
@@ -13,7 +28,7 @@ namespace {
 // CPU has; everything else auto-vectorizes fine at the baseline ISA.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ORCHARD_X86_DISPATCH 1
-const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 #endif
 
@@ -103,6 +118,104 @@ constexpr int32_t kNarrowTileKeys = 16, kNarrowTileDims = 16;
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
+// How a clone reads the cache: a vector of F32, F16 or int8 (Q8_0 codes) elements as floats,
+// and one F16 scale. Outputs go by reference: a vector returned by value would change the ABI
+// between clones. Not always_inline: the conversions are intrinsics of the clone's target, which
+// GCC inlines only into a function of that target (here, once the tile loops are inlined into
+// the clone); 16-float vectors of GCC's __builtin_convertvector came out one element at a time.
+struct PortableLoads {
+  using V = Vec16;
+  static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
+  static inline void load(V& out, const float* p) { out = at16(p); }
+  static inline void load(V& out, const core::Half* p) {
+#if defined(__aarch64__)
+    for (int i = 0; i < 4; ++i) {
+      const float32x4_t x = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * i)));
+      std::memcpy(reinterpret_cast<float*>(&out) + 4 * i, &x, sizeof x);
+    }
+#else
+    for (int i = 0; i < 16; ++i) out[i] = core::half_to_float(p[i]);
+#endif
+  }
+  static inline void load(V& out, const int8_t* p) {
+#if defined(__aarch64__)
+    const int8x16_t b = vld1q_s8(p);
+    const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+    const float32x4_t x[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), vcvtq_f32_s32(vmovl_high_s16(lo)),
+                              vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), vcvtq_f32_s32(vmovl_high_s16(hi))};
+    std::memcpy(&out, x, sizeof x);
+#else
+    for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(p[i]);
+#endif
+  }
+  static inline float scalar(core::Half h) {
+#if defined(__aarch64__)
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+#else
+    return core::half_to_float(h);
+#endif
+  }
+};
+
+#ifdef ORCHARD_X86_DISPATCH
+struct Avx512Loads {
+  using V = Vec16;
+  static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
+  __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const float* p) { out = at16(p); }
+  __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const core::Half* p) {
+    out = reinterpret_cast<V>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  }
+  __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const int8_t* p) {
+    out = reinterpret_cast<V>(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+  }
+  __attribute__((target("avx512f,f16c"))) static inline float scalar(core::Half h) { return _cvtsh_ss(h); }
+};
+
+struct Avx2Loads {
+  using V = Vec8;
+  static constexpr int32_t kKeys = kNarrowTileKeys, kDims = kNarrowTileDims;
+  __attribute__((target("avx2,fma,f16c"))) static inline void load(V& out, const float* p) {
+    out = *reinterpret_cast<const UnalignedVec8*>(p);
+  }
+  __attribute__((target("avx2,fma,f16c"))) static inline void load(V& out, const core::Half* p) {
+    out = reinterpret_cast<V>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  __attribute__((target("avx2,fma,f16c"))) static inline void load(V& out, const int8_t* p) {
+    out = reinterpret_cast<V>(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+  }
+  __attribute__((target("avx2,fma,f16c"))) static inline float scalar(core::Half h) { return _cvtsh_ss(h); }
+};
+#endif
+
+// The block's keys and values as elements of their type, with their scales where Q8_0.
+template <class L, KvType kType>
+struct CacheView {
+  using T = std::conditional_t<kType == KvType::F32, float, std::conditional_t<kType == KvType::F16, core::Half, int8_t>>;
+  static constexpr bool kQuantized = kType == KvType::Q8_0;
+  const T* keys;
+  const T* values;
+  const core::Half* key_scales;
+  const core::Half* value_scales;
+
+  explicit CacheView(const AttentionBlock& b)
+      : keys(static_cast<const T*>(b.keys)),
+        values(static_cast<const T*>(b.values)),
+        key_scales(b.key_scales),
+        value_scales(b.value_scales) {}
+  // One element as a float, for the tails the tiles leave.
+  [[gnu::always_inline]] inline float key(const AttentionBlock& b, int32_t d, int32_t j) const {
+    return element(keys[d * b.key_stride + j], kQuantized ? key_scales[d / kKvQ8Block * b.key_stride + j] : 0);
+  }
+  [[gnu::always_inline]] inline float value(const AttentionBlock& b, int32_t j, int32_t d) const {
+    return element(values[j * b.value_stride + d], kQuantized ? value_scales[j * b.value_scale_stride + d / kKvQ8Block] : 0);
+  }
+  [[gnu::always_inline]] static inline float element(T x, core::Half scale) {
+    if constexpr (kType == KvType::F32) return x;
+    else if constexpr (kType == KvType::F16) return L::scalar(x);
+    else return static_cast<float>(x) * L::scalar(scale);
+  }
+};
+
 // Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
 // ones repeated where the block runs out, so every tile has kTileQueries of them.
 struct QueryTile {
@@ -138,21 +251,36 @@ struct QueryTile {
 }
 
 // scores[i][j] = q_i · k_j · scale for j in the tile's [min_first, max_keys), then each row's
-// softmax over its own keys (and its head's sink), zero for the others.
-template <class V, int32_t kKeys>
-[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const QueryTile& t) {
-  constexpr int32_t kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
+// softmax over its own keys (and its head's sink), zero for the others. Q8_0 keys are scaled
+// as they load, their 32-dimension blocks' scales for the tile's keys loaded once per block.
+template <class L, KvType kType>
+[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t) {
+  using V = typename L::V;
+  constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
+  constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
   int32_t j0 = t.min_first;
   for (; j0 + kKeys <= t.max_keys && j0 + kKeys <= b.key_stride; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
-    for (int32_t d = 0; d < b.head_dim; ++d) {
-      const float* k = b.keys + d * b.key_stride + j0;
-      V kv[kVecs];
-      for (int32_t v = 0; v < kVecs; ++v) kv[v] = at<V>(k + kLanes * v);
-      for (int32_t i = 0; i < kTileQueries; ++i) {
-        const float qd = t.q[i][d];
-        for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
+    for (int32_t d0 = 0; d0 < b.head_dim; d0 += block) {
+      V block_scale[kVecs];
+      if constexpr (kQuantized)
+        for (int32_t v = 0; v < kVecs; ++v) L::load(block_scale[v], c.key_scales + d0 / kKvQ8Block * b.key_stride + j0 + kLanes * v);
+      for (int32_t d = d0; d < d0 + block; ++d) {
+        const auto* k = c.keys + d * b.key_stride + j0;
+        // A tile reads one short run of each of head_dim key rows, n_ctx apart: more streams
+        // than the hardware prefetcher follows, so each row's run a few tiles on is asked for.
+        __builtin_prefetch(k + 4 * kKeys);
+        V kv[kVecs];
+        for (int32_t v = 0; v < kVecs; ++v) {
+          L::load(kv[v], k + kLanes * v);
+          if constexpr (kQuantized) kv[v] *= block_scale[v];
+        }
+        for (int32_t i = 0; i < kTileQueries; ++i) {
+          const float qd = t.q[i][d];
+          for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
+        }
       }
     }
     for (int32_t i = 0; i < kTileQueries; ++i)
@@ -163,8 +291,7 @@ template <class V, int32_t kKeys>
     for (int32_t j = j0; j < t.max_keys; ++j) s[j] = 0.0f;
     for (int32_t d = 0; d < b.head_dim; ++d) {
       const float qd = t.q[i][d];
-      const float* k = b.keys + d * b.key_stride;
-      for (int32_t j = j0; j < t.max_keys; ++j) s[j] += qd * k[j];
+      for (int32_t j = j0; j < t.max_keys; ++j) s[j] += qd * c.key(b, d, j);
     }
     for (int32_t j = j0; j < t.max_keys; ++j) s[j] *= scale;
   }
@@ -187,18 +314,23 @@ template <class V, int32_t kKeys>
   }
 }
 
-// out_i = Σ_j p_ij · v_j over the tile's keys.
-template <class V, int32_t kDims>
-[[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const QueryTile& t) {
-  constexpr int32_t kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
+// out_i = Σ_j p_ij · v_j over the tile's keys; Q8_0 values scaled by their block's scale as they load.
+template <class L, KvType kType>
+[[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t) {
+  using V = typename L::V;
+  constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
     V acc[kTileQueries][kVecs] = {};
     for (int32_t j = t.min_first; j < t.max_keys; ++j) {
-      const float* v = b.values + j * b.value_stride + d0;
+      const auto* v = c.values + j * b.value_stride + d0;
       V vv[kVecs];
-      for (int32_t k = 0; k < kVecs; ++k) vv[k] = at<V>(v + kLanes * k);
+      for (int32_t k = 0; k < kVecs; ++k) {
+        L::load(vv[k], v + kLanes * k);
+        if constexpr (CacheView<L, kType>::kQuantized)
+          vv[k] *= L::scalar(c.value_scales[j * b.value_scale_stride + (d0 + kLanes * k) / kKvQ8Block]);
+      }
       for (int32_t i = 0; i < kTileQueries; ++i) {
         const float p = t.scores[i][j];
         for (int32_t k = 0; k < kVecs; ++k) acc[i][k] += p * vv[k];
@@ -212,29 +344,40 @@ template <class V, int32_t kDims>
     for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
     for (int32_t j = t.min_first; j < t.max_keys; ++j) {
       const float p = t.scores[i][j];
-      const float* v = b.values + j * b.value_stride;
-      for (int32_t d = d0; d < dims; ++d) o[d] += p * v[d];
+      for (int32_t d = d0; d < dims; ++d) o[d] += p * c.value(b, j, d);
     }
   }
 }
 
-template <class V = Vec16, int32_t kKeys = kTileKeys, int32_t kDims = kTileDims>
-[[gnu::always_inline]] inline void attend_block_loops(const AttentionBlock& b) {
-  static_assert(kTileKeys % kKeys == 0, "score rows hold whole kTileKeys tiles");
+template <class L, KvType kType>
+[[gnu::always_inline]] inline void attend_block_typed(const AttentionBlock& b) {
+  static_assert(kTileKeys % L::kKeys == 0, "score rows hold whole kTileKeys tiles");
+  const CacheView<L, kType> cache(b);
   int32_t max_keys = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) max_keys = std::max(max_keys, b.n_keys[r]);
   const int64_t score_stride = round_up(max_keys, kTileKeys);
   for (int32_t first = 0; first < b.n_rows * b.group; first += kTileQueries) {
     const QueryTile tile = query_tile(b, first, score_stride);
-    tile_scores<V, kKeys>(b, tile);
-    tile_output<V, kDims>(b, tile);
+    tile_scores(b, cache, tile);
+    tile_output(b, cache, tile);
+  }
+}
+
+template <class L>
+[[gnu::always_inline]] inline void attend_block_loops(const AttentionBlock& b) {
+  switch (b.type) {
+    case KvType::F32: return attend_block_typed<L, KvType::F32>(b);
+    case KvType::F16: return attend_block_typed<L, KvType::F16>(b);
+    case KvType::Q8_0: return attend_block_typed<L, KvType::Q8_0>(b);
   }
 }
 
 #ifdef ORCHARD_X86_DISPATCH
-__attribute__((target("avx512f"))) void attend_block_avx512(const AttentionBlock& block) { attend_block_loops(block); }
-__attribute__((target("avx2,fma"))) void attend_block_avx2(const AttentionBlock& block) {
-  attend_block_loops<Vec8, kNarrowTileKeys, kNarrowTileDims>(block);
+__attribute__((target("avx512f,f16c"))) void attend_block_avx512(const AttentionBlock& block) {
+  attend_block_loops<Avx512Loads>(block);
+}
+__attribute__((target("avx2,fma,f16c"))) void attend_block_avx2(const AttentionBlock& block) {
+  attend_block_loops<Avx2Loads>(block);
 }
 __attribute__((target("avx512f"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
   silu_mul_loop(gate, up, n);
@@ -257,7 +400,7 @@ void attend_block(const AttentionBlock& block) {
   if (kHasAvx512) return attend_block_avx512(block);
   if (kHasAvx2) return attend_block_avx2(block);
 #endif
-  attend_block_loops(block);
+  attend_block_loops<PortableLoads>(block);
 }
 
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {

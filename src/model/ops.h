@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "model/config.h"
+#include "model/kv_cache.h"
 
 namespace orchard::model::ops {
 
@@ -21,16 +22,17 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
 // a sink logit s_g (gpt-oss) has e^s_g added to its softmax's denominator, a key that adds no value.
 // Computed as two small matrix products over the block (scores = Q·K, then out = P·V) in
 // register tiles, so each key and value is loaded once per 4 query vectors, not once each;
-// keys before a tile's first visible one are not read.
+// keys before a tile's first visible one are not read. Keys and values are of the cache's
+// type (KvCache's layouts), converted to F32 as the tiles load them.
 struct AttentionBlock {
   const float* q;          // F32: row r's head g at q + r * row_stride + g * head_dim
   float* out;              // F32, laid out like q (or as out_row_stride and value_dim say)
   int64_t row_stride;
   int32_t n_rows, group, head_dim;
   const int32_t* n_keys;   // [n_rows], each ≥ 1
-  const float* keys;       // F32 [head_dim][key_stride]: transposed, as KvCache keeps them
-  int64_t key_stride;
-  const float* values;     // F32: position j's values at values + j * value_stride
+  const void* keys;        // `type` [head_dim][key_stride]: transposed, as KvCache keeps them
+  int64_t key_stride;      // in elements
+  const void* values;      // `type`: position j's values at element j * value_stride
   int64_t value_stride;
   float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
   // Latent attention: values of another width than keys, its own score scale, and the output's
@@ -40,6 +42,12 @@ struct AttentionBlock {
   int64_t out_row_stride = 0;  // 0: row_stride
   const int32_t* first_key = nullptr;  // [n_rows], each < n_keys[r]: a sliding window; null: none
   const float* sinks = nullptr;        // [group]: each query head's sink logit; null: none
+  KvType type = KvType::F32;           // of keys and values
+  // Q8_0: the F16 block scales, KvCache::key_scales / value_scales (position j's value scales
+  // at value_scales + j * value_scale_stride). head_dim and value_dim are multiples of 32.
+  const core::Half* key_scales = nullptr;
+  const core::Half* value_scales = nullptr;
+  int64_t value_scale_stride = 0;
 };
 void attend_block(const AttentionBlock& block);
 // Floats of scratch that attend_block needs for a block of this size.

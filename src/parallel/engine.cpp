@@ -93,7 +93,8 @@ Engine::Engine(const EngineOptions& requested, comm::Group* group)
   if (options.n_slots < 1) throw Error(error_message("engine", "at least one slot is needed, not {}", options.n_slots));
   for (int32_t i = 0; i < options.n_slots; ++i) {
     auto& forward = forwards_.emplace_back(
-        std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get()));
+        std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get(), 1,
+                                         options.cache_type));
     if (group) {
       token_models_.push_back(std::make_unique<DistributedModel>(*group, layout, *forward));
     } else {

@@ -27,6 +27,7 @@ struct EngineOptions {
   int threads = 0;         // 0: all cores (a local multi-rank run passes its share)
   int32_t context = 0;     // 0: the model's trained context
   int32_t batch = 512;     // positions per forward pass (pipeline chunk size)
+  model::KvType cache_type = model::KvType::F32;  // KV cache elements (this rank's heads)
   bool allow_repack = true;
   // Independent sequences (each its own forward buffers and KV cache) over the shared weights.
   int32_t n_slots = 1;

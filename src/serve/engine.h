@@ -46,6 +46,11 @@ class Engine {
   // Most positions one eval_batch call takes, all steps together. The default, for evals made
   // one by one: every slot's own limit.
   virtual int32_t max_batch() { return n_slots() * slot(0).max_batch(); }
+  // Makes slot `to`'s positions [0, n) hold what slot `from`'s hold there (a prompt cache: a
+  // prefix two requests share is computed once). Called between evals. Returns false when the
+  // engine can't copy (the caller computes the positions instead); on a throw, slot `to`'s
+  // positions [0, n) are unknown.
+  virtual bool copy_prefix(int32_t /*from*/, int32_t /*to*/, int32_t /*n*/) { return false; }
   // Seconds each rank has spent in forward passes since the start, indexed by rank. Safe to call
   // from any thread while slots run.
   virtual std::vector<double> rank_forward_seconds() const = 0;

@@ -86,7 +86,8 @@ LocalEngine::LocalEngine(const LocalEngineOptions& o)
   if (o.n_ctx < 0) throw Error(error_message("serve", "the context length must not be negative ({})", o.n_ctx));
   if (o.max_batch < 1) throw Error(error_message("serve", "the batch must be at least 1, not {}", o.max_batch));
   const int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : config_.context_length;
-  forward_ = std::make_unique<model::Forward>(weights_, n_ctx, std::min(o.max_batch, n_ctx), pool_, nullptr, o.n_slots);
+  forward_ = std::make_unique<model::Forward>(weights_, n_ctx, std::min(o.max_batch, n_ctx), pool_, nullptr, o.n_slots,
+                                             o.cache_type);
   for (int32_t i = 0; i < o.n_slots; ++i) slots_.push_back(std::make_unique<Slot>(*this, i));
 }
 
@@ -104,6 +105,12 @@ void LocalEngine::eval_batch(std::span<const model::SequenceStep> steps) {
   const size_t vocab = slots_.front()->logits_.size();
   for (size_t i = 0; i < steps.size(); ++i)
     std::copy_n(forward_->logits(static_cast<int32_t>(i)), vocab, slots_[static_cast<size_t>(steps[i].sequence)]->logits_.data());
+}
+
+bool LocalEngine::copy_prefix(int32_t from, int32_t to, int32_t n) {
+  ORCHARD_CHECK(from >= 0 && from < n_slots() && to >= 0 && to < n_slots(), "copy from slot {} to {} of {}", from, to, n_slots());
+  forward_->cache(to).copy_prefix(forward_->cache(from), n);
+  return true;
 }
 
 std::vector<double> LocalEngine::rank_forward_seconds() const { return {static_cast<double>(forward_nanoseconds_.load()) * 1e-9}; }

@@ -21,6 +21,7 @@ struct LocalEngineOptions {
   int32_t n_slots = 4;      // sequences served at once
   int32_t n_ctx = 0;        // context per slot; 0: the model's trained context
   int32_t max_batch = 512;  // positions per forward pass, all slots together
+  model::KvType cache_type = model::KvType::F32;  // KV cache elements
   int threads = 0;          // 0: all cores
   bool allow_repack = true;
   std::function<void(size_t, size_t)> on_progress;  // weight loading progress
@@ -44,6 +45,7 @@ class LocalEngine : public Engine {
   model::TokenModel& slot(int32_t i) override;
   void eval_batch(std::span<const model::SequenceStep> steps) override;
   int32_t max_batch() override { return forward_->max_batch(); }
+  bool copy_prefix(int32_t from, int32_t to, int32_t n) override;
   std::vector<double> rank_forward_seconds() const override;
   int threads() const { return pool_.size(); }
   model::Forward& forward() { return *forward_; }  // the one pass every slot runs through

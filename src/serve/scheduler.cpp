@@ -54,7 +54,8 @@ Scheduler::Scheduler(Engine& engine, Metrics& metrics, SchedulerOptions options)
       tokenizer_(engine.tokenizer()),
       metrics_(metrics),
       options_(options),
-      n_ctx_(engine.n_slots() > 0 ? engine.slot(0).n_ctx() : 0) {
+      n_ctx_(engine.n_slots() > 0 ? engine.slot(0).n_ctx() : 0),
+      prompt_cache_(std::max(engine.n_slots(), 0)) {
   if (engine.n_slots() < 1) throw Error(error_message("serve", "the engine has no slots"));
   if (options.max_queue < 0) throw Error(error_message("serve", "the queue length must not be negative ({})", options.max_queue));
   if (options.prompt_chunk < 1) throw Error(error_message("serve", "the prompt chunk must be at least 1, not {}", options.prompt_chunk));
@@ -127,13 +128,26 @@ void Scheduler::admit() {
     finish_unstarted(*job, FinishReason::Cancelled, {});
     return true;
   });
-  for (Slot& slot : slots_) {
-    if (waiting_.empty()) break;
-    if (slot.job) continue;
+  std::vector<uint8_t> busy(slots_.size());
+  for (;;) {
+    for (size_t i = 0; i < slots_.size(); ++i) busy[i] = slots_[i].job != nullptr;
+    if (waiting_.empty() || std::find(busy.begin(), busy.end(), 0) == busy.end()) break;
     std::shared_ptr<Job> job = std::move(waiting_.front());
     waiting_.pop_front();
+    const std::vector<model::TokenId>& prompt = job->request_.prompt;
+    PromptCache::Choice choice = prompt_cache_.choose(prompt, busy, true);
+    if (choice.copy_from >= 0) {
+      bool copied = false;
+      try {
+        copied = engine_.copy_prefix(choice.copy_from, choice.slot, choice.reused);
+      } catch (const std::exception&) {
+        prompt_cache_.keep(choice.slot, 0);  // the copy may have overwritten part of it
+      }
+      if (copied) prompt_cache_.copied(choice.copy_from, choice.slot, choice.reused);
+      else choice = prompt_cache_.choose(prompt, busy, false);
+    }
     try {
-      occupy(slot, job);
+      occupy(slots_[static_cast<size_t>(choice.slot)], job, choice.reused);
     } catch (const std::exception& e) {  // sampling options the sampler refuses
       finish_unstarted(*job, FinishReason::Error, e.what());
     }
@@ -145,7 +159,7 @@ void Scheduler::finish_unstarted(Job& job, FinishReason reason, std::string erro
   job.finish(reason, {static_cast<int32_t>(job.request_.prompt.size()), 0}, std::move(error));
 }
 
-void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job) {
+void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job, int32_t cached) {
   const GenerationRequest& r = job->request_;
   slot.sampler.emplace(r.sampling, slot.model->vocab_size());  // throws before the slot is taken
   // As in model::generate: the prompt counts as already seen for the repetition penalty.
@@ -156,7 +170,11 @@ void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job) {
     slot.matcher.emplace(r.constraint, tokenizer_);
   else
     slot.matcher.reset();
-  slot.prompt_done = 0;
+  const auto index = static_cast<int32_t>(&slot - slots_.data());
+  prompt_cache_.keep(index, cached);  // positions from `cached` on are this job's to write
+  prompt_cache_.touch(index);
+  slot.prompt_done = cached;
+  slot.cached = cached;
   slot.pos = 0;
   slot.generated = 0;
   slot.last = -1;
@@ -240,8 +258,12 @@ void Scheduler::evaluate() {
   for (const model::SequenceStep& step : steps_) {
     Slot& slot = slots_[static_cast<size_t>(step.sequence)];
     const auto n = static_cast<int32_t>(step.tokens.size());
+    // Before advance(): a decode step's token is the slot's `last`, which sampling replaces.
+    if (slot.failure) prompt_cache_.keep(step.sequence, step.pos);
+    else prompt_cache_.record(step.sequence, step.tokens, step.pos);
     if (slot.failure) {
-      // The slot stays usable: the next job starts at position 0 and overwrites its cache.
+      // The slot stays usable: an eval writes only from its position on, so the positions
+      // before it (kept in the prompt cache above) still hold what they did.
       end(slot, FinishReason::Error, *std::exchange(slot.failure, std::nullopt));
       continue;
     }
@@ -293,7 +315,7 @@ void Scheduler::end(Slot& slot, FinishReason reason, std::string error) {
     slot.job->append(tail);
   }
   metrics_.count_finished(std::string(finish_reason_name(reason)));
-  Usage usage{static_cast<int32_t>(slot.job->request_.prompt.size()), slot.generated};
+  Usage usage{static_cast<int32_t>(slot.job->request_.prompt.size()), slot.generated, slot.cached};
   const auto now = std::chrono::steady_clock::now();
   const auto prompt_end = slot.generated > 0 ? slot.first_sampled : now;
   usage.prompt_seconds = std::chrono::duration<double>(prompt_end - slot.admitted).count();

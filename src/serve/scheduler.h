@@ -25,6 +25,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "serve/engine.h"
 #include "serve/metrics.h"
+#include "serve/prompt_cache.h"
 #include "serve/stop_matcher.h"
 #include "serve/structured/token_mask.h"
 
@@ -54,6 +55,7 @@ struct GenerationRequest {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // tokens sampled, the one that ended generation included
+  int32_t cached_tokens = 0;      // prompt positions not computed: their KV cache was reused
   // From taking a slot to the first sampled token (the prompt's evaluation), and from there to
   // the end (Ollama reports both); 0 for a job that never had a slot.
   double prompt_seconds = 0;
@@ -130,7 +132,8 @@ class Scheduler {
 
   // Runs step() on a compute thread of its own until destruction.
   void start();
-  // One round: finishes cancelled jobs, gives free slots to waiting jobs in arrival order, then
+  // One round: finishes cancelled jobs, gives free slots to waiting jobs in arrival order (each
+  // to the free slot whose KV cache holds the longest prefix of its prompt: prompt_cache.h), then
   // advances each active slot by one prompt chunk or one token, in one engine call. When the
   // engine's batch can't hold a step of every slot, the slots left out go first next round.
   // Returns false when no slot was active. Only one thread may call it (the compute thread once
@@ -150,7 +153,8 @@ class Scheduler {
     std::optional<model::Tokenizer::StreamDecoder> decoder;
     std::optional<StopMatcher> stop;
     std::optional<structured::Matcher> matcher;  // the request's constraint, if any
-    int32_t prompt_done = 0;  // prompt positions evaluated
+    int32_t prompt_done = 0;  // prompt positions evaluated (or found in the cache)
+    int32_t cached = 0;       // prompt positions found in the cache
     int32_t pos = 0;          // where the next generated token goes
     int32_t generated = 0;
     model::TokenId last = -1;  // sampled, not evaluated yet
@@ -160,7 +164,8 @@ class Scheduler {
   };
 
   void admit();
-  void occupy(Slot& slot, std::shared_ptr<Job> job);
+  // Gives the slot to the job, whose first `cached` prompt positions its KV cache holds.
+  void occupy(Slot& slot, std::shared_ptr<Job> job, int32_t cached);
   void finish_unstarted(Job& job, FinishReason reason, std::string error);
   void plan();
   void evaluate();
@@ -176,6 +181,7 @@ class Scheduler {
   const SchedulerOptions options_;
   const int32_t n_ctx_;
   std::vector<Slot> slots_;  // the compute thread's alone
+  PromptCache prompt_cache_;  // what each slot's KV cache holds; the compute thread's alone
   std::vector<model::SequenceStep> steps_;  // this round's batch, in slot order
   size_t first_ = 0;                        // the slot served first when the batch is short
   std::atomic<int32_t> active_{0};

@@ -13,16 +13,17 @@ namespace {
 // prompt chunk's tokens follow in a second broadcast.
 struct Command {
   uint32_t magic;
-  int32_t op;  // kEval, kStop or kReport
-  int32_t slot;
-  int32_t pos;
+  int32_t op;  // kEval, kStop, kReport or kCopy
+  int32_t slot;  // kCopy: the slot copied to
+  int32_t pos;   // kCopy: the positions copied, [0, pos)
   int32_t n_tokens;
-  model::TokenId token;  // the token when n_tokens == 1
+  model::TokenId token;  // the token when n_tokens == 1; kCopy: the slot copied from
 };
 static_assert(sizeof(Command) == 24);
 constexpr uint32_t kCommandMagic = 0x4F524356;  // "VCRO"
 // kReport: every rank all-gathers its forward seconds (also what keeps idle followers alive).
-enum : int32_t { kEval = 1, kStop = 2, kReport = 3 };
+// kCopy: every rank copies a prefix of one slot's KV cache into another's (the prompt cache).
+enum : int32_t { kEval = 1, kStop = 2, kReport = 3, kCopy = 4 };
 // How stale /metrics' per-rank timings may be while requests run.
 constexpr auto kReportInterval = std::chrono::seconds(1);
 
@@ -146,6 +147,16 @@ model::TokenModel& SplitEngine::slot(int32_t i) {
   return *slots_[static_cast<size_t>(i)];
 }
 
+bool SplitEngine::copy_prefix(int32_t from, int32_t to, int32_t n) {
+  ORCHARD_CHECK(from >= 0 && from < n_slots() && to >= 0 && to < n_slots(), "copy from slot {} to {} of {}", from, to, n_slots());
+  on_group_thread([&] {
+    Command command{kCommandMagic, kCopy, to, n, 0, from};
+    group_.broadcast(&command, sizeof command, 0);
+    engine_.forward(to).cache(0).copy_prefix(engine_.forward(from).cache(0), n);
+  });
+  return true;
+}
+
 std::vector<double> SplitEngine::rank_forward_seconds() const {
   std::vector<double> all;
   {
@@ -170,6 +181,15 @@ void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
     if (command.op == kReport) {
       const double mine = seconds(forward_nanoseconds);
       group.all_gather(&mine, reported.data(), sizeof mine);
+      continue;
+    }
+    if (command.op == kCopy) {
+      const model::TokenId from = command.token;
+      if (from < 0 || from >= engine.n_slots() || command.slot < 0 || command.slot >= engine.n_slots() || command.pos < 0 ||
+          command.pos > engine.forward(command.slot).n_ctx())
+        throw FormatError(error_message("serve", "rank {}: rank 0 sent a bad copy (slot {} to {}, {} positions)",
+                                        group.rank(), from, command.slot, command.pos));
+      engine.forward(command.slot).cache(0).copy_prefix(engine.forward(from).cache(0), command.pos);
       continue;
     }
     if (command.op != kEval || command.slot < 0 || command.slot >= engine.n_slots() || command.n_tokens < 0)

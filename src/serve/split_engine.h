@@ -32,6 +32,8 @@ class SplitEngine : public Engine {
   const model::Tokenizer& tokenizer() const override { return engine_.tokenizer(); }
   int32_t n_slots() const override { return static_cast<int32_t>(slots_.size()); }
   model::TokenModel& slot(int32_t i) override;
+  // Every rank copies its share of the slot's cache (its layers and KV heads).
+  bool copy_prefix(int32_t from, int32_t to, int32_t n) override;
   // Every rank's forward seconds: rank 0's now, the others' as of the last report.
   std::vector<double> rank_forward_seconds() const override;
 

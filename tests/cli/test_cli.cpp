@@ -70,6 +70,44 @@ TEST(Bench, NothingToMeasureIsAnError) {
   EXPECT_NE(r.err.find("-p 0 and -n 0 leave nothing to measure"), std::string::npos) << r.err;
 }
 
+// -d takes a list of depths, each measured after that many tokens in the cache of the type
+// --cache-type names; the cache's cost is said at load. A split runs the same (ranks own
+// their KV heads).
+TEST(Bench, DepthsAndCacheTypes) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  for (const std::string world : {"1", "2"}) {
+    for (const std::string type : {"f32", "f16", "q8_0"}) {
+      std::vector<std::string> args = {"bench", "-m", model, "-p", "8", "-n", "4", "-d", "0,40", "-r", "1",
+                                       "-t", "1", "--cache-type", type, "--json"};
+      if (world != "1") args.insert(args.end(), {"--world", world, "--strategy", "tensor"});
+      Ran r = run_to_end(orchard(args));
+      ASSERT_EQ(r.exit_code, 0) << type << ": " << r.err;
+      std::vector<nlohmann::json> lines;
+      std::istringstream out(r.out);
+      for (std::string line; std::getline(out, line);) lines.push_back(nlohmann::json::parse(line));
+      ASSERT_EQ(lines.size(), 2u) << r.out;
+      EXPECT_EQ(lines[0]["depth"], 0);
+      EXPECT_EQ(lines[1]["depth"], 40);
+      for (const auto& j : lines) {
+        EXPECT_EQ(j["cache_type"], type);
+        EXPECT_GT(j["gen_tok_s"].get<double>(), 0) << r.out;
+      }
+    }
+  }
+  Ran text = run_to_end(orchard({"bench", "-m", model, "-p", "8", "-n", "4", "-d", "40", "-r", "1", "-t", "1"}));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("tg4 @ d40"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("f16 cache"), std::string::npos) << text.out;
+  // tiny: 4 layers × 2 KV heads × (64 + 64) × 2 bytes
+  EXPECT_NE(text.err.find("KV cache: f16, 2.0 KiB per position, 0.1 MiB for 48 positions × 1 slot(s)"), std::string::npos)
+      << text.err;
+  Ran bad = run_to_end(orchard({"bench", "-m", model, "-n", "4", "--cache-type", "q4_0"}));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_LT(bad.exit_code, 128) << "a crash: " << bad.err;
+  EXPECT_NE(bad.err.find("--cache-type"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("q8_0"), std::string::npos) << bad.err;
+}
+
 // --- numeric flags out of range are errors that name the flag and its range.
 
 TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {

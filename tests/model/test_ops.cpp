@@ -9,6 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
+#include "core/quant.h"
+#include "model/kv_cache.h"
 #include "model/ops.h"
 
 namespace orchard::model {
@@ -182,6 +185,119 @@ TEST(Ops, AttentionBlockWithValuesOfTheirOwnWidth) {
       for (int64_t i = static_cast<int64_t>(group) * vd; i < out_stride; ++i)
         ASSERT_TRUE(std::isnan(out[static_cast<size_t>(r * out_stride + i)]));
   }
+}
+
+// Keys and values kept as F16 or Q8_0 (KvCache's layouts, a second KV head and a second layer
+// so that offsets count) are read as stored: the result is float64 attention over the cache's
+// elements as the core reference dequantizes them. Shapes: head widths of 64 and of latent
+// attention's 96-wide keys with 64-wide values, key counts within and past whole tiles, a
+// sliding window, partial tiles of query vectors.
+TEST(Ops, AttentionReadsF16AndQ8_0CachesAsStored) {
+  struct Shape {
+    int32_t n_rows, group, key_dim, value_dim, n_ctx;
+    std::vector<int32_t> n_keys, first_key;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 8, 64, 64, 80, {1}, {}},
+      {1, 4, 64, 64, 80, {77}, {}},
+      {8, 2, 64, 64, 96, {89, 90, 91, 92, 93, 94, 95, 96}, {}},
+      {3, 5, 96, 64, 70, {33, 64, 70}, {}},
+      {4, 3, 64, 64, 100, {97, 98, 99, 100}, {60, 61, 62, 90}},
+  };
+  for (const KvType type : {KvType::F16, KvType::Q8_0}) {
+    for (const Shape& c : shapes) {
+      const int32_t kd = c.key_dim, vd = c.value_dim, heads = 2, layer = 1, head = 1;
+      KvCache cache(2, c.n_ctx, heads, kd, vd, type);
+      std::mt19937 rng(11);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      // What each stored element reads back as, by the reference (de)quantizers.
+      auto as_stored = [&](std::vector<float> x) {
+        std::vector<float> back(x.size());
+        if (type == KvType::F16) {
+          for (size_t i = 0; i < x.size(); ++i) back[i] = core::half_to_float(core::float_to_half(x[i]));
+        } else {
+          std::vector<core::BlockQ8_0> blocks(x.size() / 32);
+          core::quantize_row_reference(core::TensorType::Q8_0, x.data(), blocks.data(), static_cast<int64_t>(x.size()));
+          core::dequantize_row_reference(core::TensorType::Q8_0, blocks.data(), back.data(), static_cast<int64_t>(x.size()));
+        }
+        return back;
+      };
+      std::vector<std::vector<float>> keys, values;  // of KV head `head` in `layer`, as stored
+      for (int32_t pos = 0; pos < c.n_ctx; ++pos) {
+        std::vector<float> k(static_cast<size_t>(heads * kd)), v(static_cast<size_t>(heads * vd));
+        for (float& x : k) x = normal(rng) * 3.0f;
+        for (float& x : v) x = normal(rng);
+        cache.store(layer, pos, k.data(), v.data());
+        std::vector<float> other_k = k, other_v = v;  // another layer's, which must not be read
+        for (float& x : other_k) x = -x * 5.0f;
+        for (float& x : other_v) x = -x * 5.0f;
+        cache.store(0, pos, other_k.data(), other_v.data());
+        const auto kb = as_stored(k), vb = as_stored(v);
+        keys.emplace_back(kb.begin() + head * kd, kb.begin() + (head + 1) * kd);
+        values.emplace_back(vb.begin() + head * vd, vb.begin() + (head + 1) * vd);
+      }
+      const int64_t row_stride = static_cast<int64_t>(c.group) * kd;
+      std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride));
+      for (float& x : q) x = normal(rng);
+      const int64_t out_stride = static_cast<int64_t>(c.group) * vd;
+      std::vector<float> out(static_cast<size_t>(c.n_rows * out_stride), NAN);
+      int32_t max_keys = *std::max_element(c.n_keys.begin(), c.n_keys.end());
+      std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)));
+      ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, kd, c.n_keys.data(),
+                            cache.keys(layer, head), c.n_ctx, cache.values(layer, head), cache.value_stride(),
+                            scratch.data()};
+      b.value_dim = vd;
+      b.out_row_stride = out_stride;
+      if (!c.first_key.empty()) b.first_key = c.first_key.data();
+      b.type = type;
+      b.key_scales = cache.key_scales(layer, head);
+      b.value_scales = cache.value_scales(layer, head);
+      b.value_scale_stride = cache.value_scale_stride();
+      ops::attend_block(b);
+      for (int32_t r = 0; r < c.n_rows; ++r)
+        for (int32_t g = 0; g < c.group; ++g) {
+          const int32_t n = c.n_keys[static_cast<size_t>(r)], first = c.first_key.empty() ? 0 : c.first_key[static_cast<size_t>(r)];
+          std::vector<double> p(static_cast<size_t>(n));
+          double max = -INFINITY, sum = 0;
+          for (int32_t j = first; j < n; ++j) {
+            double dot = 0;
+            for (int32_t d = 0; d < kd; ++d) dot += static_cast<double>(q[static_cast<size_t>(r * row_stride + g * kd + d)]) * keys[j][d];
+            max = std::max(max, p[j] = dot / std::sqrt(static_cast<double>(kd)));
+          }
+          for (int32_t j = first; j < n; ++j) sum += p[j] = std::exp(p[j] - max);
+          for (int32_t d = 0; d < vd; ++d) {
+            double expected = 0, magnitude = 0;
+            for (int32_t j = first; j < n; ++j) {
+              expected += p[j] / sum * values[j][d];
+              magnitude += p[j] / sum * std::fabs(values[j][d]);
+            }
+            ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected, 1e-4 * magnitude + 1e-6)
+                << kv_type_name(type) << ": rows " << c.n_rows << " group " << c.group << " key " << kd << ": row " << r
+                << " head " << g << " dim " << d;
+          }
+        }
+    }
+  }
+}
+
+TEST(Ops, KvCacheTypesAreNamedAndQ8_0WantsBlocksOf32) {
+  for (KvType type : {KvType::F32, KvType::F16, KvType::Q8_0}) EXPECT_EQ(parse_kv_type(kv_type_name(type)), type);
+  try {
+    parse_kv_type("q4_0");
+    FAIL() << "q4_0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected f32, f16 or q8_0"), std::string::npos) << e.what();
+  }
+  try {
+    KvCache cache(1, 16, 2, 24, 24, KvType::Q8_0);
+    FAIL() << "24-wide heads accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cache-type f16"), std::string::npos) << e.what();
+  }
+  // Bytes per position: keys and values of every layer and head, Q8_0 with a 2-byte scale per 32.
+  EXPECT_EQ(KvCache(2, 8, 3, 64, 32, KvType::F32).bytes_per_position(), 2u * 3 * 96 * 4);
+  EXPECT_EQ(KvCache(2, 8, 3, 64, 32, KvType::F16).bytes_per_position(), 2u * 3 * 96 * 2);
+  EXPECT_EQ(KvCache(2, 8, 3, 64, 32, KvType::Q8_0).bytes_per_position(), 2u * 3 * 96 + 2u * 3 * 3 * 2);
 }
 
 // YaRN's angles worked by hand: 8 rotated dimensions, θ = 10000, factor 4 over an original

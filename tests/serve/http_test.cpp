@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -164,7 +165,11 @@ TEST_F(RealModel, ChatAnswerMatchesItsStreamAndCountsTokens) {
   }
   EXPECT_EQ(text, content);
   EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
-  EXPECT_EQ(events[events.size() - 2]["usage"], whole["usage"]);
+  // The same prompt again: a free slot holds all of it but the last position (prompt caching).
+  json streamed_usage = events[events.size() - 2]["usage"];
+  EXPECT_EQ(streamed_usage["prompt_tokens_details"]["cached_tokens"], whole["usage"]["prompt_tokens"].get<int>() - 1);
+  streamed_usage["prompt_tokens_details"] = whole["usage"]["prompt_tokens_details"];
+  EXPECT_EQ(streamed_usage, whole["usage"]);
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
@@ -198,6 +203,59 @@ TEST_F(RealModel, ConcurrentRequestsGetWhatTheyWouldGetAlone) {
     threads.emplace_back([&, i] { together[i] = post(*server_, "/v1/completions", request(i))["choices"][0]["text"]; });
   for (auto& t : threads) t.join();
   EXPECT_EQ(together, alone);
+}
+
+// Prompt caching: a request sharing a 300-token prefix with an earlier one computes only the
+// rest, says so in usage.prompt_tokens_details.cached_tokens, and answers exactly as a server
+// that computed everything; concurrent requests sharing the prefix (4 on 3 slots: reused,
+// copied from a busy slot, found in a freed one) answer as they would uncached.
+TEST_F(RealModel, ASharedPrefixIsComputedOnceAndAnswersAsUncached) {
+  std::vector<int> prefix;
+  for (int i = 0; i < 300; ++i) prefix.push_back(900 + (i * 37) % 100);  // starts unlike any other test's prompt
+  auto request = [&](int tail) {
+    std::vector<int> prompt = prefix;
+    for (int i = 0; i < 5; ++i) prompt.push_back(10 + tail * 7 + i);
+    return json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  };
+  // Uncached answers: a one-slot server that answers an unrelated prompt before each, so its
+  // slot never holds the prefix.
+  LocalEngineOptions o;
+  o.model_path = orchard::testing::synthetic_model("llama", "tiny", "q8_0");
+  o.alias = "tiny";
+  o.n_slots = 1;
+  o.threads = 1;
+  LocalEngine fresh_engine(o);
+  TestServer fresh(fresh_engine);
+  std::vector<std::string> uncached;
+  for (int tail = 0; tail < 5; ++tail) {
+    post(fresh, "/v1/completions", {{"prompt", {5, 6, 7}}, {"max_tokens", 1}});
+    json answer = post(fresh, "/v1/completions", request(tail));
+    EXPECT_EQ(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    uncached.push_back(answer["choices"][0]["text"]);
+  }
+
+  json first = post(*server_, "/v1/completions", request(0));
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(first["choices"][0]["text"], uncached[0]);
+  json second = post(*server_, "/v1/completions", request(1));
+  EXPECT_EQ(second["usage"]["prompt_tokens"], 305);
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 300);
+  EXPECT_EQ(second["choices"][0]["text"], uncached[1]);
+
+  std::vector<std::string> together(4);
+  std::vector<int> cached(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      json answer = post(*server_, "/v1/completions", request(i + 1));
+      together[i] = answer["choices"][0]["text"];
+      cached[i] = answer["usage"]["prompt_tokens_details"]["cached_tokens"];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(together, std::vector<std::string>(uncached.begin() + 1, uncached.end()));
+  // One slot held the prefix: the first admitted reuses it, those admitted beside it copy it
+  // from that busy slot, and one admitted later finds it in the slot it takes.
+  for (int n : cached) EXPECT_GE(n, 300);
 }
 
 TEST_F(RealModel, BadRequestsGetOpenAIErrors) {

@@ -168,7 +168,7 @@ TEST(Schema, ErrorBodyHasOpenAIShape) {
 const ResponseMeta kMeta{"chatcmpl-1", 1700000000, "tiny"};
 
 TEST(Schema, CompletionBodies) {
-  json chat = json::parse(completion_body(Endpoint::ChatCompletions, kMeta, "hello", FinishReason::Stop, {3, 2}));
+  json chat = json::parse(completion_body(Endpoint::ChatCompletions, kMeta, "hello", FinishReason::Stop, {3, 2, 1}));
   EXPECT_EQ(chat["object"], "chat.completion");
   EXPECT_EQ(chat["id"], "chatcmpl-1");
   EXPECT_EQ(chat["created"], 1700000000);
@@ -176,7 +176,11 @@ TEST(Schema, CompletionBodies) {
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(chat["choices"][0]["message"]["content"], "hello");
   EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(chat["usage"], json({{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}}));
+  // cached_tokens: prompt positions taken from the prompt cache, in OpenAI's place for them.
+  EXPECT_EQ(chat["usage"], json({{"prompt_tokens", 3},
+                                 {"completion_tokens", 2},
+                                 {"total_tokens", 5},
+                                 {"prompt_tokens_details", {{"cached_tokens", 1}}}}));
   json text = json::parse(completion_body(Endpoint::Completions, kMeta, "hi", FinishReason::Length, {1, 1}));
   EXPECT_EQ(text["object"], "text_completion");
   EXPECT_EQ(text["choices"][0]["text"], "hi");

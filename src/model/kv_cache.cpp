@@ -1,0 +1,146 @@
+#include "model/kv_cache.h"
+
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+
+namespace orchard::model {
+
+std::string_view kv_type_name(KvType type) {
+  switch (type) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::Q8_0: return "q8_0";
+  }
+  return "f32";
+}
+
+KvType parse_kv_type(std::string_view name) {
+  for (KvType type : {KvType::F32, KvType::F16, KvType::Q8_0})
+    if (name == kv_type_name(type)) return type;
+  throw Error(error_message("model", "KV cache type '{}': expected f32, f16 or q8_0", name));
+}
+
+KvCache::KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim, KvType type)
+    : n_layers_(n_layers), n_ctx_(n_ctx), n_kv_heads_(n_kv_heads), key_dim_(key_dim), value_dim_(value_dim), type_(type) {
+  ORCHARD_CHECK(n_layers >= 0 && n_ctx > 0 && n_kv_heads > 0 && key_dim > 0 && value_dim > 0,
+                "KV cache of {} layers, {} positions, {} heads of {}/{}", n_layers, n_ctx, n_kv_heads, key_dim, value_dim);
+  if (type == KvType::Q8_0 && (key_dim % kKvQ8Block != 0 || value_dim % kKvQ8Block != 0))
+    throw Error(error_message("model",
+                              "a q8_0 KV cache quantizes heads in blocks of {}; this model's keys are {} wide and its "
+                              "values {}: use --cache-type f16",
+                              kKvQ8Block, key_dim, value_dim));
+  const size_t keys = static_cast<size_t>(n_layers) * n_kv_heads * key_dim * n_ctx;
+  const size_t values = static_cast<size_t>(n_layers) * n_kv_heads * value_dim * n_ctx;
+  keys_ = reserve(keys * element_bytes());
+  values_ = reserve(values * element_bytes());
+  if (type == KvType::Q8_0) {
+    key_scales_ = reserve(keys / kKvQ8Block * sizeof(core::Half));
+    value_scales_ = reserve(values / kKvQ8Block * sizeof(core::Half));
+  }
+}
+
+KvCache::Buffer KvCache::reserve(size_t bytes) {
+  // calloc: zeroed pages mapped on first touch, so only the positions used become resident.
+  auto* p = static_cast<uint8_t*>(std::calloc(bytes > 0 ? bytes : 1, 1));
+  if (!p) throw std::bad_alloc();
+  return Buffer(p);
+}
+
+size_t KvCache::element_bytes() const {
+  switch (type_) {
+    case KvType::F32: return sizeof(float);
+    case KvType::F16: return sizeof(core::Half);
+    case KvType::Q8_0: return sizeof(int8_t);
+  }
+  return sizeof(float);
+}
+
+size_t KvCache::bytes_per_position() const {
+  const size_t elements = static_cast<size_t>(n_layers_) * n_kv_heads_ * (key_dim_ + value_dim_);
+  size_t bytes = elements * element_bytes();
+  if (type_ == KvType::Q8_0) bytes += elements / kKvQ8Block * sizeof(core::Half);
+  return bytes;
+}
+
+const core::Half* KvCache::key_scales(int32_t layer, int32_t kv_head) const {
+  if (type_ != KvType::Q8_0) return nullptr;
+  return reinterpret_cast<const core::Half*>(key_scales_.get()) + key_offset(layer, kv_head) / kKvQ8Block;
+}
+
+const core::Half* KvCache::value_scales(int32_t layer, int32_t kv_head) const {
+  if (type_ != KvType::Q8_0) return nullptr;
+  return reinterpret_cast<const core::Half*>(value_scales_.get()) + value_offset(layer, kv_head) / kKvQ8Block;
+}
+
+void KvCache::store(int32_t layer, int32_t pos, const float* k, const float* v) {
+  const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
+  const size_t value_row = (static_cast<size_t>(layer) * n_ctx_ + static_cast<size_t>(pos)) * kv_dim;
+  switch (type_) {
+    case KvType::F32: {
+      auto* keys = reinterpret_cast<float*>(keys_.get());
+      for (int32_t h = 0; h < n_kv_heads_; ++h)
+        for (int32_t d = 0; d < key_dim_; ++d)
+          keys[key_offset(layer, h) + static_cast<size_t>(d) * n_ctx_ + pos] = k[h * key_dim_ + d];
+      std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row, v, kv_dim * sizeof(float));
+      return;
+    }
+    case KvType::F16: {
+      auto* keys = reinterpret_cast<core::Half*>(keys_.get());
+      for (int32_t h = 0; h < n_kv_heads_; ++h)
+        for (int32_t d = 0; d < key_dim_; ++d)
+          keys[key_offset(layer, h) + static_cast<size_t>(d) * n_ctx_ + pos] = core::float_to_half(k[h * key_dim_ + d]);
+      auto* values = reinterpret_cast<core::Half*>(values_.get()) + value_row;
+      for (size_t i = 0; i < kv_dim; ++i) values[i] = core::float_to_half(v[i]);
+      return;
+    }
+    case KvType::Q8_0: {
+      // GGUF's Q8_0 blocks (the reference quantizer), taken apart into codes and scales.
+      core::BlockQ8_0 block;
+      auto* keys = reinterpret_cast<int8_t*>(keys_.get());
+      auto* key_scales = reinterpret_cast<core::Half*>(key_scales_.get());
+      for (int32_t h = 0; h < n_kv_heads_; ++h)
+        for (int32_t d0 = 0; d0 < key_dim_; d0 += kKvQ8Block) {
+          core::quantize_row_reference(core::TensorType::Q8_0, k + h * key_dim_ + d0, &block, kKvQ8Block);
+          const size_t column = key_offset(layer, h) + static_cast<size_t>(d0) * n_ctx_ + pos;
+          for (int32_t i = 0; i < kKvQ8Block; ++i) keys[column + static_cast<size_t>(i) * n_ctx_] = block.qs[i];
+          key_scales[key_offset(layer, h) / kKvQ8Block + static_cast<size_t>(d0 / kKvQ8Block) * n_ctx_ + pos] = block.d;
+        }
+      auto* values = reinterpret_cast<int8_t*>(values_.get()) + value_row;
+      auto* value_scales = reinterpret_cast<core::Half*>(value_scales_.get()) + value_row / kKvQ8Block;
+      for (size_t i = 0; i < kv_dim; i += kKvQ8Block) {
+        core::quantize_row_reference(core::TensorType::Q8_0, v + i, &block, kKvQ8Block);
+        std::memcpy(values + i, block.qs, kKvQ8Block);
+        value_scales[i / kKvQ8Block] = block.d;
+      }
+      return;
+    }
+  }
+}
+
+void KvCache::copy_prefix(const KvCache& from, int32_t n) {
+  ORCHARD_CHECK(from.n_layers_ == n_layers_ && from.n_ctx_ == n_ctx_ && from.n_kv_heads_ == n_kv_heads_ &&
+                    from.key_dim_ == key_dim_ && from.value_dim_ == value_dim_ && from.type_ == type_,
+                "copying between KV caches of different shapes");
+  ORCHARD_CHECK(n >= 0 && n <= n_ctx_, "copying {} positions of {}", n, n_ctx_);
+  if (&from == this || n == 0) return;
+  const size_t e = element_bytes(), count = static_cast<size_t>(n);
+  // Key rows: one per layer, head and dimension, each n_ctx long.
+  const size_t key_rows = static_cast<size_t>(n_layers_) * n_kv_heads_ * key_dim_;
+  for (size_t r = 0; r < key_rows; ++r)
+    std::memcpy(keys_.get() + r * n_ctx_ * e, from.keys_.get() + r * n_ctx_ * e, count * e);
+  const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
+  for (size_t layer = 0; layer < static_cast<size_t>(n_layers_); ++layer)
+    std::memcpy(values_.get() + layer * n_ctx_ * kv_dim * e, from.values_.get() + layer * n_ctx_ * kv_dim * e, count * kv_dim * e);
+  if (type_ != KvType::Q8_0) return;
+  const size_t h = sizeof(core::Half);
+  for (size_t r = 0; r < key_rows / kKvQ8Block; ++r)
+    std::memcpy(key_scales_.get() + r * n_ctx_ * h, from.key_scales_.get() + r * n_ctx_ * h, count * h);
+  const size_t scale_row = kv_dim / kKvQ8Block;
+  for (size_t layer = 0; layer < static_cast<size_t>(n_layers_); ++layer)
+    std::memcpy(value_scales_.get() + layer * n_ctx_ * scale_row * h, from.value_scales_.get() + layer * n_ctx_ * scale_row * h,
+                count * scale_row * h);
+}
+
+}  // namespace orchard::model
