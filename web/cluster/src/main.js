@@ -35,16 +35,25 @@ function fillPicker(presets) {
   type.value = presets.types.includes(t) ? t : "q4_k_m";
 }
 
+// A machine's name: its hostname, with the start of its node id where two share one (two agents
+// on one host).
+function names(machines) {
+  const count = new Map();
+  for (const m of machines) count.set(m.hostname, (count.get(m.hostname) ?? 0) + 1);
+  return new Map(machines.map((m) => [m.node_id, count.get(m.hostname) > 1 ? `${m.hostname} · ${m.node_id.slice(0, 6)}` : m.hostname]));
+}
+
 function showMachines(machines) {
+  const name = names(machines);
   const tbody = $("machines").tBodies[0];
   tbody.replaceChildren();
   for (const m of machines)
-    row(tbody, [m.hostname, m.chip, m.os, m.cores, gb(m.memory_total_bytes), gb(m.memory_free_bytes),
+    row(tbody, [name.get(m.node_id), m.chip, m.os, m.cores, gb(m.memory_total_bytes), gb(m.memory_free_bytes),
       fixed(m.decode_gbs, 1), fixed(m.compute_gflops, 0), m.models.length]);
 }
 
 function showLinks(links, machines) {
-  const host = new Map(machines.map((m) => [m.node_id, m.hostname]));
+  const host = names(machines);
   const tbody = $("links").tBodies[0];
   tbody.replaceChildren();
   for (const l of links)
@@ -73,7 +82,7 @@ function showPlan(plan) {
     `${p.prompt_tok_s.toFixed(0)} tok/s prompt${speedup}`;
   $("assignment").hidden = false;
   for (const a of plan.assignment)
-    row(tbody, [a.rank, a.host, span(a.layers), span(a.heads), span(a.experts),
+    row(tbody, [a.rank, a.host, span(a.layers) || "all", span(a.heads), span(a.experts),
       `${a.memory_gb.need.toFixed(1)} / ${a.memory_gb.usable.toFixed(1)} GB`]);
   $("plan-explanation").textContent = plan.explanation;
 }

@@ -1,11 +1,11 @@
 // The cluster page in a real browser: Debian's chromium (/usr/bin/chromium), headless, driven by
-// playwright-core, against a real `orchard agent` on loopback that this test starts.
+// playwright-core, against two real `orchard agent`s on loopback that this test starts.
 //
 //   node web/cluster/tests/cluster.spec.mjs --orchard <build>/orchard [--out DIR] [--screenshot FILE]
 //
 // Checks: the page loads from the agent's port with no console errors and asks nothing of any
 // host but the agent; the machines table shows this machine (chip, and its memory as the OS
-// counts it); picking a preset shows the planner's split with predicted rates, and a model too
+// counts it) and the links the agents measured; picking a preset shows the planner's split with predicted rates, and a model too
 // big for the machine shows why it cannot be placed; the choice survives a reload (#model=...);
 // the figures refresh by themselves. Saves cluster.png in DIR (and FILE).
 import { spawn } from "node:child_process";
@@ -33,18 +33,23 @@ function check(cond, what) {
   else { failures++; console.log(`  FAIL ${what}`); }
 }
 
-// Free ports for the agent: TCP (probes, queries, the page) and UDP (announcements).
-const tcpPort = await new Promise((res) => { const s = createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
+// Two agents of one cluster on this host (they share the announcement port, so they find each
+// other and measure the link between them): free TCP ports (probes, queries, the page) and a UDP one.
+const freeTcp = () => new Promise((res) => { const s = createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 const udpPort = await new Promise((res) => { const s = createSocket("udp4").bind(0, () => { const p = s.address().port; s.close(() => res(p)); }); });
-const agent = spawn(orchard, ["agent", "--cluster", `page-test-${process.pid}`, "--secret", "page-test", "--port", String(udpPort),
-  "--agent-port", String(tcpPort), "--threads", "1"], { stdio: ["ignore", "inherit", "inherit"] });
-process.on("exit", () => agent.kill("SIGKILL"));
-const url = `http://127.0.0.1:${tcpPort}`;
+const tcpPorts = [await freeTcp(), await freeTcp()];
+const agents = tcpPorts.map((port) => spawn(orchard, ["agent", "--cluster", `page-test-${process.pid}`, "--secret", "page-test",
+  "--port", String(udpPort), "--agent-port", String(port), "--threads", "1", "--probe-mb", "4"], { stdio: ["ignore", "inherit", "inherit"] }));
+process.on("exit", () => agents.forEach((a) => a.kill("SIGKILL")));
+const url = `http://127.0.0.1:${tcpPorts[0]}`;
 let status = null;
-for (let i = 0; i < 300 && !status; i++) {
-  try { status = await (await fetch(`${url}/cluster`)).json(); } catch { await new Promise((r) => setTimeout(r, 100)); }
+for (let i = 0; i < 300 && !(status?.machines.length === 2 && status.links.length > 0); i++) {
+  try { status = await (await fetch(`${url}/cluster`)).json(); } catch { /* not listening yet */ }
+  await new Promise((r) => setTimeout(r, 100));
 }
 if (!status) { console.error(`the agent did not answer on ${url} within 30 s`); process.exit(1); }
+check(status.machines.length === 2 && status.links.length > 0,
+  `the agents found each other (${status.machines.length} machines, ${status.links.length} link(s) measured)`);
 const me = status.machines[0];
 
 const browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });
@@ -64,12 +69,14 @@ try {
   await page.waitForSelector("#machines tbody tr");
   const cells = await page.$$eval("#machines tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
   check(cells.length === status.machines.length && cells.length >= 1, `the machines table has the agent's ${status.machines.length} machine(s)`);
-  check(me.chip.length > 0 && cells[0][0] === me.hostname && cells[0][1] === me.chip, `this machine: ${cells[0][0]}, chip "${cells[0][1]}"`);
+  check(me.chip.length > 0 && cells[0][0].startsWith(me.hostname) && cells[0][1] === me.chip, `this machine: ${cells[0][0]}, chip "${cells[0][1]}"`);
   // Memory as the OS counts it (node's os.totalmem), shown in GB with one decimal.
   const memory = Number.parseFloat(cells[0][4]);
   check(Math.abs(memory * 1e9 - totalmem()) <= 0.06e9 + 0.01 * totalmem(), `its memory ${cells[0][4]} is the OS's ${(totalmem() / 1e9).toFixed(2)} GB`);
   check(/^\d+\.\d GB$/.test(cells[0][5]) && Number.parseFloat(cells[0][5]) <= memory, `free memory ${cells[0][5]}`);
-  check(await page.isVisible("#no-links"), "with one machine the page says no link is measured yet");
+  const links = await page.$$eval("#links tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  check(links.length >= status.links.length && links.every((l) => /^\d+ µs$/.test(l[2]) && l[4] === "tcp") && await page.isHidden("#no-links"),
+    `the links table: ${JSON.stringify(links[0])}`);
   check(await page.isHidden("#plan"), "no plan before a model is picked");
 
   // A model that fits: the planner's split over the machine, with predicted rates.
@@ -78,10 +85,13 @@ try {
   await page.waitForSelector("#plan:not([hidden]) #assignment tbody tr");
   const summary = await page.textContent("#plan-summary");
   const expected = await (await fetch(`${url}/cluster?model=tinyllama-1.1b:q4_0`)).json();
-  check(/^single \(tp 1 × pp 1\): [\d.]+ tok\/s generation, \d+ tok\/s prompt/.test(summary) && expected.plan.strategy === "single",
-    `a plan for tinyllama-1.1b:q4_0: "${summary}"`);
-  const rank = await page.$$eval("#assignment tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
-  check(rank.length === 1 && rank[0][2] === `0–${expected.plan.assignment[0].layers[1]}`, `rank 0 holds layers ${rank[0][2]}`);
+  check(summary.startsWith(`${expected.plan.strategy} (tp ${expected.plan.tp} × pp ${expected.plan.pp}): `) &&
+    /: [\d.]+ tok\/s generation, \d+ tok\/s prompt/.test(summary), `a plan for tinyllama-1.1b:q4_0: "${summary}"`);
+  const ranks = await page.$$eval("#assignment tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  const first = expected.plan.assignment[0];
+  const range = (r) => (r ? `${r[0]}–${r[1]}` : "");
+  check(ranks.length === expected.plan.assignment.length && ranks[0][1] === first.host && ranks[0][2] === (range(first.layers) || "all") &&
+    ranks[0][3] === range(first.heads), `rank 0 on ${ranks[0][1]}: layers "${ranks[0][2]}", heads "${ranks[0][3]}"`);
   check((await page.textContent("#plan-explanation")).length > 20, "with the planner's reasons");
   check(page.url().endsWith("#model=tinyllama-1.1b:q4_0"), `the choice is in the URL (${page.url()})`);
 
@@ -109,7 +119,7 @@ try {
   check(foreign.length === 0, `no request leaves the agent ${foreign.length ? JSON.stringify(foreign) : ""}`);
 } finally {
   await browser.close();
-  agent.kill("SIGTERM");
+  agents.forEach((a) => a.kill("SIGTERM"));
 }
 console.log(failures ? `${failures} check(s) failed` : "all checks passed");
 process.exit(failures ? 1 : 0);
