@@ -38,6 +38,7 @@ function(orchard_web_page label)
               -DNPM=${ORCHARD_NPM} -DSTAMP=${stamp} -P "${ORCHARD_WEB_PAGE_CMAKE_DIR}/web_npm_build.cmake"
       DEPENDS ${sources} "${PAGE_WEB_DIR}/package.json" "${PAGE_WEB_DIR}/package-lock.json" "${PAGE_WEB_DIR}/build.mjs"
               ${PAGE_DEPENDS} "${ORCHARD_WEB_PAGE_CMAKE_DIR}/web_npm_build.cmake"
+              "${ORCHARD_WEB_PAGE_CMAKE_DIR}/../web/build_page.mjs"
       COMMENT "[${label}] npm run build (${PAGE_WEB_DIR})"
       VERBATIM)
     set(built ON)

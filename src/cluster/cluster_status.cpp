@@ -3,12 +3,14 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "cluster/cluster_page.h"
 #include "cluster/planner.h"
 #include "comm/transport/tcp/socket.h"
 #include "core/error.h"
@@ -27,15 +29,57 @@ bool plain_preset(const std::string& s) {
   return !s.empty();
 }
 
-void answer(int fd, int status, const nlohmann::json& body, const std::string& peer) {
-  const char* reason = status == 200 ? "OK" : status == 404 ? "Not Found" : "Bad Request";
-  const std::string text = body.dump();
-  const std::string head = fmt::format(
-      "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", status,
-      reason, text.size());
+// The value of header `lower_name` (lower case) in a request head, "" when absent.
+std::string header_value(const std::string& head, std::string_view lower_name) {
+  std::string lower(head.size(), ' ');
+  std::transform(head.begin(), head.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const size_t at = lower.find(fmt::format("\r\n{}:", lower_name));
+  if (at == std::string::npos) return "";
+  size_t begin = at + 3 + lower_name.size();
+  const size_t end = head.find("\r\n", begin);
+  while (begin < end && head[begin] == ' ') ++begin;
+  return head.substr(begin, end - begin);
+}
+
+struct Reply {
+  int status = 200;
+  std::string_view content_type = "application/json";
+  std::string_view body;
+  std::string headers;  // more header lines, each ending in \r\n
+};
+
+void send(int fd, const Reply& r, const std::string& peer) {
+  const char* reason = r.status == 200   ? "OK"
+                       : r.status == 304 ? "Not Modified"
+                       : r.status == 404 ? "Not Found"
+                                         : "Bad Request";
+  const std::string head =
+      fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n", r.status,
+                  reason, r.content_type, r.body.size(), r.headers);
   const auto deadline = tcp::Clock::now() + std::chrono::seconds(5);
   tcp::write_exact(fd, head.data(), head.size(), deadline, peer);
-  tcp::write_exact(fd, text.data(), text.size(), deadline, peer);
+  tcp::write_exact(fd, r.body.data(), r.body.size(), deadline, peer);
+}
+
+void answer(int fd, int status, const nlohmann::json& body, const std::string& peer) {
+  const std::string text = body.dump();
+  send(fd, {.status = status, .body = text}, peer);
+}
+
+// A file of the cluster page, cached as web_files.h's send_file does for the other pages:
+// content-hashed assets for a year, the rest revalidated by ETag.
+void send_page_file(int fd, const core::EmbeddedFile& file, const std::string& head, const std::string& peer) {
+  const bool hashed = file.path.starts_with("assets/");
+  Reply r{.content_type = file.content_type, .body = file.bytes};
+  r.headers = fmt::format(
+      "Cache-Control: {}\r\nETag: {}\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: {}\r\n"
+      "Referrer-Policy: no-referrer\r\n",
+      hashed ? "public, max-age=31536000, immutable" : "no-cache", file.etag, core::kEmbeddedPageCsp);
+  if (header_value(head, "if-none-match") == file.etag) {
+    r.status = 304;
+    r.body = {};
+  }
+  send(fd, r, peer);
 }
 
 nlohmann::json error_body(const std::string& message) { return {{"error", message}}; }
@@ -65,7 +109,9 @@ nlohmann::json cluster_status(const Topology& t, const std::string& model) {
                      {"rtt_us", l.rtt_us_p50},
                      {"gbit_s", l.gbps},
                      {"transport", "tcp"}});  // RDMA is not implemented (docs/cluster.md, Limits)
-  json out = {{"machines", std::move(machines)}, {"links", std::move(links)}};
+  json out = {{"machines", std::move(machines)},
+              {"links", std::move(links)},
+              {"presets", {{"shapes", ModelFacts::preset_shapes()}, {"types", ModelFacts::preset_types()}}}};
   if (model.empty()) return out;
   try {
     PlanRequest r;
@@ -111,10 +157,16 @@ void serve_status_request(int fd, const std::string& from, const std::function<T
   // "GET /cluster?model=NAME HTTP/1.1"
   const size_t target_at = head.find(' ') + 1, target_end = head.find(' ', target_at);
   if (head.compare(0, 4, "GET ") != 0 || target_end == std::string::npos)
-    return answer(fd, 400, error_body("expected GET /cluster[?model=PRESET]"), peer);
+    return answer(fd, 400, error_body("expected GET / or GET /cluster[?model=PRESET]"), peer);
   const std::string target = head.substr(target_at, target_end - target_at);
   const std::string path = target.substr(0, target.find('?'));
-  if (path != "/cluster") return answer(fd, 404, error_body("no such page: " + path + " (try /cluster)"), peer);
+  if (path == "/" || path == "/index.html")
+    return send_page_file(fd, *core::find_embedded_file(cluster_page_files(), "index.html"), head, peer);
+  if (path.starts_with("/assets/")) {
+    if (const core::EmbeddedFile* file = core::find_embedded_file(cluster_page_files(), path.substr(1)))
+      return send_page_file(fd, *file, head, peer);
+  }
+  if (path != "/cluster") return answer(fd, 404, error_body("no such page: " + path + " (try / or /cluster)"), peer);
   std::string model;
   if (const size_t q = target.find('?'); q != std::string::npos) {
     const std::string query = target.substr(q + 1);

@@ -15,7 +15,8 @@
 
 namespace orchard::cluster {
 
-// The JSON of /cluster; `model` empty: no plan. A model the planner cannot place (unknown,
+// The JSON of /cluster, with the model presets the planner knows ("presets": shapes and types, for
+// the page's picker); `model` empty: no plan. A model the planner cannot place (unknown,
 // too large) gives "plan": {"error": why} rather than failing the whole answer.
 nlohmann::json cluster_status(const Topology& t, const std::string& model);
 
@@ -23,8 +24,9 @@ nlohmann::json cluster_status(const Topology& t, const std::string& model);
 // at its first bytes without taking them, waiting at most `timeout` for them.
 bool starts_with_http_get(int fd, std::chrono::milliseconds timeout);
 
-// Answers one HTTP request on fd: /cluster (200, JSON), anything else 404, a malformed or
-// oversized head 400; every answer is JSON and closes the connection. Throws Error / TimeoutError
+// Answers one HTTP request on fd: /cluster (200, JSON), / and /assets/<file> (the cluster page,
+// cluster_page.h), anything else 404, a malformed or oversized head 400; errors are JSON and
+// every answer closes the connection. Throws Error / TimeoutError
 // naming `from` when the client does not send a head within `timeout`.
 void serve_status_request(int fd, const std::string& from, const std::function<Topology()>& topology,
                           std::chrono::milliseconds timeout);

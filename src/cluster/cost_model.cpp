@@ -230,6 +230,18 @@ ModelFacts ModelFacts::from_shape(const model::ModelConfig& config, double bits_
   return f;
 }
 
+std::vector<std::string> ModelFacts::preset_shapes() {
+  std::vector<std::string> out;
+  for (const PresetShape& p : kShapes) out.emplace_back(p.name);
+  return out;
+}
+
+std::vector<std::string> ModelFacts::preset_types() {
+  std::vector<std::string> out;
+  for (const PresetType& p : kTypes) out.emplace_back(p.name);
+  return out;
+}
+
 ModelFacts ModelFacts::from_preset(const std::string& spec) {
   const size_t colon = spec.find(':');
   const std::string shape = spec.substr(0, colon);

@@ -42,6 +42,9 @@ struct ModelFacts {
   // experts mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-120b, deepseek-v3, kimi-k2; types: f32, f16,
   // bf16, q8_0, q6_k, q4_k_m, q4_0). Throws Error listing both when unknown.
   static ModelFacts from_preset(const std::string& spec);
+  // The names from_preset knows, for pickers (the cluster page).
+  static std::vector<std::string> preset_shapes();
+  static std::vector<std::string> preset_types();
 };
 
 struct MachineSpec {

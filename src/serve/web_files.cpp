@@ -5,19 +5,9 @@
 #include <string>
 
 namespace orchard::serve::web {
-namespace {
-
-// No CDN, no fonts, no trackers: a browser-enforced rule. data: images are for inline SVG favicons.
-constexpr const char* kCsp =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-}  // namespace
 
 const core::EmbeddedFile* find_file(std::span<const core::EmbeddedFile> files, std::string_view path) {
-  for (const auto& f : files)
-    if (f.path == path) return &f;
-  return nullptr;
+  return core::find_embedded_file(files, path);
 }
 
 void send_file(const httplib::Request& req, httplib::Response& res, const core::EmbeddedFile& file) {
@@ -25,7 +15,7 @@ void send_file(const httplib::Request& req, httplib::Response& res, const core::
   res.set_header("Cache-Control", hashed ? "public, max-age=31536000, immutable" : "no-cache");
   res.set_header("ETag", std::string(file.etag));
   res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Content-Security-Policy", kCsp);
+  res.set_header("Content-Security-Policy", std::string(core::kEmbeddedPageCsp));
   res.set_header("Referrer-Policy", "no-referrer");
   if (req.get_header_value("If-None-Match") == file.etag) {
     res.status = 304;
