@@ -1,10 +1,10 @@
-// Aggregate decode rate of 1, 2 and 4 concurrent sequences on `orchard serve`'s engine: one
+// Aggregate decode rate of 1, 2, 4 (up to SEQUENCES) concurrent sequences on `orchard serve`'s engine: one
 // batched pass per round (LocalEngine::eval_batch, what the scheduler does) against one pass
 // per sequence (each slot's own eval, as before batching), measured alternately in one run so
 // that the machine's drift hits both alike. Prints ratios against the one-at-a-time rate of a
 // single sequence.
 //
-//   bench_batch_decode MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3]
+//   bench_batch_decode MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +22,6 @@ using orchard::model::TokenId;
 using orchard::serve::LocalEngine;
 
 constexpr int32_t kPrompt = 64;  // each sequence decodes after a prompt of this many positions
-constexpr int32_t kMaxSequences = 4;
 
 int int_argument(char** argv, int argc, int i, int fallback) {
   if (i >= argc) return fallback;
@@ -57,7 +56,7 @@ double decode_seconds(LocalEngine& engine, int32_t k, int32_t tokens, bool batch
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4]\n", argv[0]);
     return 2;
   }
   orchard::serve::LocalEngineOptions options;
@@ -65,20 +64,21 @@ int main(int argc, char** argv) try {
   options.threads = argc > 2 ? int_argument(argv, argc, 2, 0) : 0;
   const int32_t tokens = int_argument(argv, argc, 3, 32);
   const int repetitions = int_argument(argv, argc, 4, 3);
-  options.n_slots = kMaxSequences;
+  const int32_t max_sequences = int_argument(argv, argc, 5, 4);
+  options.n_slots = max_sequences;
   options.n_ctx = kPrompt + tokens;
   LocalEngine engine(options);
 
   std::vector<TokenId> prompt(kPrompt);
   for (int32_t i = 0; i < kPrompt; ++i) prompt[static_cast<size_t>(i)] = 1 + (i * 37 + 11) % (engine.tokenizer().vocab_size() - 1);
-  for (int32_t s = 0; s < kMaxSequences; ++s) engine.slot(s).eval(prompt, 0);
+  for (int32_t s = 0; s < max_sequences; ++s) engine.slot(s).eval(prompt, 0);
 
   std::printf("%s, %d threads, %d tokens per sequence after a %d-position prompt, best of %d\n", argv[1],
               engine.threads(), tokens, kPrompt, repetitions);
   std::printf("%-10s %22s %16s %22s %24s\n", "sequences", "one-at-a-time (tok/s)", "batched (tok/s)",
               "batched / one-at-a-time", "batched / 1 seq. alone");
   double baseline = 0;
-  for (int32_t k : {1, 2, 4}) {
+  for (int32_t k = 1; k <= max_sequences; k *= 2) {
     decode_seconds(engine, k, std::min(tokens, 4), true);  // warm-up
     double alone = 1e30, batched = 1e30;
     for (int r = 0; r < repetitions; ++r) {

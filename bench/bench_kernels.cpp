@@ -80,6 +80,33 @@ void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) 
   state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
 }
 
+// A decode step of several sequences: the same matrices as gemv, each pass with `tokens` rows
+// of activations (range 1). of_bw near 1 means the pass costs no more than reading the weights
+// once; below that, the kernels' arithmetic for the extra rows shows.
+void decode_batch(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t tokens = state.range(1);
+  const double bw = bandwidth(threads);
+  std::vector<uint8_t> source = random_matrix(type, rows, cols);
+  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
+  std::vector<std::vector<uint8_t>> sources(copies, source);
+  std::vector<WeightMatrix> matrices;
+  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(tokens * cols), y(static_cast<size_t>(tokens * rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(matrices[next], x.data(), tokens, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % matrices.size();
+  }
+  const double bytes = static_cast<double>(matrices[0].bytes());
+  state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+}
+
 void gemm(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
   const int threads = static_cast<int>(state.range(0));
   constexpr int64_t kTokens = 512;
@@ -126,6 +153,15 @@ ORCHARD_SHAPES(gemv, Q5_K)
 ORCHARD_SHAPES(gemv, IQ4_NL)
 ORCHARD_SHAPES(gemv, IQ4_XS)
 ORCHARD_SHAPES(gemv, MXFP4)
+
+#define ORCHARD_DECODE_BATCH(type)                                                                       \
+  BENCHMARK_CAPTURE(decode_batch, type##_5632x2048, TensorType::type, 5632, 2048)                          \
+      ->ArgsProduct({{2}, {1, 2, 4, 8, 16}})->ArgNames({"threads", "rows"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+ORCHARD_DECODE_BATCH(Q4_0)
+ORCHARD_DECODE_BATCH(Q8_0)
+ORCHARD_DECODE_BATCH(Q4_K)
+ORCHARD_DECODE_BATCH(Q6_K)
 
 #define ORCHARD_GEMM(type)                                                                      \
   BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -151,9 +151,7 @@ void serve_model(ServeOptions& o) {
     // Followers wait for rank 0's next command under the comm timeout: beat well inside it.
     const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
     std::fprintf(stderr, "rank 0's %s\n", describe_kv_cache(engine.forward(), engine.n_slots()).c_str());
-    std::vector<model::Forward*> forwards;
-    for (int32_t i = 0; i < engine.n_slots(); ++i) forwards.push_back(&engine.forward(i));
-    ExpertStatsRecorder expert_stats(o.expert_stats_path, forwards, true, true);
+    ExpertStatsRecorder expert_stats(o.expert_stats_path, {&engine.forward()}, true, true);
     serve::SplitEngine split_engine(engine, *group, o.engine.model_path, o.engine.alias, heartbeat);
     serve_on(split_engine, engine.pool().size(), o, forced);
     expert_stats.finish(nullptr);

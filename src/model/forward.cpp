@@ -137,8 +137,9 @@ void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32
   run_rows(n, n_logits);
 }
 
-void Forward::run_batch(std::span<const SequenceStep> steps) {
-  ORCHARD_CHECK(weights_.shard().has_embedding, "a batch of sequences starts at the first pipeline stage");
+void Forward::run_batch(std::span<const SequenceStep> steps, const float* hidden_in) {
+  const bool embed = hidden_in == nullptr;
+  ORCHARD_CHECK(!embed || weights_.shard().has_embedding, "a later pipeline stage needs hidden states");
   if (steps.empty()) throw Error(error_message("model", "a batch needs at least one step"));
   // Everything is checked before the first row is placed, so a refused batch changes nothing.
   int64_t rows = 0;
@@ -153,15 +154,17 @@ void Forward::run_batch(std::span<const SequenceStep> steps) {
         throw Error(error_message("model", "steps {} and {} both name sequence {}", j, i, step.sequence));
     if (n == 0) throw Error(error_message("model", "step {} (sequence {}) has no tokens", i, step.sequence));
     check_positions(step.sequence, step.pos, n);
-    check_tokens(step.tokens);
+    if (embed) check_tokens(step.tokens);
     rows += n;
   }
   if (rows > max_batch_)
     throw Error(error_message("model", "a batch of {} positions; this pass takes at most {}", rows, max_batch_));
+  if (!embed)
+    std::memcpy(residual_.data(), hidden_in, sizeof(float) * static_cast<size_t>(rows) * weights_.config().n_embd);
   int32_t row = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto n = static_cast<int32_t>(steps[i].tokens.size());
-    place(steps[i].sequence, steps[i].tokens, steps[i].pos, row, n);
+    place(steps[i].sequence, embed ? steps[i].tokens : std::span<const TokenId>{}, steps[i].pos, row, n);
     row += n;
     logit_rows_[i] = row - 1;
   }

@@ -43,12 +43,14 @@ class Forward {
   // compute logits for every position (verification) instead of the last one only.
   void run(std::span<const TokenId> tokens, const float* hidden_in, int32_t n, int32_t pos, bool logits_for_all = false);
 
-  // Runs every step in one pass (first stage only: steps carry tokens): the positions of all
-  // steps, stacked in step order, go through each matrix product together; each attends to its
-  // own sequence's cache, causally within its step. Steps name distinct sequences and hold at
-  // least one token, max_batch() tokens at most together. Afterwards logits(i) is the last
-  // position of step i. Throws Error, before computing anything, when a step breaks this.
-  void run_batch(std::span<const SequenceStep> steps);
+  // Runs every step in one pass: the positions of all steps, stacked in step order, go through
+  // each matrix product together; each attends to its own sequence's cache, causally within its
+  // step. The first stage embeds the steps' tokens; a later pipeline stage gives `hidden_in`
+  // (F32 [positions, n_embd], the previous stage's hidden() of the same steps) and the steps'
+  // tokens only count its positions. Steps name distinct sequences and hold at least one token,
+  // max_batch() tokens at most together. Afterwards logits(i) is the last position of step i.
+  // Throws Error, before computing anything, when a step breaks this.
+  void run_batch(std::span<const SequenceStep> steps, const float* hidden_in = nullptr);
 
   // Called once per row and mixture-of-experts layer with the experts the router chose for it,
   // most probable first (expert statistics; tests compare the choice with a reference).

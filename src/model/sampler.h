@@ -37,6 +37,11 @@ class Sampler {
   const SamplerOptions& options() const { return options_; }
 
  private:
+  // penalized_ = the logits after the repetition penalty.
+  void penalize(const float* logits);
+  // Temperature without top-k, top-p or min-p (the OpenAI API's default).
+  bool unfiltered() const;
+  int32_t sample_unfiltered();  // after penalize()
   void build_candidates(const float* logits);
   double next_uniform();  // [0, 1)
 
@@ -45,6 +50,7 @@ class Sampler {
   uint64_t rng_state_;
   std::deque<int32_t> recent_;
   std::vector<std::pair<int32_t, float>> candidates_;  // reused: no allocation per token
+  std::vector<float> penalized_;                       // [vocab], reused
 };
 
 }  // namespace orchard::model

@@ -33,21 +33,25 @@ void TensorGroupSums::all_reduce(float* data, int64_t n) {
   }
 }
 
-DistributedModel::DistributedModel(comm::Group& group, const Layout& layout, model::Forward& forward)
+DistributedPass::DistributedPass(comm::Group& group, const Layout& layout, model::Forward& forward)
     : group_(group),
       layout_(layout),
       forward_(forward),
       stage_(layout.stage_of(group.rank())),
-      tensor_rank_(layout.tensor_rank_of(group.rank())) {
+      tensor_rank_(layout.tensor_rank_of(group.rank())),
+      previous_(stage_ > 0 ? layout.rank_at(stage_ - 1, tensor_rank_) : -1),
+      next_(stage_ + 1 < layout.pp ? layout.rank_at(stage_ + 1, tensor_rank_) : -1) {
   const model::ModelConfig& c = forward.config();
   ORCHARD_CHECK(layout.world() == group.size(), "layout of {} ranks on a group of {}", layout.world(), group.size());
-  hidden_in_.resize(static_cast<size_t>(forward.max_batch()) * c.n_embd);
-  logits_.resize(static_cast<size_t>(c.vocab_size));
+  if (previous_ >= 0) hidden_in_.resize(static_cast<size_t>(forward.max_batch()) * c.n_embd);
   for (int t = 0; t < layout.tp; ++t) {
     model::Shard s = shard_for_rank(c, layout, layout.rank_at(layout.pp - 1, t));
     vocab_bytes_.push_back(sizeof(float) * static_cast<size_t>(s.n_vocab()));
   }
 }
+
+DistributedModel::DistributedModel(DistributedPass& pass, int32_t sequence)
+    : pass_(pass), sequence_(sequence), logits_(static_cast<size_t>(pass.forward().config().vocab_size)) {}
 
 int32_t pipeline_chunk(size_t positions, int stages, int32_t max_batch) {
   constexpr int32_t kChunksPerStage = 8, kMinChunk = 32;
@@ -57,37 +61,46 @@ int32_t pipeline_chunk(size_t positions, int stages, int32_t max_batch) {
   return std::clamp(even, std::min(kMinChunk, max_batch), max_batch);
 }
 
-void DistributedModel::eval(std::span<const model::TokenId> tokens, int32_t pos) {
+void DistributedPass::eval(int32_t sequence, std::span<const model::TokenId> tokens, int32_t pos, float* logits) {
   const int32_t d = forward_.config().n_embd;
   // Every stage cuts the same chunks (they all see the same token count).
   const int32_t chunk = pipeline_chunk(tokens.size(), layout_.pp, forward_.max_batch());
-  const int previous = stage_ > 0 ? layout_.rank_at(stage_ - 1, tensor_rank_) : -1;
-  const int next = stage_ + 1 < layout_.pp ? layout_.rank_at(stage_ + 1, tensor_rank_) : -1;
   for (size_t done = 0; done < tokens.size();) {
     const int32_t n = static_cast<int32_t>(std::min(tokens.size() - done, static_cast<size_t>(chunk)));
-    const int32_t at = pos + static_cast<int32_t>(done);
+    const model::SequenceStep step{sequence, tokens.subspan(done, static_cast<size_t>(n)), pos + static_cast<int32_t>(done)};
     const size_t bytes = sizeof(float) * static_cast<size_t>(n) * d;
-    if (previous < 0) {
-      forward_.run(tokens.subspan(done, static_cast<size_t>(n)), nullptr, n, at);
-    } else {
-      group_.recv(hidden_in_.data(), bytes, previous, kTagHidden);
-      forward_.run({}, hidden_in_.data(), n, at);
-    }
+    if (previous_ >= 0) group_.recv(hidden_in_.data(), bytes, previous_, kTagHidden);
+    forward_.run_batch(std::span(&step, 1), previous_ >= 0 ? hidden_in_.data() : nullptr);
     // The send returns once the next stage has the chunk, so this stage moves on to the next
     // chunk while that one computes: the stages overlap during prompt processing.
-    if (next >= 0) group_.send(forward_.hidden(), bytes, next, kTagHidden);
+    if (next_ >= 0) group_.send(forward_.hidden(), bytes, next_, kTagHidden);
     done += static_cast<size_t>(n);
   }
-  gather_logits();
+  gather_logits(0, logits);
 }
 
-void DistributedModel::gather_logits() {
+void DistributedPass::eval_batch(std::span<const model::SequenceStep> steps, std::span<float* const> logits) {
+  ORCHARD_CHECK(logits.size() == steps.size(), "{} logits for {} steps", logits.size(), steps.size());
+  size_t positions = 0;
+  for (const model::SequenceStep& step : steps) positions += step.tokens.size();
+  const size_t bytes = sizeof(float) * positions * static_cast<size_t>(forward_.config().n_embd);
+  if (previous_ >= 0) {
+    ORCHARD_CHECK(positions <= static_cast<size_t>(forward_.max_batch()), "a batch of {} positions, at most {}",
+                  positions, forward_.max_batch());
+    group_.recv(hidden_in_.data(), bytes, previous_, kTagHidden);
+  }
+  forward_.run_batch(steps, previous_ >= 0 ? hidden_in_.data() : nullptr);
+  if (next_ >= 0) group_.send(forward_.hidden(), bytes, next_, kTagHidden);
+  for (size_t i = 0; i < steps.size(); ++i) gather_logits(static_cast<int32_t>(i), logits[i]);
+}
+
+void DistributedPass::gather_logits(int32_t row, float* out) {
   const int last_stage = layout_.pp - 1;
   if (layout_.pp == 1) {
     if (layout_.tp == 1) {
-      std::memcpy(logits_.data(), forward_.logits(), vocab_bytes_[0]);
+      std::memcpy(out, forward_.logits(row), vocab_bytes_[0]);
     } else {
-      group_.all_gatherv(forward_.logits(), logits_.data(), vocab_bytes_);
+      group_.all_gatherv(forward_.logits(row), out, vocab_bytes_);
     }
     return;
   }
@@ -96,18 +109,18 @@ void DistributedModel::gather_logits() {
   const int root = layout_.rank_at(last_stage, 0);
   if (stage_ == last_stage) {
     if (group_.rank() == root) {
-      std::memcpy(logits_.data(), forward_.logits(), vocab_bytes_[0]);
+      std::memcpy(out, forward_.logits(row), vocab_bytes_[0]);
       size_t offset = vocab_bytes_[0];
       for (int t = 1; t < layout_.tp; ++t) {
-        group_.recv(reinterpret_cast<uint8_t*>(logits_.data()) + offset, vocab_bytes_[static_cast<size_t>(t)],
+        group_.recv(reinterpret_cast<uint8_t*>(out) + offset, vocab_bytes_[static_cast<size_t>(t)],
                     layout_.rank_at(last_stage, t), kTagLogits);
         offset += vocab_bytes_[static_cast<size_t>(t)];
       }
     } else {
-      group_.send(forward_.logits(), vocab_bytes_[static_cast<size_t>(tensor_rank_)], root, kTagLogits);
+      group_.send(forward_.logits(row), vocab_bytes_[static_cast<size_t>(tensor_rank_)], root, kTagLogits);
     }
   }
-  group_.broadcast(logits_.data(), sizeof(float) * logits_.size(), root);
+  group_.broadcast(out, sizeof(float) * static_cast<size_t>(forward_.config().vocab_size), root);
 }
 
 }  // namespace orchard::parallel

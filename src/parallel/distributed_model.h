@@ -1,8 +1,5 @@
 #pragma once
-// A TokenModel whose layers live on several ranks. Every rank of the group makes the same eval()
-// calls; each runs its shard, hidden states pass stage to stage, tensor ranks sum their partial
-// products, and every rank ends up with the full logits of the last position, so every rank's
-// sampler (same seed) picks the same token.
+// A model whose layers live on several ranks (DistributedPass), and its slots as TokenModels.
 #include <memory>
 #include <span>
 #include <vector>
@@ -34,29 +31,56 @@ class TensorGroupSums : public model::PartialSums {
 // stay large enough for efficient matrix products (never over max_batch, at least 32).
 int32_t pipeline_chunk(size_t positions, int stages, int32_t max_batch);
 
-class DistributedModel : public model::TokenModel {
+// This rank's passes of a split model: one Forward holds every slot's sequence, each with its
+// own KV cache. Every rank of the group makes the same calls; each runs its shard, hidden
+// states pass stage to stage, tensor ranks sum their partial products, and every rank ends up
+// with the full logits of each step's last position, so every rank's sampler (same seed) picks
+// the same token.
+class DistributedPass {
  public:
   // forward runs this rank's shard; layout says where the other shards are.
-  DistributedModel(comm::Group& group, const Layout& layout, model::Forward& forward);
+  DistributedPass(comm::Group& group, const Layout& layout, model::Forward& forward);
 
-  void eval(std::span<const model::TokenId> tokens, int32_t pos) override;
-  const float* last_logits() const override { return logits_.data(); }
-  // Prompts may be longer than one forward batch: eval cuts them into chunks itself, so that
-  // pipeline stages work on different chunks at once.
-  int32_t max_batch() const override { return forward_.n_ctx(); }
-  int32_t n_ctx() const override { return forward_.n_ctx(); }
-  int32_t vocab_size() const override { return forward_.config().vocab_size; }
+  // One sequence's tokens at positions pos..; prompts longer than one forward batch are cut
+  // into chunks, so that pipeline stages work on different chunks at once. logits: F32 [vocab].
+  void eval(int32_t sequence, std::span<const model::TokenId> tokens, int32_t pos, float* logits);
+  // A step of several sequences in one pass through every stage: each matrix product reads this
+  // rank's weights once for all of them. Steps follow Forward::run_batch's contract;
+  // logits[i]: F32 [vocab] for step i.
+  void eval_batch(std::span<const model::SequenceStep> steps, std::span<float* const> logits);
+
+  model::Forward& forward() const { return forward_; }
 
  private:
-  void gather_logits();
+  // Logits row `row` of the last pass into out [vocab] on every rank.
+  void gather_logits(int32_t row, float* out);
 
   comm::Group& group_;
   Layout layout_;
   model::Forward& forward_;
   int stage_, tensor_rank_;
-  std::vector<float> hidden_in_;        // F32 [chunk, n_embd] from the previous stage
-  std::vector<float> logits_;           // F32 [vocab]: the full logits, on every rank
+  int previous_, next_;                 // ranks of the neighbouring stages (-1: none)
+  std::vector<float> hidden_in_;        // F32 [max_batch, n_embd] from the previous stage
   std::vector<size_t> vocab_bytes_;     // per tensor rank of the last stage: bytes of its logits
+};
+
+// One slot of a split model: a TokenModel over one sequence of a DistributedPass.
+class DistributedModel : public model::TokenModel {
+ public:
+  DistributedModel(DistributedPass& pass, int32_t sequence);
+
+  void eval(std::span<const model::TokenId> tokens, int32_t pos) override { pass_.eval(sequence_, tokens, pos, logits_.data()); }
+  const float* last_logits() const override { return logits_.data(); }
+  // Prompts may be longer than one forward batch: the pass cuts them into chunks itself.
+  int32_t max_batch() const override { return pass_.forward().n_ctx(); }
+  int32_t n_ctx() const override { return pass_.forward().n_ctx(); }
+  int32_t vocab_size() const override { return pass_.forward().config().vocab_size; }
+  float* logits() { return logits_.data(); }  // where a batched pass leaves this slot's
+
+ private:
+  DistributedPass& pass_;
+  int32_t sequence_;
+  std::vector<float> logits_;  // F32 [vocab]: the full logits, on every rank
 };
 
 // Tags of the point-to-point messages between ranks.

@@ -46,6 +46,29 @@ Layout with_rank0_expert_loads(comm::Group& group, Layout layout) {
   return layout;
 }
 
+// One sequence of the Forward of a rank holding the whole model. Its logits are copied out,
+// since the next pass (of any slot) overwrites the Forward's.
+class SequenceModel : public model::TokenModel {
+ public:
+  SequenceModel(model::Forward& forward, int32_t sequence)
+      : forward_(forward), sequence_(sequence), logits_(static_cast<size_t>(forward.config().vocab_size)) {}
+  void eval(std::span<const model::TokenId> tokens, int32_t pos) override {
+    const model::SequenceStep step{sequence_, tokens, pos};
+    forward_.run_batch(std::span(&step, 1));
+    keep_logits(forward_.logits(0));
+  }
+  void keep_logits(const float* logits) { std::copy_n(logits, logits_.size(), logits_.data()); }
+  const float* last_logits() const override { return logits_.data(); }
+  int32_t max_batch() const override { return forward_.max_batch(); }
+  int32_t n_ctx() const override { return forward_.n_ctx(); }
+  int32_t vocab_size() const override { return forward_.config().vocab_size; }
+
+ private:
+  model::Forward& forward_;
+  int32_t sequence_;
+  std::vector<float> logits_;
+};
+
 EngineOptions resolve_for_rank(EngineOptions options, comm::Group* group) {
   if (!group) return options;
   options.layout = with_memory_weights(*group, options.layout);
@@ -91,16 +114,28 @@ Engine::Engine(const EngineOptions& requested, comm::Group* group)
   }
   const int32_t n_ctx = options.context > 0 ? options.context : config_.context_length;
   if (options.n_slots < 1) throw Error(error_message("engine", "at least one slot is needed, not {}", options.n_slots));
+  forward_ = std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get(),
+                                             options.n_slots, options.cache_type);
+  if (group) pass_ = std::make_unique<DistributedPass>(*group, layout, *forward_);
   for (int32_t i = 0; i < options.n_slots; ++i) {
-    auto& forward = forwards_.emplace_back(
-        std::make_unique<model::Forward>(*weights_, n_ctx, std::min(options.batch, n_ctx), pool_, sums_.get(), 1,
-                                         options.cache_type));
-    if (group) {
-      token_models_.push_back(std::make_unique<DistributedModel>(*group, layout, *forward));
-    } else {
-      token_models_.push_back(std::make_unique<model::LocalModel>(*forward));
-    }
+    if (pass_)
+      token_models_.push_back(std::make_unique<DistributedModel>(*pass_, i));
+    else
+      token_models_.push_back(std::make_unique<SequenceModel>(*forward_, i));
   }
+}
+
+void Engine::eval_batch(std::span<const model::SequenceStep> steps) {
+  batch_logits_.clear();
+  if (!pass_) {
+    forward_->run_batch(steps);
+    for (size_t i = 0; i < steps.size(); ++i)
+      static_cast<SequenceModel&>(model(steps[i].sequence)).keep_logits(forward_->logits(static_cast<int32_t>(i)));
+    return;
+  }
+  for (const model::SequenceStep& step : steps)
+    batch_logits_.push_back(static_cast<DistributedModel&>(model(step.sequence)).logits());
+  pass_->eval_batch(steps, batch_logits_);
 }
 
 }  // namespace orchard::parallel

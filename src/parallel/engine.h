@@ -45,8 +45,14 @@ class Engine {
 
   // Slot i in [0, n_slots); model() is slot 0.
   model::TokenModel& model(int32_t slot = 0) { return *token_models_.at(static_cast<size_t>(slot)); }
-  model::Forward& forward(int32_t slot = 0) { return *forwards_.at(static_cast<size_t>(slot)); }
-  int32_t n_slots() const { return static_cast<int32_t>(forwards_.size()); }
+  // The one pass every slot runs through (slot i is its sequence i).
+  model::Forward& forward() { return *forward_; }
+  int32_t n_slots() const { return static_cast<int32_t>(token_models_.size()); }
+  // A step of several slots in one pass over this rank's weights (every rank of a group makes
+  // the same call); afterwards model(step.sequence).last_logits() are the step's. Steps follow
+  // Forward::run_batch's contract, at most max_batch() positions together.
+  void eval_batch(std::span<const model::SequenceStep> steps);
+  int32_t max_batch() const { return forward_->max_batch(); }
   const model::gguf::Reader& file() const { return file_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   const model::ModelConfig& config() const { return config_; }
@@ -61,8 +67,10 @@ class Engine {
   core::ThreadPool pool_;
   std::unique_ptr<model::ModelWeights> weights_;
   std::unique_ptr<TensorGroupSums> sums_;
-  std::vector<std::unique_ptr<model::Forward>> forwards_;
+  std::unique_ptr<model::Forward> forward_;
+  std::unique_ptr<DistributedPass> pass_;  // with a group
   std::vector<std::unique_ptr<model::TokenModel>> token_models_;
+  std::vector<float*> batch_logits_;       // eval_batch's, reused
 };
 
 }  // namespace orchard::parallel

@@ -33,6 +33,15 @@ void Metrics::add_generated_tokens(int64_t n, Clock::time_point now) {
   drop_old_locked(now);
 }
 
+void Metrics::add_step(double forward_seconds, double other_seconds, int64_t positions, int64_t sequences) {
+  std::lock_guard lock(mutex_);
+  ++steps_;
+  step_forward_seconds_ += forward_seconds;
+  step_other_seconds_ += other_seconds;
+  step_positions_ += positions;
+  step_sequences_ += sequences;
+}
+
 void Metrics::drop_old_locked(Clock::time_point now) const {
   while (!recent_.empty() && now - recent_.front().first > kRateWindow) recent_.pop_front();
 }
@@ -85,6 +94,17 @@ std::string Metrics::render(const Gauges& gauges, Clock::time_point now) const {
   fmt::format_to(it, "orchard_active_slots {}\n", gauges.active_slots);
   header("orchard_slots", "gauge", "Slots in all (sequences served at once).");
   fmt::format_to(it, "orchard_slots {}\n", gauges.n_slots);
+  header("orchard_steps_total", "counter", "Scheduler rounds that ran the engine (one batched pass each).");
+  fmt::format_to(it, "orchard_steps_total {}\n", steps_);
+  header("orchard_step_seconds_total", "counter",
+         "Seconds of scheduler rounds: in the engine's pass (forward), and the rest of the round (other: admitting, "
+         "sampling, stop strings, detokenizing, handing text over).");
+  fmt::format_to(it, "orchard_step_seconds_total{{part=\"forward\"}} {:.6f}\n", step_forward_seconds_);
+  fmt::format_to(it, "orchard_step_seconds_total{{part=\"other\"}} {:.6f}\n", step_other_seconds_);
+  header("orchard_step_positions_total", "counter", "Positions evaluated by scheduler rounds (prompt chunks and decode tokens).");
+  fmt::format_to(it, "orchard_step_positions_total {}\n", step_positions_);
+  header("orchard_step_sequences_total", "counter", "Sequences stepped by scheduler rounds (mean batch: this over orchard_steps_total).");
+  fmt::format_to(it, "orchard_step_sequences_total {}\n", step_sequences_);
   header("orchard_rank_forward_seconds_total", "counter", "Seconds each rank spent in forward passes.");
   for (size_t rank = 0; rank < gauges.rank_forward_seconds.size(); ++rank)
     fmt::format_to(it, "orchard_rank_forward_seconds_total{{rank=\"{}\"}} {:.6f}\n", rank, gauges.rank_forward_seconds[rank]);

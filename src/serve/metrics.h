@@ -30,6 +30,10 @@ class Metrics {
   void count_finished(const std::string& finish_reason);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n, Clock::time_point now = Clock::now());
+  // One scheduler round: seconds in the engine's batched pass, seconds in everything else the
+  // compute thread did for the round (admitting, planning, sampling, stop strings, detokenizing,
+  // handing text over), and the positions and sequences the pass evaluated.
+  void add_step(double forward_seconds, double other_seconds, int64_t positions, int64_t sequences);
 
   // Tokens generated per second over the last kRateWindow (or since the first token, if sooner).
   double generation_rate(Clock::time_point now = Clock::now()) const;
@@ -46,6 +50,8 @@ class Metrics {
   std::map<std::string, int64_t> finished_by_reason_;
   int64_t prompt_tokens_ = 0;
   int64_t generated_tokens_ = 0;
+  int64_t steps_ = 0, step_positions_ = 0, step_sequences_ = 0;
+  double step_forward_seconds_ = 0, step_other_seconds_ = 0;
   // (when, how many) for the recent rate; old entries are dropped lazily.
   mutable std::deque<std::pair<Clock::time_point, int64_t>> recent_;
   Clock::time_point first_token_{};

@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -184,6 +185,7 @@ void Scheduler::occupy(Slot& slot, std::shared_ptr<Job> job, int32_t cached) {
 }
 
 bool Scheduler::step() {
+  const auto start = std::chrono::steady_clock::now();
   admit();
   bool worked = false;
   for (Slot& slot : slots_) {
@@ -192,7 +194,17 @@ bool Scheduler::step() {
     if (slot.job->cancelled()) end(slot, FinishReason::Cancelled);
   }
   plan();
-  if (!steps_.empty()) evaluate();
+  if (steps_.empty()) return worked;
+  int64_t positions = 0;
+  for (const model::SequenceStep& step : steps_) positions += static_cast<int64_t>(step.tokens.size());
+  round_ = {};
+  evaluate();
+  // The round's counts reach the metrics (one lock) once, not once per token.
+  if (round_.prompt_tokens > 0) metrics_.add_prompt_tokens(round_.prompt_tokens);
+  if (round_.generated_tokens > 0) metrics_.add_generated_tokens(round_.generated_tokens);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics_.add_step(round_.forward_seconds, seconds - round_.forward_seconds, positions,
+                    static_cast<int64_t>(steps_.size()));
   return worked;
 }
 
@@ -238,6 +250,7 @@ void Scheduler::plan() {
 }
 
 void Scheduler::evaluate() {
+  const auto start = std::chrono::steady_clock::now();
   try {
     engine_.eval_batch(steps_);
   } catch (const std::exception& e) {
@@ -255,6 +268,7 @@ void Scheduler::evaluate() {
       }
     }
   }
+  round_.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const model::SequenceStep& step : steps_) {
     Slot& slot = slots_[static_cast<size_t>(step.sequence)];
     const auto n = static_cast<int32_t>(step.tokens.size());
@@ -279,7 +293,7 @@ void Scheduler::advance(Slot& slot, int32_t n) {
   const auto n_prompt = static_cast<int32_t>(slot.job->request_.prompt.size());
   if (slot.prompt_done < n_prompt) {
     slot.prompt_done += n;
-    metrics_.add_prompt_tokens(n);
+    round_.prompt_tokens += n;
     if (slot.prompt_done < n_prompt) return;
     slot.pos = n_prompt;
   } else {
@@ -294,7 +308,7 @@ void Scheduler::sample(Slot& slot) {
   const model::TokenId token = slot.sampler->sample(logits);
   if (slot.generated == 0) slot.first_sampled = std::chrono::steady_clock::now();
   ++slot.generated;
-  metrics_.add_generated_tokens(1);
+  ++round_.generated_tokens;
   if (slot.matcher) slot.matcher->accept(token);
   if (tokenizer_.is_end_of_generation(token)) return end(slot, FinishReason::Stop);
   slot.job->append(slot.stop->push(slot.decoder->push(token)));

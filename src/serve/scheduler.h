@@ -184,6 +184,10 @@ class Scheduler {
   PromptCache prompt_cache_;  // what each slot's KV cache holds; the compute thread's alone
   std::vector<model::SequenceStep> steps_;  // this round's batch, in slot order
   size_t first_ = 0;                        // the slot served first when the batch is short
+  struct Round {                            // what this round did, for the metrics
+    double forward_seconds = 0;             // in engine calls
+    int64_t prompt_tokens = 0, generated_tokens = 0;
+  } round_;
   std::atomic<int32_t> active_{0};
 
   mutable std::mutex mutex_;

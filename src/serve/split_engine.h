@@ -1,7 +1,7 @@
 #pragma once
-// Serving a model split over several ranks. Rank 0 runs the server and its scheduler; each slot
-// eval it makes is first broadcast as a command, so every other rank (running
-// follow_split_engine) makes the same eval on its shard, in the same order. One thread of rank
+// Serving a model split over several ranks. Rank 0 runs the server and its scheduler; each eval
+// it makes (a batch of slots' steps, or one slot's) is first broadcast as a command, so every
+// other rank (running follow_split_engine) makes the same eval on its shard, in the same order. One thread of rank
 // 0 owns the group: it runs the evals the scheduler hands it and asks every rank for its
 // forward seconds (for /metrics) at most every second while busy and every heartbeat while
 // idle, often enough that the followers' waits never reach the comm timeout.
@@ -34,6 +34,10 @@ class SplitEngine : public Engine {
   model::TokenModel& slot(int32_t i) override;
   // Every rank copies its share of the slot's cache (its layers and KV heads).
   bool copy_prefix(int32_t from, int32_t to, int32_t n) override;
+  // One command carries a step of every slot in the batch, and every rank runs them in one pass
+  // over its shard (parallel::Engine::eval_batch): weights are read once per round for all.
+  void eval_batch(std::span<const model::SequenceStep> steps) override;
+  int32_t max_batch() override { return engine_.max_batch(); }
   // Every rank's forward seconds: rank 0's now, the others' as of the last report.
   std::vector<double> rank_forward_seconds() const override;
 
@@ -58,6 +62,7 @@ class SplitEngine : public Engine {
   bool stopping_ = false;
   mutable std::mutex report_mutex_;
   std::vector<double> rank_seconds_;  // by rank, as of the last report
+  std::vector<int32_t> batch_words_;  // a kEvalBatch's steps and tokens, reused
   std::thread group_thread_;
 };
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <cmath>
@@ -341,6 +342,98 @@ TEST(WeightDistribution, RankWithoutTheFileReceivesItsGptOssShard) {
   // gpt-oss's vectors split by heads (sinks) and by each expert's rows (gate/up biases); the
   // experts' down stacks (columns) are sent whole, so about two thirds of the file.
   receives_its_shard(testing::synthetic_model("gpt-oss", "tiny", "f32"), parallel::Strategy::Tensor, 0.75);
+}
+
+// A split server's round: one Engine::eval_batch with a step of several slots, on every rank.
+// Sequences start at different rounds, so batches mix prompts and decode tokens at different
+// positions; each step's logits must be what its sequence gets alone on one rank.
+TEST(SplitBatch, BatchedStepsGiveEachSlotItsLogitsAlone) {
+  const std::string path = testing::synthetic_model("llama", "tiny", "f32");
+  const std::vector<std::string> texts = {"The quick brown fox", "jumps over the lazy dog, and then", "A"};
+  constexpr int kSteps = 5;  // the prompt, then 4 tokens
+  const auto n = static_cast<int32_t>(texts.size());
+  std::vector<std::vector<model::TokenId>> prompts, tokens(texts.size());
+  std::vector<std::vector<float>> alone;  // [sequence * kSteps + step][vocab]
+  int32_t vocab = 0;
+  {
+    parallel::EngineOptions o = engine_options(path);
+    o.batch = 64;
+    parallel::Engine engine(o, nullptr);
+    vocab = engine.config().vocab_size;
+    for (const std::string& text : texts) prompts.push_back(engine.tokenizer().encode(text, engine.tokenizer().adds_bos()));
+    for (int32_t s = 0; s < n; ++s) {
+      model::TokenModel& m = engine.model();
+      m.eval(prompts[s], 0);
+      for (int k = 0; k < kSteps; ++k) {
+        const float* l = m.last_logits();
+        alone.emplace_back(l, l + vocab);
+        if (k + 1 == kSteps) break;
+        tokens[s].push_back(static_cast<model::TokenId>(std::max_element(l, l + vocab) - l));
+        m.eval(std::span(&tokens[s].back(), 1), static_cast<int32_t>(prompts[s].size()) + k);
+      }
+    }
+  }
+  // Rounds: sequence s joins at round s; the logits of each (sequence, step) in that order.
+  auto run_rounds = [&](parallel::Engine& engine, std::vector<float>* out) {
+    if (out) out->assign(alone.size() * static_cast<size_t>(vocab), 0.0f);
+    for (int round = 0; round < kSteps + n - 1; ++round) {
+      std::vector<model::SequenceStep> steps;
+      for (int32_t s = 0; s < n; ++s) {
+        const int k = round - s;
+        if (k < 0 || k >= kSteps) continue;
+        if (k == 0) steps.push_back({s, prompts[s], 0});
+        else steps.push_back({s, std::span(&tokens[s][k - 1], 1), static_cast<int32_t>(prompts[s].size()) + k - 1});
+      }
+      engine.eval_batch(steps);
+      for (const model::SequenceStep& step : steps) {
+        const float* l = engine.model(step.sequence).last_logits();
+        if (out) std::copy_n(l, vocab, out->data() + static_cast<size_t>(step.sequence * kSteps + round - step.sequence) * vocab);
+      }
+    }
+  };
+  auto expect_alone = [&](const std::vector<float>& got, const std::string& what) {
+    for (size_t i = 0; i < alone.size(); ++i) {
+      double err = 0;
+      for (int32_t v = 0; v < vocab; ++v) err += std::pow(double(alone[i][v]) - got[i * vocab + v], 2);
+      // Batched rows differ from a row alone by float32 summation order only (test_batch).
+      EXPECT_LE(std::sqrt(err / vocab) / rms_of(alone[i]), 1e-5)
+          << what << ": sequence " << i / kSteps << ", step " << i % kSteps;
+    }
+  };
+  {
+    parallel::EngineOptions o = engine_options(path);
+    o.batch = 64;
+    o.n_slots = n;
+    parallel::Engine engine(o, nullptr);
+    std::vector<float> got;
+    run_rounds(engine, &got);
+    expect_alone(got, "one rank");
+  }
+  for (const char* strategy : {"pipeline", "tensor"}) {
+    const std::string out = ::testing::TempDir() + "/split-batch-" + std::to_string(getpid()) + ".bin";
+    comm::Config base;
+    base.backend = comm::Backend::Shm;
+    base.timeout = std::chrono::milliseconds(20000);
+    auto exits = comm::spawn_local_ranks(2, base, [&](comm::Group& group) {
+      parallel::EngineOptions o = engine_options(path);
+      o.batch = 64;
+      o.n_slots = n;
+      o.layout = parallel::Layout::make(parallel::parse_strategy(strategy), group.size(), 0);
+      parallel::Engine engine(o, &group);
+      std::vector<float> got;
+      run_rounds(engine, group.rank() == 0 ? &got : nullptr);
+      if (group.rank() != 0) return;
+      std::ofstream f(out, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+    });
+    for (const auto& e : exits) ASSERT_TRUE(e.ok()) << strategy << ": " << e.describe();
+    std::vector<float> got(alone.size() * static_cast<size_t>(vocab));
+    std::ifstream f(out, std::ios::binary);
+    f.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4));
+    ASSERT_TRUE(f.good()) << strategy << ": rank 0 wrote no result";
+    std::remove(out.c_str());
+    expect_alone(got, strategy);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, SplitMatchesSingleRank, ::testing::ValuesIn(all_cases()), case_name);

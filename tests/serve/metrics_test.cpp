@@ -15,13 +15,18 @@ TEST(Metrics, RendersPrometheusText) {
   m.count_finished("stop");
   m.add_prompt_tokens(12);
   m.add_generated_tokens(5);
+  m.add_step(0.25, 0.125, 9, 3);
+  m.add_step(0.5, 0.25, 3, 3);
   Gauges g{.queue_depth = 3, .active_slots = 2, .n_slots = 4, .rank_forward_seconds = {1.5}};
   const std::string text = m.render(g);
   for (const char* line : {"orchard_requests_total{status=\"200\"} 2\n", "orchard_requests_total{status=\"429\"} 1\n",
                            "orchard_completions_total{finish_reason=\"stop\"} 1\n", "orchard_prompt_tokens_total 12\n",
                            "orchard_tokens_generated_total 5\n", "orchard_queue_depth 3\n", "orchard_active_slots 2\n",
                            "orchard_slots 4\n", "orchard_rank_forward_seconds_total{rank=\"0\"} 1.500000\n",
-                           "# TYPE orchard_generation_tokens_per_second gauge\n"})
+                           "# TYPE orchard_generation_tokens_per_second gauge\n", "orchard_steps_total 2\n",
+                           "orchard_step_seconds_total{part=\"forward\"} 0.750000\n",
+                           "orchard_step_seconds_total{part=\"other\"} 0.375000\n", "orchard_step_positions_total 12\n",
+                           "orchard_step_sequences_total 6\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << " missing from\n" << text;
   EXPECT_EQ(m.requests_with_status(200), 2);
 }

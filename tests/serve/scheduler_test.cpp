@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <tuple>
 
 #include "serve/fake_engine.h"
 
@@ -139,6 +140,64 @@ TEST(Scheduler, LongPromptIsProcessedInChunksWhileOthersDecode) {
     if (e.slot == 1) {
       EXPECT_LE(e.n, 16);
     }
+}
+
+// The value of an unlabelled sample `name` in the metrics' text; -1 when absent.
+double metric(const Metrics& metrics, const std::string& name) {
+  const std::string text = metrics.render({});
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST(Scheduler, PromptArrivingMidDecodeRidesAlongWithoutStallingOthers) {
+  FakeEngine engine(3);
+  Metrics metrics;
+  Scheduler s(engine, metrics, {.max_queue = 4, .prompt_chunk = 8});
+  auto a = s.submit(request("a", 12));
+  auto b = s.submit(request("k", 12));
+  std::string text_a, text_b;
+  for (int round = 0; round < 3; ++round) {
+    s.step();
+    text_a += poll(*a).text;
+    text_b += poll(*b).text;
+  }
+  ASSERT_EQ(text_a.size(), 3u);
+  // 30 prompt positions in chunks of 8: 8, 8, 8, 6. Each of those rounds is one engine call that
+  // also carries a decode token of each running sequence, and each gives them one more token.
+  auto c = s.submit(request(std::string(30, 'p'), 4));
+  const std::vector<int32_t> chunks = {8, 8, 8, 6};
+  for (size_t round = 0; round < chunks.size(); ++round) {
+    const size_t calls = engine.batches.size(), evals = engine.log.size();
+    s.step();
+    text_a += poll(*a).text;
+    text_b += poll(*b).text;
+    EXPECT_EQ(text_a.size(), 4 + round) << "round " << round;
+    EXPECT_EQ(text_b.size(), 4 + round) << "round " << round;
+    ASSERT_EQ(engine.batches.size(), calls + 1);
+    EXPECT_EQ(engine.batches.back(), 3);
+    ASSERT_EQ(engine.log.size(), evals + 3);
+    EXPECT_EQ(engine.log.back().slot, 2);
+    EXPECT_EQ(engine.log.back().n, chunks[round]);
+  }
+  const auto texts = run_to_end(s, {a, b, c});
+  // The same requests one at a time on a fresh engine give the same text.
+  for (const auto& [job_text, prompt, max_tokens] :
+       {std::tuple{text_a + texts[0], std::string("a"), 12}, {text_b + texts[1], std::string("k"), 12},
+        {texts[2], std::string(30, 'p'), 4}}) {
+    FakeEngine alone_engine(1);
+    Metrics alone_metrics;
+    Scheduler alone(alone_engine, alone_metrics);
+    EXPECT_EQ(run_to_end(alone, {alone.submit(request(prompt, max_tokens))})[0], job_text) << prompt;
+  }
+  // Every round that ran the engine is in the metrics, with its positions and sequences.
+  int64_t positions = 0, sequences = 0;
+  for (const auto& e : engine.log) positions += e.n;
+  for (int32_t n : engine.batches) sequences += n;
+  EXPECT_EQ(metric(metrics, "orchard_steps_total"), static_cast<double>(engine.batches.size()));
+  EXPECT_EQ(metric(metrics, "orchard_step_positions_total"), static_cast<double>(positions));
+  EXPECT_EQ(metric(metrics, "orchard_step_sequences_total"), static_cast<double>(sequences));
+  EXPECT_EQ(metric(metrics, "orchard_prompt_tokens_total"), 32.0);
+  EXPECT_EQ(metric(metrics, "orchard_tokens_generated_total"), 28.0);
 }
 
 TEST(Scheduler, ARoundOfDecodingSlotsIsOneEngineCall) {

@@ -1,5 +1,5 @@
 // `orchard serve --world 2`: a model split over two local ranks answers exactly what one process
-// answers (greedy), keeps its followers alive through idle periods longer than the comm timeout,
+// answers (greedy), concurrent requests (batched on every rank) exactly what each gets alone, keeps its followers alive through idle periods longer than the comm timeout,
 // reports every rank's forward time in /metrics,
 // and stops cleanly on SIGTERM.
 //   node split_test.mjs PATH/TO/orchard
@@ -12,16 +12,19 @@ import { startServer } from './server.mjs';
 const orchard = process.argv[2];
 let single;
 let split;
+let tensor;
 
 before(async () => {
-  [single, split] = await Promise.all([
+  [single, split, tensor] = await Promise.all([
     startServer(orchard, { arch: 'qwen2' }),
     startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'pipeline', '--comm-timeout', '2'] }),
+    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'tensor', '--comm-timeout', '2'] }),
   ]);
 });
 after(async () => {
   assert.equal(await single.stop(), 0, 'the single server stops cleanly');
   assert.equal(await split.stop(), 0, 'the split server stops cleanly on SIGTERM');
+  assert.equal(await tensor.stop(), 0, 'the tensor split server stops cleanly on SIGTERM');
 });
 
 const client = (server) => new OpenAI({ baseURL: server.baseURL, apiKey: 'unused', maxRetries: 0 });
@@ -30,18 +33,26 @@ const ask = (server, content) =>
     model: 'tiny', messages: [{ role: 'user', content }], max_tokens: 24, temperature: 0,
   });
 
-test('the split server answers like one process, several requests at once', async () => {
-  const prompts = ['Tell me about apples.', 'What is a pear?', 'Count to five.'];
-  const [alone, together] = await Promise.all([
-    Promise.all(prompts.map((p) => ask(single, p))),
-    Promise.all(prompts.map((p) => ask(split, p))),
-  ]);
-  for (let i = 0; i < prompts.length; i++) {
-    assert.equal(together[i].choices[0].message.content, alone[i].choices[0].message.content, prompts[i]);
-    // Without prompt_tokens_details: what the prompt cache held depends on request timing.
-    assert.deepEqual({ ...together[i].usage, prompt_tokens_details: null }, { ...alone[i].usage, prompt_tokens_details: null });
-  }
-});
+for (const [name, server] of [['pipeline', () => split], ['tensor', () => tensor]]) {
+  test(`the ${name} split server answers like one process, several requests at once`, async () => {
+    const prompts = ['Tell me about apples.', 'What is a pear?', 'Count to five.'];
+    const [alone, together] = await Promise.all([
+      Promise.all(prompts.map((p) => ask(single, p))),
+      Promise.all(prompts.map((p) => ask(server(), p))),
+    ]);
+    for (let i = 0; i < prompts.length; i++) {
+      assert.equal(together[i].choices[0].message.content, alone[i].choices[0].message.content, prompts[i]);
+      // Without prompt_tokens_details: what the prompt cache held depends on request timing.
+      assert.deepEqual({ ...together[i].usage, prompt_tokens_details: null }, { ...alone[i].usage, prompt_tokens_details: null });
+    }
+    // Concurrent requests share one batched pass per round on every rank (one kEvalBatch
+    // command); a request alone is one slot's eval each round: both give the same answer.
+    for (let i = 0; i < prompts.length; i++) {
+      const one_slot = await ask(server(), prompts[i]);
+      assert.equal(one_slot.choices[0].message.content, together[i].choices[0].message.content, prompts[i]);
+    }
+  });
+}
 
 test('a prompt prefix reused or copied from a busy slot answers as computed, on every rank', async () => {
   const long = `Tell me about the orchard: ${'apples, pears, plums and cherries, '.repeat(8)}`;
