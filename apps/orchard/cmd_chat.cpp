@@ -12,9 +12,11 @@
 #include <random>
 #include <string>
 
+#include "apps/orchard/cache_type_flag.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
+#include "apps/orchard/sampling_flags.h"
 #include "core/error.h"
 #include "serve/chat_templates.h"
 #include "serve/local_engine.h"
@@ -179,17 +181,11 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str()
       ->check(at_least(0));
   cmd->add_option("--system", o->system, "A system message opening the conversation");
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str()->check(between(0, 1));
-  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str()->check(between(0, 1));
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
-      ->capture_default_str()
-      ->check(above(0));
-  CLI::Option* seed = cmd->add_option("--seed", o->sampling.seed, "Sampling seed (default: a random one)");
+  CLI::Option* seed = add_sampling_flags(cmd, o->sampling, "Sampling seed (default: a random one)");
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length, the whole conversation's (default: the model's)")->check(at_least(0));
   cmd->add_option("-b,--batch", o->engine.max_batch, "Prompt positions per forward pass")->capture_default_str()->check(at_least(1));
+  add_cache_type_flag(cmd, o->engine.cache_type);
   cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");

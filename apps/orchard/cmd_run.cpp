@@ -10,6 +10,7 @@
 #include "apps/orchard/expert_stats_flag.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
+#include "apps/orchard/sampling_flags.h"
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -125,14 +126,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->engine.model_path, "GGUF model file (ranks of a split need it on rank 0 only)")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()->check(at_least(1));
-  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str()->check(between(0, 1));
-  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str()->check(between(0, 1));
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
-      ->capture_default_str()
-      ->check(above(0));
-  CLI::Option* seed = cmd->add_option("--seed", o->sampling.seed, "Sampling seed (default: a random one, printed)");
+  CLI::Option* seed = add_sampling_flags(cmd, o->sampling, "Sampling seed (default: a random one, printed)");
   cmd->add_option("-t,--threads", o->engine.threads, "Threads per rank (default: all cores, shared among local ranks)")
       ->check(at_least(0));
   cmd->add_option("-c,--ctx", o->engine.context, "Context length (default: the model's)")->check(at_least(0));

@@ -102,7 +102,9 @@ class BuiltinEngine final : public Engine {
     loaded_->weights = std::make_unique<model::ModelWeights>(loaded_->file, loaded_->config,
                                                              model::Shard::whole(loaded_->config), model::LoadOptions{});
     int32_t ctx = std::min(loaded_->config.context_length, max_context_);
-    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, std::min(512, ctx), pool_);
+    // An F16 cache, as `orchard run` and `serve` keep by default: a job's text is what they give.
+    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, std::min(512, ctx), pool_, nullptr, 1,
+                                                        model::KvType::F16);
     return *loaded_;
   }
 

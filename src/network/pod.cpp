@@ -366,6 +366,7 @@ void run_pod_rank(const PodRankOptions& o) {
     options.layout = layout;
     options.threads = o.threads;
     options.context = parsed["n_ctx"].get<int32_t>();
+    options.cache_type = model::KvType::F16;  // as a single node's engine and `orchard run`
     parallel::Engine engine(options, group);
     const auto prompt = prompt_tokens(engine.tokenizer(), engine.config().arch_name, request);
     const auto gen = generation_options(request, engine.model().n_ctx(), prompt.size());

@@ -185,7 +185,7 @@ TEST(OllamaSchema, LinesCarryOllamasFieldsInNanoseconds) {
   EXPECT_EQ(created.size(), std::string("2026-12-01T21:51:37.606672848Z").size()) << created;
   EXPECT_EQ(created.back(), 'Z');
 
-  Usage usage{19, 5, 0.25, 1.5};
+  Usage usage{19, 5, 0, 0.25, 1.5};
   const std::string line = final_line(chat, "", FinishReason::Length, usage, 2'000'000'000);
   EXPECT_EQ(line.back(), '\n');
   EXPECT_EQ(line.find('\n'), line.size() - 1);  // one line
