@@ -31,9 +31,12 @@ function check(cond, what) {
   else { failures++; console.log(`  FAIL ${what}`); }
 }
 
-// The server: a tiny llama, one slot, so that a stopped reply's slot must be freed for the next.
-const model = join(tmp, "tiny.gguf");
-execFileSync(orchard, ["make-model", "--arch", "llama", "--shape", "tiny", "--type", "q8_0", "-o", model], { stdio: "ignore" });
+// The server: the small corpus-fitted llama (the default model, which writes words), one slot,
+// so that a stopped reply's slot must be freed for the next. Its replies take seconds (up to its
+// 2048-token context at a few hundred tokens/s), so Stop always lands while one streams, even on a busy host.
+const model = join(tmp, "small.gguf");
+execFileSync(orchard, ["make-model", "--arch", "llama", "--shape", "small", "--type", "q8_0", "--fit-corpus", "-o", model],
+             { stdio: "ignore" });
 const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--alias", "tiny", "--threads", "1", "--parallel", "1"], {
   stdio: ["ignore", "pipe", "inherit"],
 });
