@@ -34,6 +34,11 @@ std::vector<float> random_code(uint64_t seed, uint64_t id, int32_t n) {
   return code;
 }
 
+// RoPE's angle per position of pair i of a head_dim-wide head.
+double pair_frequency(float rope_theta, int32_t i, int32_t head_dim) {
+  return std::pow(static_cast<double>(rope_theta), -2.0 * i / head_dim);
+}
+
 double dot(const float* a, const float* b, int32_t n) {
   double s = 0;
   for (int32_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
@@ -112,7 +117,7 @@ Statistics count_corpus(const Tokenizer& tokenizer, int32_t vocab) {
 PreviousTokenPeak previous_token_peak(int32_t head_dim, float rope_theta, int32_t n_ctx) {
   const int32_t pairs = head_dim / 2;
   std::vector<double> theta(static_cast<size_t>(pairs));
-  for (int32_t i = 0; i < pairs; ++i) theta[static_cast<size_t>(i)] = std::pow(static_cast<double>(rope_theta), -2.0 * i / head_dim);
+  for (int32_t i = 0; i < pairs; ++i) theta[static_cast<size_t>(i)] = pair_frequency(rope_theta, i, head_dim);
   // margin[d][i]: how much lower pair i scores distance d than distance 1, per unit weight.
   std::vector<int32_t> distances;
   for (int32_t d = 0; d < n_ctx; ++d)
@@ -222,7 +227,7 @@ std::map<std::string, std::vector<float>> fit_corpus_weights(const ModelConfig& 
         for (int32_t i = 0; i < hd / 2; ++i) {
           // q·k over pair i is r² cos(θ(1 - distance)) once RoPE turns the query by -θ more than
           // the key; summed over pairs and divided by √hd, that is kPeakScore × the peak's score.
-          const double theta = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / hd);
+          const double theta = pair_frequency(c.rope_theta, i, hd);
           const double r = std::sqrt(kPeakScore * std::sqrt(static_cast<double>(hd)) * peak.pair_weights[static_cast<size_t>(i)]) / eta;
           wq[static_cast<size_t>(head * hd + 2 * i) * d + l.constant] = static_cast<float>(r * std::cos(theta));
           wq[static_cast<size_t>(head * hd + 2 * i + 1) * d + l.constant] = static_cast<float>(-r * std::sin(theta));

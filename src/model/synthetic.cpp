@@ -1,8 +1,10 @@
 #include "model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -114,36 +116,17 @@ class ModelBuilder {
     // Q8_0, or F32, as llama-quantize falls back for them.
     if (cols % core::type_traits(type).block_elements != 0) type = cols % 32 == 0 ? TensorType::Q8_0 : TensorType::F32;
     const uint64_t stream = hash_name(spec_.seed, name);
-    ++matrices_;
-    std::vector<int64_t> shape = {cols, rows};
-    if (count > 1) shape.push_back(count);
-    rows *= count;
-    writer_.add_tensor_lazy(name, type, shape, [=, this] {
-      const size_t row_size = core::row_bytes(type, cols);
-      std::vector<uint8_t> bytes(row_size * static_cast<size_t>(rows));
-      pool_.parallel_for(rows, [&](int64_t r, int) {
-        thread_local std::vector<float> values;
-        values.resize(static_cast<size_t>(cols));
-        fill_row(values.data(), cols, mix(stream + static_cast<uint64_t>(r)), 0.0f, spread);
-        core::quantize_row_reference(type, values.data(), bytes.data() + row_size * static_cast<size_t>(r), cols);
-      });
-      if (on_progress_) on_progress_(++matrices_done_, matrices_);
-      return bytes;
+    quantized(name, type, rows, cols, count, [=](int64_t r, float* row) {
+      fill_row(row, cols, mix(stream + static_cast<uint64_t>(r)), 0.0f, spread);
     });
   }
 
   // A [rows, cols] matrix of the given values (row-major).
   void matrix_values(const std::string& name, TensorType type, int64_t rows, int64_t cols,
                      std::vector<float> values) {
-    ++matrices_;
-    writer_.add_tensor_lazy(name, type, {cols, rows}, [=, this, values = std::move(values)] {
-      const size_t row_size = core::row_bytes(type, cols);
-      std::vector<uint8_t> bytes(row_size * static_cast<size_t>(rows));
-      pool_.parallel_for(rows, [&](int64_t r, int) {
-        core::quantize_row_reference(type, values.data() + r * cols, bytes.data() + row_size * static_cast<size_t>(r), cols);
-      });
-      if (on_progress_) on_progress_(++matrices_done_, matrices_);
-      return bytes;
+    auto shared = std::make_shared<const std::vector<float>>(std::move(values));
+    quantized(name, type, rows, cols, 1, [shared, cols](int64_t r, float* row) {
+      std::copy_n(shared->data() + r * cols, cols, row);
     });
   }
 
@@ -166,6 +149,27 @@ class ModelBuilder {
   }
 
  private:
+  // Adds the matrix, its rows made by fill(row index, row) and quantized when the file is written.
+  void quantized(const std::string& name, TensorType type, int64_t rows, int64_t cols, int64_t count,
+                 std::function<void(int64_t, float*)> fill) {
+    ++matrices_;
+    std::vector<int64_t> shape = {cols, rows};
+    if (count > 1) shape.push_back(count);
+    rows *= count;
+    writer_.add_tensor_lazy(name, type, shape, [=, this, fill = std::move(fill)] {
+      const size_t row_size = core::row_bytes(type, cols);
+      std::vector<uint8_t> bytes(row_size * static_cast<size_t>(rows));
+      pool_.parallel_for(rows, [&](int64_t r, int) {
+        thread_local std::vector<float> values;
+        values.resize(static_cast<size_t>(cols));
+        fill(r, values.data());
+        core::quantize_row_reference(type, values.data(), bytes.data() + row_size * static_cast<size_t>(r), cols);
+      });
+      if (on_progress_) on_progress_(++matrices_done_, matrices_);
+      return bytes;
+    });
+  }
+
   const SyntheticModelSpec& spec_;
   core::ThreadPool& pool_;
   gguf::Writer& writer_;
@@ -391,31 +395,29 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   // everything else in BF16.
   const bool float_outside_experts = gpt_oss && types.matrix == TensorType::MXFP4;
   if (float_outside_experts) types.embedding = types.output = TensorType::BF16;
-  auto matrix_type = [&](const TensorSpec& t, TensorType type) {
+  // The type the file type's mix gives a tensor of the embedding, output or matrix roles.
+  auto mix_type = [&](const TensorSpec& t, int32_t layer) {
+    if (t.role == TensorRole::Embedding) return types.embedding;
+    if (t.role == TensorRole::Output) return types.output;
+    const TensorType type =
+        t.role == TensorRole::MoreBits && uses_more_bits(layer, c.n_layers) ? types.more_bits : types.matrix;
     return float_outside_experts && t.experts() == 1 ? TensorType::BF16 : type;
   };
   for_each_tensor(c, [&](const TensorSpec& t, int32_t layer) {
     if (auto f = fitted.find(t.name); f != fitted.end()) {
       if (t.role == TensorRole::Norm) return b.vector_values(t.name, f->second);
-      const TensorType type = t.role == TensorRole::Embedding ? types.embedding
-                              : t.role == TensorRole::Output  ? types.output
-                              : t.role == TensorRole::MoreBits && uses_more_bits(layer, c.n_layers) ? types.more_bits
-                                                                                                    : types.matrix;
-      return b.matrix_values(t.name, type, t.rows(), t.cols(), std::move(f->second));
+      return b.matrix_values(t.name, mix_type(t, layer), t.rows(), t.cols(), std::move(f->second));
     }
     const float in_std = 1.0f / std::sqrt(static_cast<float>(t.cols()));
     switch (t.role) {
-      case TensorRole::Embedding: b.matrix(t.name, types.embedding, t.rows(), t.cols(), 1.0f); break;
+      case TensorRole::Embedding: b.matrix(t.name, mix_type(t, layer), t.rows(), t.cols(), 1.0f); break;
       // Logits of a few units' spread, so sampling has real choices and greedy a clear winner.
       case TensorRole::Output:
-        if (!tied) b.matrix(t.name, types.output, t.rows(), t.cols(), 3.0f * in_std);
+        if (!tied) b.matrix(t.name, mix_type(t, layer), t.rows(), t.cols(), 3.0f * in_std);
         break;
       case TensorRole::Matrix:
-        b.matrix(t.name, matrix_type(t, types.matrix), t.rows(), t.cols(), in_std, t.experts());
-        break;
       case TensorRole::MoreBits:
-        b.matrix(t.name, matrix_type(t, uses_more_bits(layer, c.n_layers) ? types.more_bits : types.matrix), t.rows(),
-                 t.cols(), in_std, t.experts());
+        b.matrix(t.name, mix_type(t, layer), t.rows(), t.cols(), in_std, t.experts());
         break;
       // Router logits of about unit spread: tokens choose different experts.
       case TensorRole::Router: b.matrix(t.name, TensorType::F32, t.rows(), t.cols(), in_std); break;
