@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include "serve/http_guard.h"
+#include "serve/whole_answer.h"
 #include "serve/ollama/schema.h"
 
 namespace orchard::serve::ollama {
@@ -57,24 +58,11 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
 
 // The whole answer as one JSON object once the job has finished, spaces before it meanwhile.
 void whole_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::duration probe) {
-  res.set_chunked_content_provider(
-      kJson,
-      [c, probe, text = std::string(), last_write = Clock::now()](size_t, httplib::DataSink& sink) mutable {
-        const JobUpdate u = c->started.job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
-        text += u.text;
-        if (!u.finished) {
-          if (Clock::now() - last_write < probe) return true;
-          last_write = Clock::now();
-          return sink.write(" ", 1);
-        }
-        if (u.finish_reason == FinishReason::Cancelled) return false;
-        const std::string body =
-            u.finish_reason == FinishReason::Error ? failure_line(u) : final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns());
-        if (!sink.write(body.data(), body.size())) return false;
-        sink.done();
-        return true;
-      },
-      [c](bool) { c->started.job->cancel(); });
+  std::shared_ptr<Job> job = c->started.job;
+  send_whole_answer(res, kJson, std::move(job), probe, [c](const JobUpdate& u, std::string& text) {
+    return u.finish_reason == FinishReason::Error ? failure_line(u)
+                                                  : final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns());
+  });
 }
 
 void answer(openai::Service& service, Route route, const httplib::Request& req, httplib::Response& res, Clock::duration probe) {

@@ -8,6 +8,7 @@
 
 #include "serve/chat_page.h"
 #include "serve/http_guard.h"
+#include "serve/whole_answer.h"
 #include "serve/ollama/routes.h"
 #include "serve/ollama/schema.h"
 
@@ -64,38 +65,24 @@ void stream_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::du
       [s](bool) { s->job->cancel(); });
 }
 
-// Sends the whole answer as one JSON body once the job has finished. Until then it writes a space
-// each probe interval (JSON allows whitespace before a value) to notice a client that left.
+// Sends the whole answer as one JSON body once the job has finished.
 void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::duration probe) {
-  res.set_chunked_content_provider(
-      kJson,
-      [s, probe, text = std::string(), last_write = Clock::now()](size_t, httplib::DataSink& sink) mutable {
-        const JobUpdate u = s->job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
-        text += u.text;
-        if (!u.finished) {
-          if (Clock::now() - last_write < probe) return true;
-          last_write = Clock::now();
-          return sink.write(" ", 1);
-        }
-        if (u.finish_reason == FinishReason::Cancelled) return false;
-        // The status line has gone out already; the body still says what happened.
-        std::vector<ChatToolCall> calls;
-        if (s->tool_parser && u.finish_reason != FinishReason::Error) {
-          std::string content = s->tool_parser->push(text);
-          structured::ToolCallParser::Result rest = s->tool_parser->finish();
-          text = content + rest.content;
-          calls = std::move(rest.calls);
-          // Only spacing beside the calls: no content.
-          if (!calls.empty() && text.find_first_not_of(" \t\r\n") == std::string::npos) text.clear();
-        }
-        const std::string body = u.finish_reason == FinishReason::Error
-                                     ? error_body(engine_error(u))
-                                     : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage, calls);
-        if (!sink.write(body.data(), body.size())) return false;
-        sink.done();
-        return true;
-      },
-      [s](bool) { s->job->cancel(); });
+  std::shared_ptr<Job> job = s->job;
+  send_whole_answer(res, kJson, std::move(job), probe, [s](const JobUpdate& u, std::string& text) {
+    // The status line has gone out already; the body still says what happened.
+    std::vector<ChatToolCall> calls;
+    if (s->tool_parser && u.finish_reason != FinishReason::Error) {
+      std::string content = s->tool_parser->push(text);
+      structured::ToolCallParser::Result rest = s->tool_parser->finish();
+      text = content + rest.content;
+      calls = std::move(rest.calls);
+      // Only spacing beside the calls: no content.
+      if (!calls.empty() && text.find_first_not_of(" \t\r\n") == std::string::npos) text.clear();
+    }
+    return u.finish_reason == FinishReason::Error
+               ? error_body(engine_error(u))
+               : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage, calls);
+  });
 }
 
 // Whether the request carries one of the keys. Every key is compared in full, so the time taken
