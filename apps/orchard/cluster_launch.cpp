@@ -108,6 +108,7 @@ cluster::PlanRequest plan_request(const SplitJob& job) {
   r.model = cluster::ModelFacts::from_gguf(model::gguf::Reader::open(job.model_path));
   r.work.context = job.context > 0 ? job.context : r.model.config.context_length;
   r.work.chunk = job.batch;
+  r.work.cache_type = job.cache_type;
   r.default_link = {300, 10};  // unmeasured pairs: a typical TCP link
   return r;
 }

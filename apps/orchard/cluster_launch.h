@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/orchard/cluster_flags.h"
+#include "model/kv_cache.h"
 #include "parallel/split_run.h"
 
 namespace orchard::app {
@@ -31,6 +32,7 @@ struct SplitJob {
   std::string model_path;
   int32_t context = 0;  // 0: the model's
   int32_t batch = 512;
+  model::KvType cache_type = model::KvType::F16;
 };
 
 // Decides where `split` runs. Resolves --strategy auto with the planner (over the hostfile's or

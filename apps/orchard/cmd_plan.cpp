@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/orchard/cache_type_flag.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/plan_machines.h"
@@ -127,6 +128,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();
   cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();
   cmd->add_option("--position", f->work.position, "Context position generation runs at (KV cache read)")->capture_default_str();
+  add_cache_type_flag(cmd, f->work.cache_type);
   cmd->add_option("-t,--threads", f->machine.threads, "Threads per rank when measuring this machine (default: all cores, shared by the ranks)");
   add_cluster_flags(cmd, f->discovery, "--discover without a local agent: seconds to listen");
   cmd->add_flag("--json", f->json, "Print JSON: {strategy, tp, pp, assignment, predicted, explanation, ...}");

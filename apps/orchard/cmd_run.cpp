@@ -105,7 +105,7 @@ void run_rank(const RunOptions& o, comm::Group* group) {
 
 void run(RunOptions o) {
   check_split_flags(o.split);
-  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.context, o.engine.batch})) {
+  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.context, o.engine.batch, o.engine.cache_type})) {
     if (*code != 0) std::exit(*code);
     return;
   }

@@ -101,7 +101,7 @@ void serve_model(ServeOptions& o) {
   }
 
   check_split_flags(o.split);
-  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch})) {
+  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch, o.engine.cache_type})) {
     if (*code != 0) std::exit(*code);
     return;
   }

@@ -128,7 +128,8 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share * m.ffn_active_fraction;
   const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
-  const double kv_row = static_cast<double>(c.kv_cache_floats(s.n_kv_heads())) * kFloatBytes;  // one position, one layer
+  // One position, one layer.
+  const double kv_row = static_cast<double>(c.kv_cache_floats(s.n_kv_heads())) * model::kv_value_bytes(work.cache_type);
 
   // A tied head is the embedding table: mapped once when one rank holds both ends.
   const bool head_is_embedding = c.tied_output && s.has_embedding;

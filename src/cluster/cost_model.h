@@ -13,6 +13,7 @@
 
 #include "model/config.h"
 #include "model/gguf/reader.h"
+#include "model/kv_cache.h"
 #include "model/shard.h"
 #include "parallel/layout.h"
 
@@ -64,6 +65,7 @@ struct Workload {
   int32_t prompt_tokens = 512;   // for the prompt rate
   int32_t position = 512;        // where generation runs (KV read per token)
   int32_t chunk = 512;           // prompt positions per forward pass (pipeline chunk)
+  model::KvType cache_type = model::KvType::F16;  // the KV cache's elements (run's --cache-type)
 };
 
 // Fraction of a machine's memory a model may take: the OS and other programs keep the rest

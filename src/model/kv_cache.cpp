@@ -57,11 +57,19 @@ size_t KvCache::element_bytes() const {
   return sizeof(float);
 }
 
+double kv_value_bytes(KvType type) {
+  switch (type) {
+    case KvType::F32: return sizeof(float);
+    case KvType::F16: return sizeof(core::Half);
+    case KvType::Q8_0: return sizeof(int8_t) + static_cast<double>(sizeof(core::Half)) / kKvQ8Block;
+  }
+  return sizeof(float);
+}
+
 size_t KvCache::bytes_per_position() const {
   const size_t elements = static_cast<size_t>(n_layers_) * n_kv_heads_ * (key_dim_ + value_dim_);
-  size_t bytes = elements * element_bytes();
-  if (type_ == KvType::Q8_0) bytes += elements / kKvQ8Block * sizeof(core::Half);
-  return bytes;
+  // Exact: a Q8_0 cache's widths are multiples of its block.
+  return static_cast<size_t>(static_cast<double>(elements) * kv_value_bytes(type_));
 }
 
 const core::Half* KvCache::key_scales(int32_t layer, int32_t kv_head) const {

@@ -31,6 +31,9 @@ constexpr int32_t kKvQ8Block = 32;
 std::string_view kv_type_name(KvType type);
 // The inverse of kv_type_name; throws Error naming the text and the choices otherwise.
 KvType parse_kv_type(std::string_view name);
+// Bytes a cache of `type` keeps per key or value element, its block scales included (Q8_0: 34
+// bytes per 32), for sizing a cache before making one (planner, node agent).
+double kv_value_bytes(KvType type);
 
 class KvCache {
  public:

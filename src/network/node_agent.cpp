@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -26,6 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// An F16 cache, as `orchard run` and `serve` keep by default: a job's text is what they give.
+constexpr model::KvType kCacheType = model::KvType::F16;
+
 class BuiltinEngine final : public Engine {
  public:
   BuiltinEngine(std::string dir, int threads, int32_t max_context, int token_delay_ms)
@@ -40,10 +44,11 @@ class BuiltinEngine final : public Engine {
         auto file = model::gguf::Reader::open(e.path().string());
         auto config = model::ModelConfig::from_gguf(file);
         int32_t ctx = std::min(config.context_length, max_context_);
-        // This engine's KV cache is F32 keys and values for every layer.
+        const double kv_bytes_per_token =
+            static_cast<double>(config.n_layers) * config.kv_cache_floats(config.n_kv_heads) * model::kv_value_bytes(kCacheType);
         out.push_back({{"name", e.path().stem().string()},
                        {"bytes", static_cast<int64_t>(e.file_size())},
-                       {"kv_bytes_per_token", config.n_layers * config.kv_cache_floats(config.n_kv_heads) * 4},
+                       {"kv_bytes_per_token", static_cast<int64_t>(std::ceil(kv_bytes_per_token))},
                        {"context_length", ctx}});
       } catch (const Error& err) {
         spdlog::warn("[network] skipping {}: {}", e.path().string(), err.what());
@@ -102,9 +107,7 @@ class BuiltinEngine final : public Engine {
     loaded_->weights = std::make_unique<model::ModelWeights>(loaded_->file, loaded_->config,
                                                              model::Shard::whole(loaded_->config), model::LoadOptions{});
     int32_t ctx = std::min(loaded_->config.context_length, max_context_);
-    // An F16 cache, as `orchard run` and `serve` keep by default: a job's text is what they give.
-    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, std::min(512, ctx), pool_, nullptr, 1,
-                                                        model::KvType::F16);
+    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, std::min(512, ctx), pool_, nullptr, 1, kCacheType);
     return *loaded_;
   }
 

@@ -216,6 +216,26 @@ TEST(CostModel, HandWorkedTwoRankFigures) {
   EXPECT_NEAR(pipe.gen_comm_ms, 2 * 0.1 + (8192 + 128000) * 8 / 1e9 * 1e3, 1e-9);
 }
 
+TEST(CostModel, KvCacheIsSizedByItsElementType) {
+  // tinyllama: 22 layers, 4 KV heads of 64 → 512 key and value elements per position and layer.
+  const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");
+  const MachineSpec machine{"x", 16, 10, 100};
+  Workload w;
+  w.context = 2048;
+  w.position = 1024;
+  const auto cost = [&](model::KvType type) {
+    w.cache_type = type;
+    return predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, {}, w);
+  };
+  const Prediction f32 = cost(model::KvType::F32), f16 = cost(model::KvType::F16), q8 = cost(model::KvType::Q8_0);
+  EXPECT_DOUBLE_EQ(f32.ranks[0].kv_bytes, 22.0 * 512 * 4 * 2048);
+  EXPECT_DOUBLE_EQ(f16.ranks[0].kv_bytes, 22.0 * 512 * 2 * 2048);
+  EXPECT_DOUBLE_EQ(q8.ranks[0].kv_bytes, 22.0 * 512 * 34 / 32 * 2048);
+  // A decode step reads the cache up to its position: F16 saves half of F32's share of the time.
+  EXPECT_NEAR(f32.gen_ms - f16.gen_ms, 22.0 * 512 * 2 * 1024 / 10e9 * 1e3, 1e-9);
+  EXPECT_EQ(Workload{}.cache_type, model::KvType::F16);  // as run's and serve's --cache-type
+}
+
 TEST(Catalog, EmbeddedCatalogKnowsTheRdmaChips) {
   const HardwareCatalog& c = HardwareCatalog::builtin();
   for (const char* name : {"M4 Pro", "M4 Max", "M3 Ultra", "M5 Pro", "M5 Max"}) EXPECT_TRUE(c.chip(name).rdma_tb5) << name;

@@ -1,5 +1,7 @@
 #include "serve/ollama/schema.h"
 
+#include "serve/structured/grammar.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -111,7 +113,15 @@ TEST(OllamaSchema, BadInputIsA400NamingTheField) {
       {Route::Chat, R"({"model": "m", "messages": [3]})", "messages[0]", "must be an object"},
       {Route::Chat, R"({"model": "m", "messages": [{"content": "x"}]})", "messages[0].role", "is required"},
       {Route::Chat, R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "messages[0].role", "not 'robot'"},
-      {Route::Chat, R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "messages[0].role", "not supported"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "tool"}]})", "messages[0].content", "is required"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "tool", "content": "x", "tool_name": 3}]})", "messages[0].tool_name",
+       "must be a string"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls",
+       "assistant turns"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"name": "f"}]}]})",
+       "messages[0].tool_calls[0].function", "is required"},
+      {Route::Chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "must be an object"},
       {Route::Chat, R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content", "is required"},
       {Route::Chat, R"({"model": "m", "messages": [{"role": "user", "content": ["x"]}]})", "messages[0].content", "must be a string"},
       {Route::Chat, R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]})", "messages[0].images",
@@ -129,9 +139,13 @@ TEST(OllamaSchema, BadInputIsA400NamingTheField) {
       {Route::Chat, chat_with(R"("options": {"stop": 5})"), "options.stop", "array of strings"},
       {Route::Chat, chat_with(R"("options": {"repeat_penalty": 0})"), "options.repeat_penalty", "must be positive"},
       {Route::Chat, chat_with(R"("options": {"repeat_last_n": -2})"), "options.repeat_last_n", "between -1 and"},
-      {Route::Chat, chat_with(R"("tools": [{"type": "function"}])"), "tools", "tool calling is not supported"},
-      {Route::Chat, chat_with(R"("format": "json")"), "format", "not supported"},
+      {Route::Chat, chat_with(R"("tools": [{"type": "function"}])"), "tools[0].function", "is required"},
+      {Route::Chat, chat_with(R"("tools": {})"), "tools", "must be an array"},
+      {Route::Chat, chat_with(R"("format": "yaml")"), "format", "\"json\" or a JSON schema, not \"yaml\""},
       {Route::Chat, chat_with(R"("format": 3)"), "format", "JSON schema"},
+      {Route::Chat, chat_with(R"("format": {"type": "object", "patternProperties": {}})"), "format", "not supported"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools",
+       "use /api/chat"},
       {Route::Chat, chat_with(R"("keep_alive": [])"), "keep_alive", "a duration"},
       {Route::Generate, R"({"model": "m", "prompt": 5})", "prompt", "must be a string"},
       {Route::Generate, R"({"model": "m", "prompt": "x", "raw": 1})", "raw", "must be a boolean"},
@@ -152,8 +166,64 @@ TEST(OllamaSchema, BadInputIsA400NamingTheField) {
 }
 
 TEST(OllamaSchema, EmptyFormatAndToolsAreAccepted) {
-  EXPECT_NO_THROW(parse_request(Route::Chat, chat_with(R"("format": "", "tools": [], "keep_alive": 300)")));
-  EXPECT_NO_THROW(parse_request(Route::Chat, chat_with(R"("format": null, "think": false)")));
+  for (const char* extra : {R"("format": "", "tools": [], "keep_alive": 300)", R"("format": null, "think": false)", R"("format": {})"}) {
+    const Request r = parse_request(Route::Chat, chat_with(extra));
+    EXPECT_EQ(r.generation.format, nullptr) << extra;
+    EXPECT_TRUE(r.generation.tools.empty()) << extra;
+  }
+}
+
+bool accepts(const structured::Grammar& g, std::string_view doc) {
+  structured::Recognizer r(g);
+  return r.feed(doc) && r.complete();
+}
+
+TEST(OllamaSchema, FormatConstrainsTheOutput) {
+  const Request json_mode = parse_request(Route::Generate, R"({"model": "m", "prompt": "x", "format": "json"})");
+  ASSERT_NE(json_mode.generation.format, nullptr);
+  EXPECT_TRUE(accepts(*json_mode.generation.format, R"({"a": [1, "b"]})"));
+  EXPECT_FALSE(accepts(*json_mode.generation.format, "[1]"));  // JSON mode answers with an object
+  EXPECT_FALSE(accepts(*json_mode.generation.format, "hello"));
+
+  const Request schema = parse_request(
+      Route::Chat, chat_with(R"("format": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})"));
+  ASSERT_NE(schema.generation.format, nullptr);
+  EXPECT_TRUE(accepts(*schema.generation.format, R"({"n": 42})"));
+  EXPECT_FALSE(accepts(*schema.generation.format, R"({"n": "42"})"));
+  EXPECT_FALSE(accepts(*schema.generation.format, R"({})"));
+}
+
+TEST(OllamaSchema, ToolsAndToolTurnsInOllamasShape) {
+  const Request r = parse_request(Route::Chat, R"({"model": "m", "messages": [
+      {"role": "user", "content": "Weather in Oslo?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+      {"role": "tool", "content": "-3 C", "tool_name": "get_weather"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "now",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})");
+  const openai::ApiRequest& g = r.generation;
+  ASSERT_EQ(g.tools.size(), 1u);
+  EXPECT_EQ(g.tools[0].name, "get_weather");
+  EXPECT_EQ(g.tool_choice, openai::ToolChoice::Auto);  // Ollama has no tool_choice: the model decides
+  ASSERT_EQ(g.messages.size(), 3u);
+  ASSERT_EQ(g.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(g.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(g.messages[1].tool_calls[0].arguments), json({{"city", "Oslo"}}));
+  EXPECT_EQ(g.messages[2].role, "tool");
+  EXPECT_EQ(g.messages[2].content, "-3 C");
+}
+
+TEST(OllamaSchema, CallsGoOutAsOllamasToolCalls) {
+  const Answer chat{Route::Chat, "tiny:latest"};
+  const std::vector<ChatToolCall> calls = {{"call_0", "get_weather", R"({"city": "Oslo"})"}, {"call_1", "get_time", "not json"}};
+  const json chunk = json::parse(chunk_line(chat, "", calls));
+  EXPECT_EQ(chunk["done"], false);
+  EXPECT_EQ(chunk["message"]["tool_calls"], json::parse(R"([
+      {"function": {"index": 0, "name": "get_weather", "arguments": {"city": "Oslo"}}},
+      {"function": {"index": 1, "name": "get_time", "arguments": "not json"}}])"));
+  const json last = json::parse(final_line(chat, "", FinishReason::Stop, Usage{}, 1, calls));
+  EXPECT_EQ(last["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(last["done_reason"], "stop");
+  EXPECT_FALSE(json::parse(chunk_line(chat, "x"))["message"].contains("tool_calls"));
 }
 
 TEST(OllamaSchema, ShowNamesTheModelEitherWay) {
@@ -234,7 +304,7 @@ TEST(OllamaSchema, ModelDescriptions) {
   EXPECT_EQ(show["model_info"]["general.parameter_count"], 3672320);
   EXPECT_EQ(show["parameters"], "num_ctx 256");
   EXPECT_NE(show["modelfile"].get<std::string>().find("chatml"), std::string::npos);
-  EXPECT_EQ(show["capabilities"], json::array({"completion"}));
+  EXPECT_EQ(show["capabilities"], json::array({"completion", "tools"}));
 
   const json ps = json::parse(ps_body(info));
   EXPECT_EQ(ps["models"][0]["name"], "tiny:latest");

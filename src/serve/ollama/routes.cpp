@@ -39,12 +39,21 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
       [c, probe, last_write = Clock::now()](size_t, httplib::DataSink& sink) mutable {
         const JobUpdate u = c->started.job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
         if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
+        const std::shared_ptr<structured::ToolCallParser>& tools = c->started.tool_parser;
         std::string out;
-        if (!u.text.empty()) out += chunk_line(c->answer, u.text);
-        if (u.finished)
-          out += u.finish_reason == FinishReason::Error ? failure_line(u)
-                                                         : final_line(c->answer, "", u.finish_reason, u.usage, c->elapsed_ns());
-        else if (out.empty() && Clock::now() - last_write >= probe)
+        // With tools, text that may be a call is held until it is known to be one.
+        const std::string content = tools ? tools->push(u.text) : u.text;
+        if (!content.empty()) out += chunk_line(c->answer, content);
+        if (u.finished && u.finish_reason == FinishReason::Error) {
+          out += failure_line(u);
+        } else if (u.finished) {
+          if (tools) {
+            // Ollama streams the calls as one message of their own before the last line.
+            structured::ToolCallParser::Result rest = tools->finish();
+            if (!rest.content.empty() || !rest.calls.empty()) out += chunk_line(c->answer, rest.content, rest.calls);
+          }
+          out += final_line(c->answer, "", u.finish_reason, u.usage, c->elapsed_ns());
+        } else if (out.empty() && Clock::now() - last_write >= probe)
           out.push_back(' ');  // (assigning " " trips GCC 12's -Wrestrict false positive)
         if (!out.empty()) {
           if (!sink.write(out.data(), out.size())) return false;
@@ -60,8 +69,14 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
 void whole_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::duration probe) {
   std::shared_ptr<Job> job = c->started.job;
   send_whole_answer(res, kJson, std::move(job), probe, [c](const JobUpdate& u, std::string& text) {
-    return u.finish_reason == FinishReason::Error ? failure_line(u)
-                                                  : final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns());
+    if (u.finish_reason == FinishReason::Error) return failure_line(u);
+    std::vector<ChatToolCall> calls;
+    if (const auto& tools = c->started.tool_parser) {
+      structured::ToolCallParser::Result split = tools->whole(text);
+      text = std::move(split.content);
+      calls = std::move(split.calls);
+    }
+    return final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns(), calls);
   });
 }
 

@@ -40,35 +40,58 @@ std::string required_model(const json& body) {
 }
 
 // Fields Ollama defines that ask for something this server can't do: refused, not ignored, so a
-// client is not misled. `format` (JSON output) and `tools` are refused until they are supported.
-void refuse_unsupported(const json& body, const std::string& prefix) {
+// client is not misled.
+void refuse_images(const json& body, const std::string& prefix) {
   if (const json* v = field(body, "images")) {
     if (!v->is_array()) throw wrong_type(prefix + "images", "an array", *v);
     if (!v->empty()) throw unsupported(prefix + "images", "images");
   }
-  if (const json* v = field(body, "tool_calls")) {
-    if (!v->is_array()) throw wrong_type(prefix + "tool_calls", "an array", *v);
-    if (!v->empty()) throw unsupported(prefix + "tool_calls", "tool calling");
-  }
 }
 
 void refuse_request_fields(const json& body) {
-  refuse_unsupported(body, "");
-  if (const json* v = field(body, "tools")) {
-    if (!v->is_array()) throw wrong_type("tools", "an array", *v);
-    if (!v->empty()) throw unsupported("tools", "tool calling");
-  }
-  if (const json* v = field(body, "format")) {
-    const bool empty = (v->is_string() && v->get<std::string>().empty()) || (v->is_object() && v->empty());
-    if (!v->is_string() && !v->is_object()) throw wrong_type("format", "\"json\" or a JSON schema", *v);
-    if (!empty) throw unsupported("format", "structured output (format)");
-  }
+  refuse_images(body, "");
   for (const char* name : {"suffix", "template"})
     if (const json* v = field(body, name); v != nullptr && !string_value(*v, name).empty()) throw unsupported(name, name);
   if (const json* v = field(body, "context")) {
     if (!v->is_array()) throw wrong_type("context", "an array of token ids", *v);
     if (!v->empty()) throw unsupported("context", "continuing from a returned context");
   }
+}
+
+// format: "json" (any JSON object, as Ollama's JSON mode gives) or a JSON schema; "" or {} for
+// plain text.
+std::shared_ptr<const structured::Grammar> parse_format(const json& format) {
+  if (format.is_string()) {
+    const std::string kind = format.get<std::string>();
+    if (kind.empty()) return nullptr;
+    if (kind != "json") throw invalid_request(fmt::format("'format' must be \"json\" or a JSON schema, not \"{}\"", kind), "format");
+    return openai::any_object_grammar();
+  }
+  if (!format.is_object()) throw wrong_type("format", "\"json\" or a JSON schema", format);
+  return format.empty() ? nullptr : openai::schema_grammar(format, "format");
+}
+
+// An assistant turn's earlier calls, in Ollama's shape: [{"function": {"name", "arguments": {...}}}]
+// (arguments an object, not OpenAI's JSON text).
+std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) throw wrong_type(param, "an array", calls);
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string p = fmt::format("{}[{}]", param, i);
+    if (!calls[i].is_object()) throw wrong_type(p, "an object", calls[i]);
+    const json* function = field(calls[i], "function");
+    if (function == nullptr) throw invalid_request(fmt::format("'{}.function' is required", p), p + ".function");
+    if (!function->is_object()) throw wrong_type(p + ".function", "an object", *function);
+    const json* name = field(*function, "name");
+    if (name == nullptr) throw invalid_request(fmt::format("'{}.function.name' is required", p), p + ".function.name");
+    ChatToolCall call;
+    call.name = string_value(*name, p + ".function.name");
+    const json* arguments = field(*function, "arguments");
+    if (arguments != nullptr && !arguments->is_object()) throw wrong_type(p + ".function.arguments", "an object", *arguments);
+    call.arguments = arguments == nullptr ? "{}" : arguments->dump();
+    out.push_back(std::move(call));
+  }
+  return out;
 }
 
 std::vector<ChatMessage> parse_messages(const json& messages) {
@@ -81,13 +104,20 @@ std::vector<ChatMessage> parse_messages(const json& messages) {
     const json* role = field(m, "role");
     if (role == nullptr) throw invalid_request(fmt::format("'{}.role' is required", param), param + ".role");
     ChatMessage message{string_value(*role, param + ".role"), {}};
-    if (message.role == "tool") throw unsupported(param + ".role", "the tool role");
-    if (message.role != "system" && message.role != "user" && message.role != "assistant")
-      throw invalid_request(fmt::format("'{}.role' must be system, user or assistant, not '{}'", param, message.role), param + ".role");
-    refuse_unsupported(m, param + ".");
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool")
+      throw invalid_request(fmt::format("'{}.role' must be system, user, assistant or tool, not '{}'", param, message.role),
+                            param + ".role");
+    refuse_images(m, param + ".");
+    if (const json* v = field(m, "tool_calls")) {
+      if (message.role != "assistant") throw invalid_request(fmt::format("'{}.tool_calls' belong to assistant turns", param), param + ".tool_calls");
+      message.tool_calls = parse_tool_calls(*v, param + ".tool_calls");
+    }
+    // The tool a result is from (Ollama's, where OpenAI gives the call's id): checked, though the
+    // templates, like Ollama's own, render results in order without it.
+    if (const json* v = field(m, "tool_name")) string_value(*v, param + ".tool_name");
     if (const json* content = field(m, "content"))
       message.content = string_value(*content, param + ".content");
-    else if (message.role != "assistant")
+    else if (message.role != "assistant" || message.tool_calls.empty())
       throw invalid_request(fmt::format("'{}.content' is required", param), param + ".content");
     out.push_back(std::move(message));
   }
@@ -215,11 +245,20 @@ json model_entry(const ModelInfo& info) {
 
 json head(const Answer& a) { return {{"model", a.model}, {"created_at", timestamp_now()}}; }
 
-void put_text(json& j, Route route, std::string_view text) {
-  if (route == Route::Chat)
-    j["message"] = {{"role", "assistant"}, {"content", text}};
-  else
+void put_text(json& j, Route route, std::string_view text, std::span<const ChatToolCall> calls = {}) {
+  if (route != Route::Chat) {
     j["response"] = text;
+    return;
+  }
+  j["message"] = {{"role", "assistant"}, {"content", text}};
+  if (calls.empty()) return;
+  json& out = j["message"]["tool_calls"] = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    // The grammar or the parser made the arguments; a model's own malformed JSON stays a string.
+    json arguments = json::parse(calls[i].arguments, nullptr, false);
+    if (arguments.is_discarded()) arguments = calls[i].arguments;
+    out.push_back({{"function", {{"index", i}, {"name", calls[i].name}, {"arguments", std::move(arguments)}}}});
+  }
 }
 
 int64_t nanoseconds(double seconds) { return static_cast<int64_t>(seconds * 1e9); }
@@ -232,11 +271,15 @@ Request parse_request(Route route, std::string_view body_text) {
   openai::ApiRequest& r = out.generation;
   r.model = required_model(body);
   refuse_request_fields(body);
+  if (const json* v = field(body, "format")) r.format = parse_format(*v);
   if (route == Route::Chat) {
     r.endpoint = openai::Endpoint::ChatCompletions;
     if (const json* v = field(body, "messages")) r.messages = parse_messages(*v);
+    if (const json* v = field(body, "tools")) r.tools = openai::parse_tools(*v);
     out.load_only = r.messages.empty();
   } else {
+    if (const json* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty()))
+      throw unsupported("tools", "tools in /api/generate (use /api/chat)");
     std::string prompt;
     if (const json* v = field(body, "prompt")) prompt = string_value(*v, "prompt");
     std::string system;
@@ -281,16 +324,17 @@ std::string error_body(std::string_view message) { return dump({{"error", messag
 
 std::string timestamp_now() { return rfc3339(std::chrono::system_clock::now()); }
 
-std::string chunk_line(const Answer& a, std::string_view text) {
+std::string chunk_line(const Answer& a, std::string_view text, std::span<const ChatToolCall> calls) {
   json j = head(a);
-  put_text(j, a.route, text);
+  put_text(j, a.route, text, calls);
   j["done"] = false;
   return dump(j) + "\n";
 }
 
-std::string final_line(const Answer& a, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns) {
+std::string final_line(const Answer& a, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns,
+                       std::span<const ChatToolCall> calls) {
   json j = head(a);
-  put_text(j, a.route, text);
+  put_text(j, a.route, text, calls);
   j["done"] = true;
   j["done_reason"] = finish_reason_name(reason);
   j["total_duration"] = total_ns;
@@ -326,7 +370,7 @@ std::string show_body(const ModelInfo& info, ChatFamily family, int32_t n_ctx) {
                {"template", info.chat_template},
                {"details", details(info)},
                {"model_info", model_info},
-               {"capabilities", json::array({"completion"})},
+               {"capabilities", json::array({"completion", "tools"})},
                {"modified_at", modified_at(info)}});
 }
 

@@ -8,6 +8,7 @@
 // min_p 0, repeat_penalty 1.1 over the last 64 tokens, a random seed); num_predict ≤ 0 means no
 // limit but the context; durations are nanoseconds; errors are {"error": "message"}.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -29,9 +30,12 @@ struct Request {
 
 // Parses a body of /api/chat or /api/generate. "model" is required (a name with the ":latest"
 // tag matches the name without it). /api/generate renders "prompt" (and "system") with the chat
-// template unless "raw" is true. Throws openai::ApiError 400 naming the field for bad JSON, wrong
-// types, values out of range, role "tool", non-empty "images", "tools", "format", "suffix",
-// "template" or "context", which this server can't honour.
+// template unless "raw" is true. "format" ("json" or a JSON schema) constrains the output as
+// OpenAI's response_format does; /api/chat takes "tools" in OpenAI's shape (the model decides
+// whether to call: Ollama has no tool_choice), assistant turns' "tool_calls" and "tool" turns.
+// Throws openai::ApiError 400 naming the field for bad JSON, wrong types, values out of range,
+// a schema keyword the grammar can't honour, non-empty "images", "suffix", "template" or
+// "context", which this server can't honour.
 Request parse_request(Route route, std::string_view body);
 // The model a /api/show body names ("model", or the older "name"), without the ":latest" tag.
 std::string parse_show_request(std::string_view body);
@@ -50,12 +54,14 @@ struct Answer {
   Route route = Route::Chat;
   std::string model;  // model_name()
 };
-// A streamed piece of the reply: done false.
-std::string chunk_line(const Answer& answer, std::string_view text);
+// A streamed piece of the reply: done false; with calls, the message carries them as Ollama's
+// tool_calls ([{"function": {"index", "name", "arguments": {...}}}]).
+std::string chunk_line(const Answer& answer, std::string_view text, std::span<const ChatToolCall> calls = {});
 // The last line: done true, done_reason, the counts and durations (total_ns from the request's
 // start; the load duration is 0: the model was loaded when the server started). `text` is the
 // whole reply for a whole answer, empty after streamed chunks.
-std::string final_line(const Answer& answer, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns);
+std::string final_line(const Answer& answer, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns,
+                       std::span<const ChatToolCall> calls = {});
 // The answer to a load-only request: done, done_reason "load", no text.
 std::string load_line(const Answer& answer);
 

@@ -72,12 +72,9 @@ void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::dur
     // The status line has gone out already; the body still says what happened.
     std::vector<ChatToolCall> calls;
     if (s->tool_parser && u.finish_reason != FinishReason::Error) {
-      std::string content = s->tool_parser->push(text);
-      structured::ToolCallParser::Result rest = s->tool_parser->finish();
-      text = content + rest.content;
-      calls = std::move(rest.calls);
-      // Only spacing beside the calls: no content.
-      if (!calls.empty() && text.find_first_not_of(" \t\r\n") == std::string::npos) text.clear();
+      structured::ToolCallParser::Result split = s->tool_parser->whole(text);
+      text = std::move(split.content);
+      calls = std::move(split.calls);
     }
     return u.finish_reason == FinishReason::Error
                ? error_body(engine_error(u))

@@ -191,6 +191,28 @@ ApiError schema_error(const structured::SchemaError& e, const std::string& param
                          param, "unsupported_schema");
 }
 
+}  // namespace
+
+std::shared_ptr<const structured::Grammar> any_object_grammar() {
+  auto grammar = std::make_shared<structured::Grammar>();
+  grammar->finish(structured::Grammar::kAnyObject);
+  return grammar;
+}
+
+std::shared_ptr<const structured::Grammar> schema_grammar(const json& schema, const std::string& param) {
+  auto grammar = std::make_shared<structured::Grammar>();
+  try {
+    grammar->finish(structured::compile_schema(*grammar, schema));
+  } catch (const structured::SchemaError& e) {
+    throw schema_error(e, param);
+  } catch (const Error& e) {  // alternatives that start alike
+    throw invalid_request(fmt::format("'{}' is not supported: {}", param, e.what()), param, "unsupported_schema");
+  }
+  return grammar;
+}
+
+namespace {
+
 // response_format: text, json_object (any JSON object) or json_schema (a document of the schema).
 std::shared_ptr<const structured::Grammar> parse_format(const json& format) {
   if (!format.is_object()) throw wrong_type("response_format", "an object", format);
@@ -198,11 +220,7 @@ std::shared_ptr<const structured::Grammar> parse_format(const json& format) {
   if (type == nullptr) throw invalid_request("'response_format.type' is required", "response_format.type");
   const std::string kind = string_value(*type, "response_format.type");
   if (kind == "text") return nullptr;
-  auto grammar = std::make_shared<structured::Grammar>();
-  if (kind == "json_object") {
-    grammar->finish(structured::Grammar::kAnyObject);
-    return grammar;
-  }
+  if (kind == "json_object") return any_object_grammar();
   if (kind != "json_schema")
     throw invalid_request(fmt::format("'response_format.type' must be text, json_object or json_schema, not '{}'", kind),
                           "response_format.type");
@@ -215,15 +233,12 @@ std::shared_ptr<const structured::Grammar> parse_format(const json& format) {
   if (const json* strict = field(*spec, "strict")) bool_value(*strict, "response_format.json_schema.strict");
   // Without a schema any JSON value will do, as OpenAI's API has it.
   const json* schema = field(*spec, "schema");
-  const std::string param = "response_format.json_schema.schema";
-  try {
-    grammar->finish(schema == nullptr ? structured::Grammar::kAny : structured::compile_schema(*grammar, *schema));
-  } catch (const structured::SchemaError& e) {
-    throw schema_error(e, param);
-  } catch (const Error& e) {  // alternatives that start alike
-    throw invalid_request(fmt::format("'{}' is not supported: {}", param, e.what()), param, "unsupported_schema");
+  if (schema == nullptr) {
+    auto grammar = std::make_shared<structured::Grammar>();
+    grammar->finish(structured::Grammar::kAny);
+    return grammar;
   }
-  return grammar;
+  return schema_grammar(*schema, "response_format.json_schema.schema");
 }
 
 bool valid_function_name(const std::string& name) {
@@ -231,8 +246,8 @@ bool valid_function_name(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
 }
 
-// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}];
-// each parameters schema is compiled once here so that a bad one is a 400 naming it.
+}  // namespace
+
 std::vector<structured::ToolFunction> parse_tools(const json& tools) {
   if (!tools.is_array()) throw wrong_type("tools", "an array", tools);
   std::vector<structured::ToolFunction> out;
@@ -274,6 +289,8 @@ std::vector<structured::ToolFunction> parse_tools(const json& tools) {
   }
   return out;
 }
+
+namespace {
 
 void parse_tool_choice(const json& choice, ApiRequest& r) {
   if (choice.is_string()) {

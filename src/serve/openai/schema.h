@@ -88,6 +88,14 @@ uint64_t seed_value(const nlohmann::json& v, const std::string& param);
 ApiError unsupported(const std::string& param, std::string_view what);
 // Parses a body that must be a JSON object (400 invalid_json / not an object otherwise).
 nlohmann::json parse_object(std::string_view body);
+// Output grammars, shared by both APIs' structured-output fields: any JSON object; a document
+// of `schema` (400 naming `param`, code unsupported_schema, for a keyword the grammar can't honour).
+std::shared_ptr<const structured::Grammar> any_object_grammar();
+std::shared_ptr<const structured::Grammar> schema_grammar(const nlohmann::json& schema, const std::string& param);
+// tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+// OpenAI's shape, which Ollama's API shares; each parameters schema is compiled once here so
+// that a bad one is a 400 naming it.
+std::vector<structured::ToolFunction> parse_tools(const nlohmann::json& tools);
 
 // Parses `body` for `endpoint`. Throws ApiError (400) for a body that isn't a JSON object, a
 // field of the wrong type or out of range, a missing required field, or a feature the server

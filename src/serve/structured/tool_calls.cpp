@@ -224,4 +224,12 @@ ToolCallParser::Result ToolCallParser::finish() {
   return r;
 }
 
+ToolCallParser::Result ToolCallParser::whole(std::string_view text) {
+  std::string content = push(text);
+  Result rest = finish();
+  rest.content = content + rest.content;
+  if (!rest.calls.empty() && rest.content.find_first_not_of(" \t\r\n") == std::string::npos) rest.content.clear();
+  return rest;
+}
+
 }  // namespace orchard::serve::structured

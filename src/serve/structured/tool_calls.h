@@ -55,6 +55,8 @@ class ToolCallParser {
     std::vector<ChatToolCall> calls;
   };
   Result finish();
+  // A whole reply at once (push then finish); content is empty when only spacing surrounds the calls.
+  Result whole(std::string_view text);
 
  private:
   ToolStyle style_;

@@ -6,6 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ollama } from 'ollama';
 import OpenAI from 'openai';
+import Ajv from 'ajv';
 import { startServer } from './server.mjs';
 
 const orchard = process.argv[2];
@@ -14,7 +15,7 @@ let ollama;
 let openai;
 
 before(async () => {
-  server = await startServer(orchard, { extra: ['--parallel', '2'] });
+  server = await startServer(orchard, { extra: ['--parallel', '2', '-c', '2048'] });  // room for the tool definitions
   ollama = new Ollama({ host: server.url });
   openai = new OpenAI({ baseURL: server.baseURL, apiKey: 'unused', maxRetries: 0 });
 });
@@ -128,10 +129,68 @@ test('errors reach the client as ResponseError with the server\'s message', asyn
     assert.match(e.error, /'options.temperature' must be a number/);
     return true;
   });
-  await assert.rejects(ollama.chat({ model: 'tiny', messages, format: 'json' }), (e) => {
+  await assert.rejects(ollama.chat({ model: 'tiny', messages, format: { type: 'object', patternProperties: {} } }), (e) => {
     assert.equal(e.status_code, 400);
-    assert.match(e.error, /not supported/);
+    assert.match(e.error, /'format' is not supported/);
     return true;
   });
   await assert.rejects(ollama.pull({ model: 'tiny' }), (e) => e.status_code === 404);
+});
+
+// `format` as Ollama's clients send it: "json" or a schema; every sampled answer must parse and
+// validate (ajv, an independent validator), streamed or whole.
+test('format json and a schema: every sampled answer parses and validates', async () => {
+  const ajv = new Ajv({ strict: false });
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', maxLength: 10 }, trees: { type: 'integer' }, fruit: { enum: ['apple', 'pear'] } },
+    required: ['name', 'trees', 'fruit'],
+    additionalProperties: false,
+  };
+  for (let seed = 1; seed <= 6; seed++) {
+    const options = { temperature: 1, seed, num_predict: 400 };
+    // Free JSON has no bound on its strings: an answer cut at num_predict is a valid prefix.
+    const json = await ollama.chat({ model: 'tiny', messages, format: 'json', options });
+    if (json.done_reason !== 'length') {
+      const any = JSON.parse(json.message.content);
+      assert.ok(any !== null && typeof any === 'object' && !Array.isArray(any), json.message.content);
+    }
+
+    const prompt = 'Describe an orchard as JSON.';
+    const whole = await ollama.generate({ model: 'tiny', prompt, format: schema, options });
+    assert.ok(ajv.validate(schema, JSON.parse(whole.response)), `${whole.response}: ${ajv.errorsText()}`);
+    let streamed = '';
+    for await (const part of await ollama.generate({ model: 'tiny', prompt, format: schema, options, stream: true })) streamed += part.response;
+    assert.equal(streamed, whole.response);
+  }
+});
+
+test('tools are offered and a tool result round trip is answered', async () => {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The weather in a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  }];
+  const show = await ollama.show({ model: 'tiny' });
+  assert.ok(show.capabilities.includes('tools'));
+  // The model decides whether to call (Ollama has no tool_choice); a call, if any, must name an
+  // offered tool with object arguments.
+  const first = await ollama.chat({ model: 'tiny', messages: [{ role: 'user', content: 'Weather in Oslo?' }], tools, options: greedy });
+  for (const call of first.message.tool_calls ?? []) {
+    assert.equal(call.function.name, 'get_weather');
+    assert.equal(typeof call.function.arguments, 'object');
+  }
+  const roundTrip = [
+    { role: 'user', content: 'Weather in Oslo?' },
+    { role: 'assistant', content: '', tool_calls: [{ function: { name: 'get_weather', arguments: { city: 'Oslo' } } }] },
+    { role: 'tool', content: '-3 C and snow', tool_name: 'get_weather' },
+  ];
+  const answer = await ollama.chat({ model: 'tiny', messages: roundTrip, tools, options: greedy });
+  assert.equal(answer.done, true);
+  assert.ok(answer.prompt_eval_count > 0);
+  // The tool turn is rendered into the prompt: a longer prompt than the question alone.
+  assert.ok(answer.prompt_eval_count > first.prompt_eval_count, `${answer.prompt_eval_count} vs ${first.prompt_eval_count}`);
 });
