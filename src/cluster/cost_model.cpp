@@ -157,6 +157,10 @@ double ModelFacts::total_bytes() const {
   return config.n_layers * (attn_bytes + ffn_bytes) + embedding_bytes + (config.tied_output ? 0 : output_bytes);
 }
 
+double ModelFacts::active_bytes() const {
+  return config.n_layers * (attn_bytes + ffn_bytes * ffn_active_fraction) + output_bytes;
+}
+
 ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
   ModelFacts f;
   f.config = model::ModelConfig::from_gguf(file);

@@ -35,6 +35,10 @@ struct ModelFacts {
   double output_params = 0, output_bytes = 0;  // output head (the embedding when tied)
 
   double total_bytes() const;
+  // Weight bytes one decode step reads on a machine holding the whole model: every layer's
+  // attention, the active share of its FFN, and the output head (the embedding gives one row).
+  // For a mixture of experts this, not total_bytes, sets the decode speed.
+  double active_bytes() const;
   // From a GGUF file's tensor table (no weights are read).
   static ModelFacts from_gguf(const model::gguf::Reader& file);
   // A shape at an average number of bits per weight ("llama-70b" at 4.85 for Q4_K_M).

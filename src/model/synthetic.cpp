@@ -367,9 +367,10 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     writer.set(a + "rope.scaling.factor", gguf::Value::f32(spec.rope_linear_factor));
   }
   writer.set(a + "vocab_size", u32(c.vocab_size));
-  VocabStyle style = qwen || gpt_oss            ? VocabStyle::Qwen2Bpe
-                     : spec.shape == "llama-8b" ? VocabStyle::Llama3Bpe
-                                                : VocabStyle::SentencePiece;
+  VocabStyle style = gpt_oss                    ? VocabStyle::Gpt4oBpe
+                     : qwen                       ? VocabStyle::Qwen2Bpe
+                     : spec.shape == "llama-8b"   ? VocabStyle::Llama3Bpe
+                                                  : VocabStyle::SentencePiece;
   write_vocab(writer, style, c.vocab_size);
   writer.set("orchard.synthetic", gguf::Value::boolean(true));
   std::map<std::string, std::vector<float>> fitted;

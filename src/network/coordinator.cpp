@@ -465,9 +465,10 @@ void Coordinator::register_node(const std::string& node_id, const json& descript
   for (const auto& m : d["models"])
     if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("bytes") ||
         !m["bytes"].is_number_integer() || (m.contains("kv_bytes_per_token") && !m["kv_bytes_per_token"].is_number_integer()) ||
-        (m.contains("context_length") && !m["context_length"].is_number_integer()))
+        (m.contains("context_length") && !m["context_length"].is_number_integer()) ||
+        (m.contains("active_bytes_per_token") && !m["active_bytes_per_token"].is_number_integer()))
       throw ApiError(400, "[network] each model needs a string name and integer bytes (and kv_bytes_per_token, "
-                          "context_length, when given)");
+                          "context_length, active_bytes_per_token, when given)");
   for (const char* name : {"chip", "seat", "region", "name"})
     if (d.contains(name) && !d[name].is_string())
       throw ApiError(400, fmt::format("[network] a node description's \"{}\" must be a string", name));
@@ -575,6 +576,8 @@ void Coordinator::update_node_locked(const std::string& node_id) {
       info.bytes = m.value("bytes", int64_t{0});
       info.kv_bytes_per_token = m.value("kv_bytes_per_token", int64_t{0});
       info.context_length = m.value("context_length", int64_t{4096});
+      // A decode step never reads more than the whole model.
+      info.active_bytes_per_token = std::max<int64_t>(0, std::min(m.value("active_bytes_per_token", int64_t{0}), info.bytes));
     }
   placement_.add_node(spec);
   refresh_availability_locked(node_id);
@@ -675,7 +678,7 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   c.tok_s = seconds > 0 ? static_cast<double>(counted.completion) / seconds : 0;
   // A seat's premium over the shared rate is paid while the node delivers at least kDeliveryFloor
   // of what its claimed chip would for this model: claiming an Ultra earns nothing by itself.
-  const double claimed = expected_tok_s(model.bytes, n.bandwidth_gbs, 1, 0);
+  const double claimed = expected_tok_s(model.decode_bytes(), n.bandwidth_gbs, 1, 0);
   const bool delivers = delivered_seconds > 0 && delivered_tokens / delivered_seconds >= kDeliveryFloor * claimed;
   const double multiplier =
       delivers ? ledger::seat_multiplier(ledger::parse_seat(n.seat), ledger::parse_tier(n.tier)) : 1.0;
@@ -877,7 +880,7 @@ Demand Coordinator::demand_for(const JobRecord& job) const {
   const ModelInfo& m = models_.at(job.model);
   json request = json::parse(job.request, nullptr, false);
   int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), context_estimate(request));
-  Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}};
+  Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}, m.active_bytes_per_token};
   if (!job.verify_of.empty())
     if (auto original = store_.get_job(job.verify_of)) d.exclude.insert(original->node_id);
   if (auto live = live_.find(job.id); live != live_.end()) d.exclude.insert(live->second.refused_by.begin(), live->second.refused_by.end());

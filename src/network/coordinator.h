@@ -131,6 +131,8 @@ class Coordinator {
     int64_t bytes = 0;
     int64_t kv_bytes_per_token = 0;
     int64_t context_length = 0;
+    int64_t active_bytes_per_token = 0;  // weights a decode step reads (MoE: its chosen experts); 0: bytes
+    int64_t decode_bytes() const { return active_bytes_per_token > 0 ? active_bytes_per_token : bytes; }
   };
   struct NodeState {
     nlohmann::json description;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
+#include "cluster/cost_model.h"
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/generate.h"
@@ -42,14 +43,16 @@ class BuiltinEngine final : public Engine {
       if (e.path().extension() != ".gguf") continue;
       try {
         auto file = model::gguf::Reader::open(e.path().string());
-        auto config = model::ModelConfig::from_gguf(file);
+        const auto facts = cluster::ModelFacts::from_gguf(file);
+        const model::ModelConfig& config = facts.config;
         int32_t ctx = std::min(config.context_length, max_context_);
         const double kv_bytes_per_token =
             static_cast<double>(config.n_layers) * config.kv_cache_floats(config.n_kv_heads) * model::kv_value_bytes(kCacheType);
         out.push_back({{"name", e.path().stem().string()},
                        {"bytes", static_cast<int64_t>(e.file_size())},
                        {"kv_bytes_per_token", static_cast<int64_t>(std::ceil(kv_bytes_per_token))},
-                       {"context_length", ctx}});
+                       {"context_length", ctx},
+                       {"active_bytes_per_token", std::llround(facts.active_bytes())}});
       } catch (const Error& err) {
         spdlog::warn("[network] skipping {}: {}", e.path().string(), err.what());
       }
@@ -149,9 +152,18 @@ class ForwardingEngine final : public Engine {
       std::string id = m.value("id", "");
       std::string name = fs::path(id).stem().string();
       fs::path file = fs::path(models_dir_) / (name + ".gguf");
-      int64_t bytes = !models_dir_.empty() && fs::exists(file) ? static_cast<int64_t>(fs::file_size(file)) : 1;
-      out.push_back({{"name", name}, {"engine_id", id}, {"bytes", bytes}, {"kv_bytes_per_token", 0},
-                     {"context_length", 4096}});
+      const bool have_file = !models_dir_.empty() && fs::exists(file);
+      int64_t bytes = have_file ? static_cast<int64_t>(fs::file_size(file)) : 1;
+      json entry = {{"name", name}, {"engine_id", id}, {"bytes", bytes}, {"kv_bytes_per_token", 0}, {"context_length", 4096}};
+      if (have_file) {
+        try {
+          auto reader = model::gguf::Reader::open(file.string());
+          entry["active_bytes_per_token"] = std::llround(cluster::ModelFacts::from_gguf(reader).active_bytes());
+        } catch (const Error&) {
+          // A file Orchard cannot read (the engine may run what Orchard does not): speed by size.
+        }
+      }
+      out.push_back(std::move(entry));
       ids_[name] = id;
     }
     return out;

@@ -29,7 +29,8 @@ struct EngineResult {
 class Engine {
  public:
   virtual ~Engine() = default;
-  // [{"name", "bytes", "kv_bytes_per_token", "context_length"}]
+  // [{"name", "bytes", "kv_bytes_per_token", "context_length", "active_bytes_per_token"}]; the last
+  // (weights a decode step reads) may be left out, and then all the bytes count.
   virtual nlohmann::json models() = 0;
   virtual EngineResult run(const std::string& model, const nlohmann::json& request,
                            const std::function<bool(const std::string&)>& on_text) = 0;

@@ -15,9 +15,9 @@ constexpr double kNotOnDiskWeight = 0.5;
 
 }  // namespace
 
-double expected_tok_s(int64_t model_bytes, double bandwidth_gbs, int members, double link_latency_us) {
+double expected_tok_s(int64_t decode_bytes, double bandwidth_gbs, int members, double link_latency_us) {
   if (bandwidth_gbs <= 0) return 0;
-  double seconds = static_cast<double>(std::max<int64_t>(model_bytes, 1)) / (bandwidth_gbs * 1e9 * kBandwidthEfficiency) +
+  double seconds = static_cast<double>(std::max<int64_t>(decode_bytes, 1)) / (bandwidth_gbs * 1e9 * kBandwidthEfficiency) +
                    (members - 1) * link_latency_us * 1e-6;
   return 1.0 / seconds;
 }
@@ -277,7 +277,7 @@ std::optional<Choice> Placement::place(const Demand& d) const {
   for (auto it = buckets_by_memory_.lower_bound(d.need_bytes); it != buckets_by_memory_.end(); ++it) {
     const Bucket& b = buckets_[it->second];
     if (b.all.empty()) continue;
-    double tok_s = expected_tok_s(d.model_bytes, b.bandwidth, b.members, b.link_latency_us);
+    double tok_s = expected_tok_s(d.decode_bytes(), b.bandwidth, b.members, b.link_latency_us);
     if (model >= 0) {
       auto m = b.by_model.find(model);
       if (m != b.by_model.end()) consider(m->second, tok_s);

@@ -3,7 +3,10 @@
 // never across machines that are not one pod. A candidate ("unit") must hold the model's bytes
 // plus its KV cache for the context; among those that fit, the unit with the highest expected
 // tokens per second wins, weighted by whether the model is already on its disk, its queue and
-// its past reliability. No HTTP, no database: the coordinator and the simulator drive it.
+// its past reliability. Memory is set by all of a model's bytes, speed by the bytes a decode
+// step reads: for a mixture of experts only the chosen experts' share, so a large MoE that needs
+// a pod for memory is expected to decode at the speed of its active size. No HTTP, no database:
+// the coordinator and the simulator drive it.
 //
 // Cost: units with the same (memory, bandwidth, size) share a bucket, kept sorted by their
 // dynamic weight, so a decision looks at the best unit of each bucket that fits (a few hundred
@@ -42,6 +45,10 @@ struct Demand {
   int64_t model_bytes = 0;
   int64_t need_bytes = 0;  // weights + KV cache for the context
   std::unordered_set<std::string> exclude;  // nodes that must not take it (a check's producer)
+  // Weight bytes one decode step reads (a mixture of experts: the shared weights and the chosen
+  // experts); 0 when unknown, and then all of model_bytes.
+  int64_t active_bytes = 0;
+  int64_t decode_bytes() const { return active_bytes > 0 ? active_bytes : model_bytes; }
 };
 
 struct Choice {
@@ -54,11 +61,12 @@ struct Choice {
 };
 
 // Expected decode speed of a model on a machine, or split over a pod's machines as a pipeline by
-// memory share: each token streams the whole model once, one stage after another (bytes / the
-// unit's decode bandwidth, at the efficiency real kernels reach), plus one link hop per stage
-// boundary. A pod is therefore never faster than one of its members: it exists to hold models
-// that one machine cannot.
-double expected_tok_s(int64_t model_bytes, double bandwidth_gbs, int members, double link_latency_us);
+// memory share: each token streams the bytes a decode step reads (decode_bytes: all of a dense
+// model, a mixture of experts' active share) once, one stage after another (bytes / the unit's
+// decode bandwidth, at the efficiency real kernels reach), plus one link hop per stage boundary.
+// A pod is therefore never faster than one of its members: it exists to hold models that one
+// machine cannot.
+double expected_tok_s(int64_t decode_bytes, double bandwidth_gbs, int members, double link_latency_us);
 
 // Reliability after an outcome: served jobs pull it back toward 1, hand-backs, lost leases and
 // failed checks push it down (a hand-back least, a failed check much harder).

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/gguf/writer.h"
 #include "model/model_files.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
 namespace orchard {
@@ -239,6 +240,22 @@ TEST(GptOssConfig, TensorsOfTheWrongShapeOrMissingAreNamed) {
       << bias;
   const std::string missing = load_error(with_tensor(path, "blk.0.attn_output.bias", {}));
   EXPECT_NE(missing.find("blk.0.attn_output.bias"), std::string::npos) << missing;
+}
+
+// make-model's gpt-oss files carry o200k's pre-tokenizer, as the published ones do, and it loads:
+// o200k splits "HelloWorld DON'T" into "Hello", "World", " DON'T", so tokens end at bytes 5 and 10.
+TEST(GptOssConfig, SyntheticFilesUseTheGpt4oPreTokenizer) {
+  const auto file = model::gguf::Reader::open(testing::synthetic_model("gpt-oss", "tiny", "f32"));
+  const model::Tokenizer t = model::Tokenizer::from_gguf(file);
+  EXPECT_EQ(t.pre_tokenizer(), "gpt-4o");
+  const std::string text = "HelloWorld DON'T";
+  size_t end = 0;
+  std::vector<size_t> ends;
+  for (model::TokenId id : t.encode(text, false, false)) ends.push_back(end += t.token_bytes(id).size());
+  EXPECT_EQ(end, text.size());
+  EXPECT_NE(std::find(ends.begin(), ends.end(), 5u), ends.end());
+  EXPECT_NE(std::find(ends.begin(), ends.end(), 10u), ends.end());
+  EXPECT_EQ(t.decode(t.encode(text, false, false)), text);
 }
 
 // A tensor split sends a rank the whole of every vector (sinks and biases are read whole and cut

@@ -615,37 +615,54 @@ TEST_F(HttpApiTest, AJobNoNodeCanRunFailsWithAReason) {
   EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"solo","prompt":"hello","max_tokens":8})", "application/json")->status, 201);
 }
 
-// Two nodes claim a dedicated "Apple M3 Ultra" (the top multiplier, 2x). The one that takes a
-// second over four tokens of a 40 GB model (4 tok/s; the chip would give 819 GB/s x 0.6 / 40 GB =
-// 12 tok/s, and the premium needs half of that) is paid the shared rate; the one that delivers at
-// once is paid the premium.
+// A node that claims a dedicated "Apple M3 Ultra" (the top multiplier, 2x) registers `model`
+// (named "echo"), serves one four-token job taking `work`, and goes away; its balance after.
+int64_t serve_one_as_ultra(const std::string& url, Store& store, httplib::Client client, const NodeKey& node,
+                           const json& model, std::chrono::milliseconds work) {
+  signed_call(node, url, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000}, {"chip", "Apple M3 Ultra"}, {"seat", "dedicated"},
+                   {"models", json::array({model})}},
+              5000);
+  auto res = client.Post("/v1/jobs", R"({"model":"echo","prompt":"hello","max_tokens":4})", "application/json");
+  EXPECT_EQ(res->status, 201) << res->body;
+  json job = signed_call(node, url, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+  EXPECT_TRUE(job.is_object());
+  std::this_thread::sleep_for(work);
+  // Its own claims of speed count for nothing.
+  signed_call(node, url, "POST", "/v1/nodes/complete",
+              {{"job", job["id"]}, {"attempt", job["attempt"]},
+               {"result", {{"text", "hello"}, {"prompt_ids", {1, 2, 3}}, {"output_ids", {5, 6, 7, 8}}, {"tok_s", 1e6}}}},
+              5000);
+  // Gone, so the next job goes to the next node.
+  signed_call(node, url, "POST", "/v1/nodes/heartbeat", {{"offering", false}}, 5000);
+  return store.balance(ledger::node_account(node.public_hex()));
+}
+
+// Two nodes claim an M3 Ultra. The one that takes a second over four tokens of a 40 GB model
+// (4 tok/s; the chip would give 819 GB/s x 0.6 / 40 GB = 12 tok/s, and the premium needs half of
+// that) is paid the shared rate; the one that delivers at once is paid the premium.
 TEST_F(HttpApiTest, TheSeatPremiumFollowsMeasuredDelivery) {
-  auto serve_one = [&](const NodeKey& node, std::chrono::milliseconds work) {
-    signed_call(node, url_, "POST", "/v1/nodes/register",
-                json{{"memory_bytes", 64'000'000'000}, {"chip", "Apple M3 Ultra"}, {"seat", "dedicated"},
-                     {"models", {{{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 0}}}}},
-                5000);
-    auto res = client().Post("/v1/jobs", R"({"model":"echo","prompt":"hello","max_tokens":4})", "application/json");
-    EXPECT_EQ(res->status, 201) << res->body;
-    json job = signed_call(node, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
-    EXPECT_TRUE(job.is_object());
-    std::this_thread::sleep_for(work);
-    // Its own claims of speed count for nothing.
-    signed_call(node, url_, "POST", "/v1/nodes/complete",
-                {{"job", job["id"]}, {"attempt", job["attempt"]},
-                 {"result", {{"text", "hello"}, {"prompt_ids", {1, 2, 3}}, {"output_ids", {5, 6, 7, 8}}, {"tok_s", 1e6}}}},
-                5000);
-    // Gone, so the next job goes to the next node.
-    signed_call(node, url_, "POST", "/v1/nodes/heartbeat", {{"offering", false}}, 5000);
-    return store_->balance(ledger::node_account(node.public_hex()));
-  };
+  const json echo = {{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 0}};
   NodeKey slow = NodeKey::generate(), fast = NodeKey::generate();
   // 7 tokens x 40 GB at 1x = 0.28 credits; at 2x = 0.56.
-  EXPECT_EQ(serve_one(slow, std::chrono::milliseconds(1000)), 280000);
-  EXPECT_EQ(serve_one(fast, std::chrono::milliseconds(0)), 560000);
+  EXPECT_EQ(serve_one_as_ultra(url_, *store_, client(), slow, echo, std::chrono::milliseconds(1000)), 280000);
+  EXPECT_EQ(serve_one_as_ultra(url_, *store_, client(), fast, echo, std::chrono::milliseconds(0)), 560000);
   EXPECT_LT(store_->get_node(slow.public_hex())->tok_s, 4.1);  // the World shows the measured speed
   AuditReport audit = audit_ledger(*store_);
   EXPECT_TRUE(audit.ok()) << (audit.problems.empty() ? "" : audit.problems[0]);
+}
+
+// The speed a chip owes follows the bytes a decode step reads. Four tokens in 200 ms (at most
+// 20 tok/s) are enough for a dense 40 GB model (owed 12.3, floor 6.1) but not for a mixture of
+// experts of the same size that reads 4 GB a token (owed 819 x 0.6 / 4 = 122.9, floor 61.4).
+// Credits still follow the model's size (both 40 GB): 0.56 at 2x, 0.28 at 1x.
+TEST_F(HttpApiTest, TheSeatPremiumOfAMixtureOfExpertsFollowsItsActiveBytes) {
+  const json dense = {{"name", "echo"}, {"bytes", 40'000'000'000}, {"kv_bytes_per_token", 0}};
+  json moe = dense;
+  moe["active_bytes_per_token"] = 4'000'000'000;
+  NodeKey a = NodeKey::generate(), b = NodeKey::generate();
+  EXPECT_EQ(serve_one_as_ultra(url_, *store_, client(), a, dense, std::chrono::milliseconds(200)), 560000);
+  EXPECT_EQ(serve_one_as_ultra(url_, *store_, client(), b, moe, std::chrono::milliseconds(200)), 280000);
 }
 
 // Every bad input is a 4xx with a message in the error shape `orchard serve` answers with
@@ -702,6 +719,10 @@ TEST_F(HttpApiTest, BadInputGetsA4xxInOneErrorShape) {
            {"/v1/nodes/poll", json{{"wait_ms", "soon"}}, "\"wait_ms\""},
            {"/v1/nodes/heartbeat", json{{"offering", "yes"}}, "offering"},
            {"/v1/nodes/register", json{{"memory_bytes", 1}, {"models", json::array()}, {"seat", 2}}, "seat"},
+           {"/v1/nodes/register",
+            json{{"memory_bytes", 1},
+                 {"models", json::array({json{{"name", "m"}, {"bytes", 1}, {"active_bytes_per_token", "few"}}})}},
+            "active_bytes_per_token"},
        }) {
     try {
       signed_call(node, url_, "POST", path, body, 5000);

@@ -37,6 +37,55 @@ TEST(Placement, PicksTheFastestMachineThatFits) {
   EXPECT_EQ(p.place(demand("m", 4, 100))->unit, "ultra");
 }
 
+// Memory by all the bytes, speed by the bytes a decode step reads. Two models of 200 GB: a dense
+// one and a mixture of experts that reads 20 GB a token. Both need the pod of two 128 GB machines
+// at 800 GB/s (10 us a hop); decoding streams at 800 x 0.6 = 480 GB/s, so by hand:
+//   dense: 1 / (200 / 480 + 10e-6) = 2.39994 tok/s;  MoE: 1 / (20 / 480 + 10e-6) = 23.9942 tok/s.
+TEST(Placement, AMixtureOfExpertsNeedsMemoryForAllButDecodesAtItsActiveSize) {
+  Placement p;
+  p.add_node(node("p1", 128, 800));
+  p.add_node(node("p2", 128, 800));
+  p.add_node(node("lone", 192, 800));
+  p.add_pod(PodSpec{"pod", {"p1", "p2"}, 10});
+  for (auto id : {"p1", "p2", "lone"}) p.set_available(id, true);
+  const auto dense = p.place(demand("dense", 200, 230));
+  Demand moe_demand = demand("moe", 200, 230);
+  moe_demand.active_bytes = 20 * kGB;
+  const auto moe = p.place(moe_demand);
+  ASSERT_TRUE(dense && moe);
+  EXPECT_EQ(dense->unit, "pod");
+  EXPECT_EQ(moe->unit, "pod");  // 192 GB alone cannot hold it, however few bytes a token reads
+  EXPECT_NEAR(dense->expected_tok_s, 2.39994, 1e-5);
+  EXPECT_NEAR(moe->expected_tok_s, 23.9942, 1e-4);
+  // Unknown active bytes count as all of them.
+  EXPECT_DOUBLE_EQ(demand("moe", 200, 230).decode_bytes(), 200.0 * kGB);
+}
+
+// Where a pod's hops cost more than the bandwidth they add, the active size decides between a pod
+// and one machine that both hold the model (220 GB): "solo" 256 GB at 400 GB/s (240 effective),
+// the pod 2 x 128 GB at 800 GB/s (480) over a slow 5 ms link. By hand, for 200 GB of weights:
+//   dense (200 GB a token): solo 1 / (200 / 240) = 1.2 tok/s; pod 1 / (200 / 480 + 0.005) = 2.37154
+//   MoE (2 GB a token):     solo 1 / (2 / 240) = 120 tok/s;   pod 1 / (2 / 480 + 0.005) = 109.091
+TEST(Placement, TheActiveSizeDecidesBetweenAPodAndOneMachine) {
+  Placement p;
+  p.add_node(node("p1", 128, 800));
+  p.add_node(node("p2", 128, 800));
+  p.add_node(node("solo", 256, 400));
+  p.add_pod(PodSpec{"pod", {"p1", "p2"}, 5000});
+  for (auto id : {"p1", "p2", "solo"}) p.set_available(id, true);
+  const auto dense = p.place(demand("dense", 200, 220));
+  ASSERT_TRUE(dense);
+  EXPECT_EQ(dense->unit, "pod");
+  EXPECT_NEAR(dense->expected_tok_s, 2.37154, 1e-5);
+  Demand moe_demand = demand("moe", 200, 220);
+  moe_demand.active_bytes = 2 * kGB;
+  const auto moe = p.place(moe_demand);
+  ASSERT_TRUE(moe);
+  EXPECT_EQ(moe->unit, "solo");
+  EXPECT_NEAR(moe->expected_tok_s, 120.0, 1e-9);
+  EXPECT_NEAR(expected_tok_s(2 * kGB, 800, 2, 5000), 109.091, 1e-3);
+}
+
 TEST(Placement, PrefersTheModelOnDiskAndReliableNodes) {
   Placement p;
   p.add_node(node("a", 64, 400));

@@ -4,14 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "model/model_files.h"
 #include "model/sampler.h"
-#include "network/node_agent.h"
 #include "network/verify.h"
 
 namespace orchard::network {
@@ -92,19 +90,6 @@ TEST_P(VerifyTest, SampledOutputLiesInTheSamplersSupport) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, VerifyTest, ::testing::Values("f32", "q8_0", "q4_0"));
-
-// What a node registers is what its engine will hold: the KV cache at its F16 elements.
-TEST(BuiltinEngine, RegistersEachModelWithItsF16CacheBytes) {
-  const std::filesystem::path path = testing::synthetic_model("llama", "tiny", "q8_0");
-  const model::ModelConfig config = model::ModelConfig::from_gguf(model::gguf::Reader::open(path.string()));
-  const nlohmann::json models = make_builtin_engine(path.parent_path().string(), 1, 256, 0)->models();
-  const auto it = std::find_if(models.begin(), models.end(), [&](const nlohmann::json& m) { return m["name"] == path.stem().string(); });
-  ASSERT_NE(it, models.end()) << models.dump();
-  EXPECT_EQ((*it)["bytes"], static_cast<int64_t>(std::filesystem::file_size(path)));
-  // Keys and values of every KV head in every layer, two bytes each.
-  EXPECT_EQ((*it)["kv_bytes_per_token"], int64_t{config.n_layers} * 2 * config.n_kv_heads * config.head_dim * 2);
-  EXPECT_EQ((*it)["context_length"], 256);
-}
 
 }  // namespace
 }  // namespace orchard::network

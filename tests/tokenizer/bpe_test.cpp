@@ -68,7 +68,27 @@ TEST(BytePairs, PreTokenizerFollowsTokenizerGgmlPre) {
   EXPECT_EQ(Tokenizer::from_vocab(bpe_vocab(merges, "llama-bpe")).encode("1234", false).size(), 2u);  // 123 | 4
   EXPECT_EQ(Tokenizer::from_vocab(bpe_vocab(merges, "llama3")).pre_tokenizer(), "llama3");
   EXPECT_EQ(Tokenizer::from_vocab(bpe_vocab(merges, "qwen2")).encode("1234", false).size(), 4u);      // 1|2|3|4
-  EXPECT_THROW(Tokenizer::from_vocab(bpe_vocab(merges, "falcon")), FormatError);
+  EXPECT_EQ(Tokenizer::from_vocab(bpe_vocab(merges, "gpt-4o")).encode("1234", false).size(), 2u);     // 123 | 4
+  try {
+    Tokenizer::from_vocab(bpe_vocab(merges, "falcon"));
+    ADD_FAILURE() << "an unknown pre-tokenizer was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre 'falcon' is not supported (supported: default, gpt2, "
+                                         "llama-bpe, llama3, qwen2, gpt-4o)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// o200k's split decides where merges may act: "'S" stays with "DON", and a case change ends a
+// word. Merges: D O, DO N, ' S, DON 'S, o W.
+TEST(BytePairs, Gpt4oMergesWithinItsPieces) {
+  const VocabData v = bpe_vocab({"D O", "DO N", "' S", "DON 'S", "o W"}, "gpt-4o");
+  const Tokenizer t = Tokenizer::from_vocab(v);
+  EXPECT_EQ(t.encode("DON'S", false), (Ids{id_of(v, "DON'S")}));
+  EXPECT_EQ(t.encode("oW", false), (Ids{'o', 'W'}));  // "o" | "W": never merged
+  EXPECT_EQ(Tokenizer::from_vocab(bpe_vocab({"D O", "DO N", "' S", "DON 'S"}, "llama-bpe")).encode("DON'S", false),
+            (Ids{id_of(v, "DON"), id_of(v, "'S")}));  // Llama 3 splits the contraction off
 }
 
 TEST(BytePairs, Llama3TakesWholeWordsThatAreTokens) {

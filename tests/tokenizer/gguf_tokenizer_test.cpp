@@ -26,7 +26,7 @@ File written(const gguf::Writer& writer) {
 
 TEST(GgufTokenizer, WriteVocabReadsBackAsTheSameTokenizer) {
   const std::string text = "<|im_start|>The orchard, 1234 caf\xC3\xA9 \xF0\x9F\xA6\x99\n\n  end<|eot_id|>";
-  for (VocabStyle style : {VocabStyle::SentencePiece, VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe}) {
+  for (VocabStyle style : {VocabStyle::SentencePiece, VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe, VocabStyle::Gpt4oBpe}) {
     gguf::Writer writer;
     write_vocab(writer, style, 4000);
     const std::vector<uint8_t> bytes = writer.to_bytes();

@@ -53,21 +53,67 @@ TEST(PreTokenizer, Qwen2PatternSplitsSingleDigits) {
   EXPECT_EQ(split("v2", PreTokenizer::Qwen2), (Pieces{"v", "2"}));
 }
 
+// o200k splits words where the case changes; every expected split here was derived by hand from the
+// pattern (pre_tokenizer.h) and agrees with Python's `regex` module running the original pattern.
+TEST(PreTokenizer, Gpt4oPatternSplitsAtCaseChanges) {
+  const auto g = [](std::string_view text) { return split(text, PreTokenizer::Gpt4o); };
+  EXPECT_EQ(g("HelloWorld"), (Pieces{"Hello", "World"}));
+  EXPECT_EQ(g("camelCaseHTTPServer"), (Pieces{"camel", "Case", "HTTPServer"}));  // upper* takes "HTTPS"
+  EXPECT_EQ(g("ΑθΗνα"), (Pieces{"Αθ", "Ηνα"}));
+  EXPECT_EQ(g("ǅemal"), (Pieces{"ǅemal"}));  // title case counts as upper
+  EXPECT_EQ(g("Émile ÉCOLE café"), (Pieces{"Émile", " ÉCOLE", " café"}));
+}
+
+TEST(PreTokenizer, Gpt4oPatternKeepsContractionsWithTheirWord) {
+  const auto g = [](std::string_view text) { return split(text, PreTokenizer::Gpt4o); };
+  EXPECT_EQ(g("HELLO'S world"), (Pieces{"HELLO'S", " world"}));
+  EXPECT_EQ(g("don't WE'RE They'll"), (Pieces{"don't", " WE'RE", " They'll"}));
+  EXPECT_EQ(g("'s 'S x"), (Pieces{"'s", " '", "S", " x"}));  // a contraction only follows a word
+}
+
+TEST(PreTokenizer, Gpt4oPatternNumbersMarksAndScripts) {
+  const auto g = [](std::string_view text) { return split(text, PreTokenizer::Gpt4o); };
+  EXPECT_EQ(g("1234567 v2.0"), (Pieces{"123", "456", "7", " v", "2", ".", "0"}));
+  EXPECT_EQ(g("你好，世界"), (Pieces{"你好", "，世界"}));  // the full-width comma prefixes the next word
+  // Marks belong to both cases: a decomposed é stays in its word, but in "ÉCOLE" written with a
+  // combining accent the regex backtracks to the mark as the only lower character.
+  EXPECT_EQ(g("e\u0301cole E\u0301COLE"), (Pieces{"e\u0301cole", " E\u0301", "COLE"}));
+  EXPECT_EQ(g("\u0301abc"), (Pieces{"\u0301abc"}));
+  EXPECT_EQ(g("x\u0301Y"), (Pieces{"x\u0301", "Y"}));
+  EXPECT_EQ(g("हिंदी"), (Pieces{"हिंदी"}));  // vowel signs (marks) stay with their letters
+}
+
+TEST(PreTokenizer, Gpt4oPatternWhitespaceAndPunctuation) {
+  const auto g = [](std::string_view text) { return split(text, PreTokenizer::Gpt4o); };
+  EXPECT_EQ(g("a   b"), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(g("foo\n\nbar"), (Pieces{"foo", "\n\n", "bar"}));
+  EXPECT_EQ(g("x  \n  y"), (Pieces{"x", "  \n", " ", " y"}));
+  EXPECT_EQ(g("\tfoo"), (Pieces{"\tfoo"}));
+  EXPECT_EQ(g("\nfoo"), (Pieces{"\n", "foo"}));
+  EXPECT_EQ(g("x !!"), (Pieces{"x", " !!"}));
+  EXPECT_EQ(g("});\n\n/**"), (Pieces{"});\n\n/", "**"}));  // newlines and slashes end a punctuation run
+  EXPECT_EQ(g("a//b\n"), (Pieces{"a", "//", "b", "\n"}));
+  EXPECT_EQ(g("trailing  "), (Pieces{"trailing", "  "}));
+  EXPECT_EQ(g(""), Pieces{});
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesAreSingleOtherCharacters) {
   EXPECT_EQ(split("a\xFF" "b", PreTokenizer::Gpt2), (Pieces{"a", "\xFF", "b"}));
   EXPECT_EQ(split("a\xFF" "b", PreTokenizer::Llama3), (Pieces{"a", "\xFF" "b"}));
   EXPECT_EQ(split("\xE2\x82 x", PreTokenizer::Gpt2), (Pieces{"\xE2\x82", " x"}));
+  EXPECT_EQ(split("a\xFF" "B", PreTokenizer::Gpt4o), (Pieces{"a", "\xFF" "B"}));
 }
 
 TEST(PreTokenizer, PiecesAlwaysConcatenateToTheInput) {
   std::mt19937 rng(7);
   const std::string alphabet[] = {"a", "Z", " ", "  ", "\n", "\r", "\t", "'", "'s", "'LL", "1", "42", ".", "!?",
-                                  "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xCC\x81", "\xFF", "\x80", "\xE2\x82"};
+                                  "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xCC\x81", "\xFF", "\x80", "\xE2\x82",
+                                  "Q", "\xC3\x89", "/", "\xC7\x85"};
   for (int round = 0; round < 3000; ++round) {
     std::string text;
     const int parts = static_cast<int>(rng() % 12);
     for (int i = 0; i < parts; ++i) text += alphabet[rng() % std::size(alphabet)];
-    for (PreTokenizer kind : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2}) {
+    for (PreTokenizer kind : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Gpt4o}) {
       std::string joined;
       for (std::string_view piece : pre_tokenize(text, kind)) {
         ASSERT_FALSE(piece.empty());

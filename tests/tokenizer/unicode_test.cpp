@@ -38,18 +38,36 @@ TEST(Utf8, RejectsInvalidSequencesOneByteAtATime) {
 
 TEST(Category, ClassifiesLettersNumbersWhitespaceAcrossScripts) {
   for (char32_t letter : {U'a', U'Z', U'é', U'ß', U'Ω', U'λ', U'Ж', U'я', U'ب', U'ש', U'न', U'한', U'ᄀ', U'あ', U'カ',
-                          U'中', U'文', U'\U00020000', U'ａ', U'ǅ', U'ก', U'ა'}) {
-    EXPECT_EQ(category(letter), Category::Letter) << std::hex << static_cast<uint32_t>(letter);
+                          U'中', U'文', U'\U00020000', U'ａ', U'ǅ', U'ก', U'ა', U'\U0001E900', U'ᏸ'}) {
+    EXPECT_TRUE(is_letter(category(letter))) << std::hex << static_cast<uint32_t>(letter);
   }
-  for (char32_t number : {U'0', U'9', U'²', U'½', U'٣', U'۵', U'५', U'３', U'Ⅻ', U'①', U'〇'}) {
+  for (char32_t number : {U'0', U'9', U'²', U'½', U'٣', U'۵', U'५', U'３', U'Ⅻ', U'①', U'〇', U'\U0001D7CE'}) {
     EXPECT_EQ(category(number), Category::Number) << std::hex << static_cast<uint32_t>(number);
   }
-  for (char32_t space : {U' ', U'\t', U'\n', U'\r', U'\v', U'\f', U'\u00A0', U'\u2003', U'\u3000', U'\u2028'}) {
+  for (char32_t space : {U' ', U'\t', U'\n', U'\r', U'\v', U'\f', U'\u0085', U'\u00A0', U'\u2003', U'\u3000', U'\u2028'}) {
     EXPECT_EQ(category(space), Category::Whitespace) << std::hex << static_cast<uint32_t>(space);
   }
-  // Punctuation, symbols, emoji, combining marks and joiners are all "other".
-  for (char32_t other : {U'!', U'\'', U'€', U'\U0001F999', U'\u0301', U'\u093F', U'\u200D', U'。', U'\u2581', U'\0'}) {
+  // Punctuation, symbols, emoji, joiners and unassigned codepoints are "other"; marks are their
+  // own category, and neither is a letter.
+  for (char32_t other : {U'!', U'\'', U'€', U'\U0001F999', U'\u200D', U'。', U'\u2581', U'\0', U'\u0378', U'\U0010FFFF'}) {
     EXPECT_EQ(category(other), Category::Other) << std::hex << static_cast<uint32_t>(other);
+  }
+  for (char32_t mark : {U'\u0301', U'\u093F', U'\u0E31', U'\u20DD', U'\uFE0F'}) {
+    EXPECT_EQ(category(mark), Category::Mark) << std::hex << static_cast<uint32_t>(mark);
+    EXPECT_FALSE(is_letter(category(mark)));
+  }
+}
+
+// Values from UnicodeData.txt's general category field, for letters the o200k split tells apart.
+TEST(Category, TellsLettersApartByCase) {
+  for (char32_t upper : {U'A', U'Z', U'É', U'Ω', U'Ж', U'Ա', U'Ა', U'Ꭰ', U'\U0001E900', U'ǅ', U'ᾈ'}) {  // Lu, Lt
+    EXPECT_EQ(category(upper), Category::Upper) << std::hex << static_cast<uint32_t>(upper);
+  }
+  for (char32_t lower : {U'a', U'z', U'é', U'ß', U'ω', U'ж', U'ա', U'ა', U'ᏸ', U'\U0001E922', U'ſ'}) {  // Ll
+    EXPECT_EQ(category(lower), Category::Lower) << std::hex << static_cast<uint32_t>(lower);
+  }
+  for (char32_t caseless : {U'中', U'あ', U'한', U'ب', U'ש', U'न', U'ก', U'ʰ', U'々', U'ー', U'ª'}) {  // Lo, Lm
+    EXPECT_EQ(category(caseless), Category::Caseless) << std::hex << static_cast<uint32_t>(caseless);
   }
 }
 

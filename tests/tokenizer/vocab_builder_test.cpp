@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <random>
 #include <set>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "model/tokenizer/pre_tokenizer.h"
 #include "round_trip_texts.h"
 
 namespace orchard::model {
@@ -17,10 +20,11 @@ struct Shape {
   int32_t vocab_size;
   const char* name;
 };
-// The shapes of TinyLlama, Llama 3 8B and Qwen2.
+// The shapes of TinyLlama, Llama 3 8B, Qwen2 and gpt-oss.
 constexpr Shape kShapes[] = {{VocabStyle::SentencePiece, 32000, "spm"},
                              {VocabStyle::Llama3Bpe, 128256, "llama3"},
-                             {VocabStyle::Qwen2Bpe, 151936, "qwen2"}};
+                             {VocabStyle::Qwen2Bpe, 151936, "qwen2"},
+                             {VocabStyle::Gpt4oBpe, 201088, "gpt4o"}};
 
 class VocabBuilder : public testing::TestWithParam<Shape> {};
 
@@ -105,7 +109,7 @@ TEST(VocabBuilderLayout, SentencePiece) {
 }
 
 TEST(VocabBuilderLayout, ByteLevelSpecialsAndMergeConsistency) {
-  for (VocabStyle style : {VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe}) {
+  for (VocabStyle style : {VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe, VocabStyle::Gpt4oBpe}) {
     const int32_t size = style == VocabStyle::Llama3Bpe ? 128256 : 151936;
     const VocabData v = build_vocab(style, size);
     EXPECT_EQ(v.model, "gpt2");
@@ -138,7 +142,7 @@ TEST(VocabBuilderLayout, ByteLevelSpecialsAndMergeConsistency) {
       EXPECT_TRUE(t.is_end_of_generation(eot[0]));
       EXPECT_TRUE(t.is_end_of_generation(t.eos()));
     } else {
-      EXPECT_EQ(v.pre, "qwen2");
+      EXPECT_EQ(v.pre, style == VocabStyle::Gpt4oBpe ? "gpt-4o" : "qwen2");
       EXPECT_FALSE(t.adds_bos());
       EXPECT_EQ(t.token_text(t.eos()), "<|im_end|>");
       EXPECT_TRUE(t.is_end_of_generation(t.encode("<|endoftext|>", false).at(0)));
@@ -146,8 +150,36 @@ TEST(VocabBuilderLayout, ByteLevelSpecialsAndMergeConsistency) {
   }
 }
 
+// Merges never cross a pre-tokenizer piece. Qwen2's split cuts a word before any apostrophe, so
+// no token of its vocabulary has a letter followed by one; o200k's keeps "don't" whole, so merges
+// learned with it can join a contraction to its word.
+TEST(VocabBuilderLayout, Gpt4oMergesFollowItsSplit) {
+  const auto letter_then_apostrophe = [](const VocabData& v) {
+    return std::count_if(v.tokens.begin(), v.tokens.end(), [](const std::string& token) {
+      const size_t at = token.find('\'');
+      return at != std::string::npos && at > 0 && std::isalpha(static_cast<unsigned char>(token[at - 1]));
+    });
+  };
+  const VocabData gpt4o = build_vocab(VocabStyle::Gpt4oBpe, 8000);
+  EXPECT_EQ(gpt4o.pre, "gpt-4o");
+  EXPECT_GT(letter_then_apostrophe(gpt4o), 0);
+  EXPECT_EQ(letter_then_apostrophe(build_vocab(VocabStyle::Qwen2Bpe, 8000)), 0);
+  const Tokenizer t = Tokenizer::from_vocab(gpt4o);
+  const std::string text = "HelloWorld DON'T stop, it's 12345";
+  // Every piece of the split ends on a token boundary.
+  std::set<size_t> token_ends;
+  size_t offset = 0;
+  for (TokenId id : t.encode(text, false, false)) token_ends.insert(offset += t.token_bytes(id).size());
+  EXPECT_EQ(offset, text.size());
+  offset = 0;
+  for (std::string_view piece : pre_tokenize(text, PreTokenizer::Gpt4o)) {
+    offset += piece.size();
+    EXPECT_TRUE(token_ends.count(offset)) << piece;
+  }
+}
+
 TEST(VocabBuilderLayout, SmallAndTooSmallSizes) {
-  for (VocabStyle style : {VocabStyle::SentencePiece, VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe}) {
+  for (VocabStyle style : {VocabStyle::SentencePiece, VocabStyle::Llama3Bpe, VocabStyle::Qwen2Bpe, VocabStyle::Gpt4oBpe}) {
     const VocabData v = build_vocab(style, 300);
     EXPECT_EQ(v.tokens.size(), 300u);
     const Tokenizer t = Tokenizer::from_vocab(v);

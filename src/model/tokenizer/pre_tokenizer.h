@@ -16,6 +16,11 @@ enum class PreTokenizer {
   Llama3,
   // Llama3's pattern with \p{N} (single digits) in place of \p{N}{1,3}.
   Qwen2,
+  // o200k (GPT-4o, gpt-oss): words split at case changes, contractions kept with their word.
+  // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  // \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  Gpt4o,
 };
 
 // The pieces, in order; their concatenation is `text`. Views into `text`.

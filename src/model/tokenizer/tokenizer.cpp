@@ -299,8 +299,10 @@ Tokenizer Tokenizer::from_vocab(VocabData vocab) {
       impl->ignore_merges = true;
     } else if (pre == "qwen2") {
       impl->pre = PreTokenizer::Qwen2;
+    } else if (pre == "gpt-4o") {
+      impl->pre = PreTokenizer::Gpt4o;
     } else {
-      throw FormatError(error_message("tokenizer", "tokenizer.ggml.pre '{}' is not supported (supported: default, gpt2, llama-bpe, llama3, qwen2)", pre));
+      throw FormatError(error_message("tokenizer", "tokenizer.ggml.pre '{}' is not supported (supported: default, gpt2, llama-bpe, llama3, qwen2, gpt-4o)", pre));
     }
   } else {
     throw FormatError(error_message("tokenizer", "tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2)", vocab.model));

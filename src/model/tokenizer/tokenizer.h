@@ -1,7 +1,7 @@
 #pragma once
 // Tokenizers read from GGUF metadata (tokenizer.ggml.*): SentencePiece-style ("llama": scores,
 // byte fallback <0xNN>) and byte-level BPE ("gpt2": merges, with the pre-tokenizer splits named
-// by tokenizer.ggml.pre: "llama-bpe"/"llama3", "qwen2", default gpt2).
+// by tokenizer.ggml.pre: "llama-bpe"/"llama3", "qwen2", "gpt-4o", default gpt2).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,7 +23,7 @@ enum class TokenKind : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefin
 // from_gguf reads and the vocab builder makes.
 struct VocabData {
   std::string model = "llama";       // "llama" (SentencePiece) or "gpt2" (byte-level BPE)
-  std::string pre = "default";       // gpt2 only: "default"/"gpt2", "llama-bpe"/"llama3", "qwen2"
+  std::string pre = "default";       // gpt2 only: "default"/"gpt2", "llama-bpe"/"llama3", "qwen2", "gpt-4o"
   std::vector<std::string> tokens;
   std::vector<float> scores;         // llama: merge priority, higher first; empty = all 0
   std::vector<TokenKind> kinds;      // empty = all Normal

@@ -1,16 +1,11 @@
 #pragma once
 // The small part of Unicode the tokenizers need: strict UTF-8 decoding, the general-category
-// classes the pre-tokenizer regexes use (\p{L}, \p{N}, \s), and GPT-2's byte-to-unicode mapping.
+// classes the pre-tokenizer regexes use (\p{Lu}, \p{Ll}, \p{L}, \p{M}, \p{N}, \s), and GPT-2's
+// byte-to-unicode mapping.
 //
-// Category coverage (tables in unicode.cpp): letters and numbers of Latin (with Latin-1,
-// Extended-A/B/C/D/E, IPA, Latin Extended Additional, full-width forms), Greek (and Greek
-// Extended), Cyrillic, Armenian, Hebrew, Arabic (with presentation forms), Devanagari and the
-// other main Indic scripts' letter blocks, Thai, Georgian, Hangul (Jamo, compatibility Jamo,
-// syllables), Hiragana, Katakana, Bopomofo, CJK unified ideographs (BMP, extensions A-G) and
-// compatibility ideographs. Numbers cover ASCII digits, superscripts/subscripts, vulgar
-// fractions, Roman numerals, circled numbers, and the decimal digits of the scripts above.
-// Combining marks (\p{M}) and everything not listed (symbols, emoji, punctuation, unlisted
-// scripts) classify as Other, which is what [^\s\p{L}\p{N}] matches.
+// Categories come from a table generated from the Unicode Character Database
+// (scripts/gen_unicode_tables.py, unicode_tables.inc), so every script is covered as of that
+// Unicode version; codepoints unassigned in it are Other.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -33,8 +28,19 @@ void append_utf8(std::string& out, char32_t codepoint);
 // Whether `text` is entirely valid UTF-8.
 bool is_valid_utf8(std::string_view text);
 
-enum class Category : uint8_t { Letter, Number, Whitespace, Other };
+// General categories, merged where no pre-tokenizer regex tells them apart. \s is the
+// White_Space property (what \s means in the regex engines the reference tokenizers use).
+enum class Category : uint8_t {
+  Upper,       // Lu, Lt
+  Lower,       // Ll
+  Caseless,    // Lm, Lo: letters without case (CJK, Arabic, Hebrew, modifier letters)
+  Mark,        // Mn, Mc, Me: combining marks, which \p{L} does not include
+  Number,      // Nd, Nl, No
+  Whitespace,  // White_Space
+  Other,       // punctuation, symbols, emoji, controls, unassigned
+};
 Category category(char32_t codepoint);
+constexpr bool is_letter(Category c) { return c == Category::Upper || c == Category::Lower || c == Category::Caseless; }
 
 // GPT-2's reversible mapping of the 256 byte values onto printable codepoints (printable
 // Latin-1 bytes map to themselves, the rest to U+0100 onwards, in byte order).

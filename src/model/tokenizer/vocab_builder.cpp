@@ -209,13 +209,16 @@ VocabData build_byte_level(VocabStyle style, int32_t vocab_size) {
   }
   VocabData vocab;
   vocab.model = "gpt2";
-  vocab.pre = llama3 ? "llama-bpe" : "qwen2";
+  const PreTokenizer splitter = llama3                           ? PreTokenizer::Llama3
+                                : style == VocabStyle::Gpt4oBpe ? PreTokenizer::Gpt4o
+                                                                 : PreTokenizer::Qwen2;
+  vocab.pre = llama3 ? "llama-bpe" : style == VocabStyle::Gpt4oBpe ? "gpt-4o" : "qwen2";
 
   BpeTrainer trainer;
   const auto& alphabet = unicode::byte_to_unicode();
   for (const std::string& text : alphabet) trainer.symbol(text);  // symbol b is byte b
   std::map<std::string, int64_t> words;
-  for (std::string_view word : pre_tokenize(training_corpus(), llama3 ? PreTokenizer::Llama3 : PreTokenizer::Qwen2)) {
+  for (std::string_view word : pre_tokenize(training_corpus(), splitter)) {
     ++words[std::string(word)];
   }
   for (const auto& [word, count] : words) {
@@ -245,7 +248,8 @@ VocabData build_byte_level(VocabStyle style, int32_t vocab_size) {
     vocab.eot = special_id(2);
     vocab.add_bos = true;
   } else {
-    // Qwen2 has no BOS in use; <|endoftext|> is its BOS/padding and <|im_end|> ends a turn.
+    // Qwen2 (and ChatML generally) has no BOS in use; <|endoftext|> is its BOS/padding and
+    // <|im_end|> ends a turn.
     vocab.bos = special_id(0);
     vocab.eos = special_id(2);
     vocab.eot = special_id(2);
