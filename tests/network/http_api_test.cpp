@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "network/audit.h"
@@ -746,6 +747,54 @@ TEST_F(HttpApiTest, SlowClientsStarveNoOneAndAPortInUseIsAnError) {
   }
   HttpApi second(*coordinator_);
   EXPECT_THROW(second.bind("127.0.0.1", port), Error);
+  api.stop();
+  serving.join();
+}
+
+// The coordinator reads bodies before a handler thread is taken too: 200 sockets trickling a body
+// stop no one and are closed once behind the minimum rate, while a client submitting a 64 KiB job
+// body over 3 s (twice body_timeout, above the rate) gets its job accepted.
+TEST_F(HttpApiTest, SlowBodiesStarveNoOneAndASlowLargeBodyIsRead) {
+  start_agent();
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/models")->body)["data"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  serve::http::GuardOptions connections = HttpApi::default_connections();
+  connections.threads = 16;
+  connections.body_timeout = std::chrono::milliseconds(1500);
+  connections.max_per_address = 1000;
+  HttpApi api(*coordinator_, 60000, connections);
+  const int port = api.bind("127.0.0.1", 0);
+  std::thread serving([&] { api.serve(); });
+  const std::string job = R"({"model":"echo","prompt":"hello","max_tokens":3})" + std::string(64 << 10, ' ');
+  auto submitted = std::async(std::launch::async, [&] {
+    return orchard::testing::paced_request(port,
+                                           "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret_ +
+                                               "\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                               "Content-Length: " + std::to_string(job.size()) + "\r\n\r\n",
+                                           job, 10, std::chrono::milliseconds(330), 8);
+  });
+  {
+    orchard::testing::SlowLoris loris(port, 200, orchard::testing::SlowLoris::Part::kBody);
+    for (int second = 0; second < 3; ++second) {
+      auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
+      ASSERT_TRUE(health);
+      EXPECT_EQ(health->status, 200);
+      EXPECT_LT(health->seconds, 1.0);
+      httplib::Client fast("127.0.0.1", port);
+      fast.set_bearer_token_auth(secret_.c_str());
+      const auto start = std::chrono::steady_clock::now();
+      auto models = fast.Get("/v1/models");
+      ASSERT_TRUE(models);
+      EXPECT_EQ(models->status, 200);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      loris.trickle();
+    }
+    EXPECT_EQ(loris.closed_by_server(), 200);
+  }
+  const std::string got = submitted.get();
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 201 ")) << got;
   api.stop();
   serving.join();
 }
