@@ -19,11 +19,13 @@ struct NetworkOptions {
   network::CoordinatorOptions core;
   double lease_s = 15;
   std::string key_name;
+  std::vector<std::string> vocabs;  // --vocab MODEL=FILE.gguf
 };
 
 void run_coordinator(NetworkOptions& o) {
   o.core.lease_ms = static_cast<int64_t>(o.lease_s * 1000);
   o.core.offline_after_ms = o.core.lease_ms;
+  for (const auto& v : o.vocabs) o.core.vocabs.insert(network::parse_vocab_flag(v));
   // Before any thread starts, so that every thread inherits the mask.
   SignalStopper::block_signals();
   network::Store store = network::Store::open(o.db);
@@ -64,6 +66,9 @@ void add_network_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--ban-after", o->core.ban_after_mismatches, "Failed checks that ban a node")->capture_default_str();
+  cmd->add_option("--vocab", o->vocabs,
+                  "MODEL=FILE.gguf (repeatable): the model's vocabulary, to check every completion's token ids "
+                  "against its text and count its prompt (without it: bounds from the text's bytes)");
   auto quota = std::make_shared<int64_t>(0);
   auto rate = std::make_shared<int64_t>(0);
   CLI::App* add_key = cmd->add_subcommand("add-key", "Create an API key and print it (shown once)");

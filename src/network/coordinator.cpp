@@ -91,9 +91,10 @@ struct Counted {
 
 // What the coordinator bills and pays for a completion: the number of token ids the node sent
 // (claimed counts must agree with them), never more than the job asked for (max_tokens) and its
-// prompt could be (prompt_token_bound). A completion without ids (an engine that cannot tell) is
-// counted by its claims under the same bounds. Throws ApiError 400 naming the field.
-Counted count_tokens(const json& request, const json& result) {
+// prompt could be (prompt_token_bound, or the prompt's own count with the model's vocabulary), nor
+// than its text shows (check_reported_tokens). A completion without ids (an engine that cannot
+// tell) is counted by its claims under the same bounds. Throws ApiError 400 naming the field.
+Counted count_tokens(const json& request, const json& result, const ModelVocab* vocab) {
   if (!result.is_object()) throw bad_result("to be an object");
   if (result.contains("text") && !result["text"].is_string()) throw bad_result("\"text\" as a string");
   if (result.contains("finish_reason") &&
@@ -120,10 +121,13 @@ Counted count_tokens(const json& request, const json& result) {
   if (c.completion > max_tokens)
     throw bad_result(fmt::format("at most the job's max_tokens ({}) generated tokens in \"{}\", not {}", max_tokens,
                                  output_ids ? "output_ids" : "completion_tokens", c.completion));
-  const int64_t prompt_bound = prompt_token_bound(request);
+  const CheckedTokens checked = check_reported_tokens(request, result, vocab);
+  c.completion = checked.completion;
+  const int64_t prompt_bound = checked.prompt.value_or(prompt_token_bound(request));
   if (c.prompt > prompt_bound)
-    throw bad_result(fmt::format("at most {} prompt tokens in \"{}\" (the prompt's bytes and template), not {}",
-                                 prompt_bound, prompt_ids ? "prompt_ids" : "prompt_tokens", c.prompt));
+    throw bad_result(fmt::format("at most {} prompt tokens in \"{}\" ({}), not {}", prompt_bound,
+                                 prompt_ids ? "prompt_ids" : "prompt_tokens",
+                                 checked.prompt ? "the prompt's own count" : "the prompt's bytes and template", c.prompt));
   return c;
 }
 
@@ -664,7 +668,9 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (job->kind == "verify") return complete_check_locked(node_id, *job, attempt, result);
   auto node = nodes_.find(node_id);
   if (node == nodes_.end()) throw ApiError(404, "[network] unknown node");
-  const Counted counted = count_tokens(json::parse(job->request, nullptr, false), result);
+  const auto vocab = options_.vocabs.find(job->model);
+  const Counted counted = count_tokens(json::parse(job->request, nullptr, false), result,
+                                       vocab == options_.vocabs.end() ? nullptr : &vocab->second);
   Completion c;
   c.prompt_tokens = counted.prompt;
   c.completion_tokens = counted.completion;

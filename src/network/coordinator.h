@@ -22,6 +22,7 @@
 #include "network/catalog.h"
 #include "network/placement.h"
 #include "network/store/store.h"
+#include "network/token_check.h"
 
 namespace orchard::network {
 
@@ -43,6 +44,9 @@ struct CoordinatorOptions {
   int64_t default_quota_tokens = 0;  // for new keys; 0: unlimited
   int64_t default_rate_per_min = 0;
   uint64_t seed = 0;                 // 0: random (which jobs get checked)
+  // Vocabularies of models by the name jobs use: a completion's ids are checked against its text
+  // and its prompt counted exactly (token_check.h); other models get the byte bounds.
+  std::map<std::string, ModelVocab> vocabs;
 };
 
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch

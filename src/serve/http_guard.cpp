@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -62,8 +64,110 @@ void refuse(int fd, int status, const char* reason) {
   [[maybe_unused]] ssize_t sent = ::send(fd, response.data(), response.size(), kSendFlags | MSG_DONTWAIT);
 }
 
-bool head_complete(const std::string& buffer) {
-  return buffer.find("\r\n\r\n") != std::string::npos || buffer.find("\n\n") != std::string::npos;
+constexpr size_t kNone = std::string::npos;
+
+// Where a request's head ends (just past its blank line), or kNone while it has not all arrived.
+size_t head_end_of(const std::string& buffer) {
+  const size_t crlf = buffer.find("\r\n\r\n"), lf = buffer.find("\n\n");
+  return std::min(crlf == kNone ? kNone : crlf + 4, lf == kNone ? kNone : lf + 2);
+}
+
+bool same_text(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool has_text(std::string_view haystack, std::string_view needle) {
+  for (size_t i = 0; i + needle.size() <= haystack.size(); ++i)
+    if (same_text(haystack.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// How a request's body is delimited, read from its head as httplib reads it: chunked when
+// Transfer-Encoding says so, else Content-Length bytes, else none.
+struct Framing {
+  enum Kind { kEmpty, kLength, kChunked, kUnclear } kind = kEmpty;  // kUnclear: httplib refuses it
+  size_t length = 0;
+  // An HTTP/1.1 `Expect: 100-continue` line, [begin, end) in the head; begin == end when none.
+  size_t expect_begin = 0, expect_end = 0;
+};
+
+Framing framing_of(std::string_view head) {
+  Framing f;
+  bool chunked = false, has_length = false, unclear = false;
+  size_t at = head.find('\n') + 1;
+  const bool http10 = has_text(head.substr(0, at), "HTTP/1.0");
+  while (at < head.size()) {
+    const size_t eol = head.find('\n', at);
+    if (eol == kNone) break;
+    const std::string_view line = head.substr(at, eol - at);
+    const size_t colon = line.find(':');
+    if (colon != kNone) {
+      const std::string_view name = trimmed(line.substr(0, colon)), value = trimmed(line.substr(colon + 1));
+      if (same_text(name, "Transfer-Encoding")) {
+        chunked = chunked || has_text(value, "chunked");
+      } else if (same_text(name, "Content-Length")) {
+        size_t n = 0;
+        bool digits = !value.empty() && value.size() <= 18;
+        for (char ch : value) {
+          digits = digits && ch >= '0' && ch <= '9';
+          n = n * 10 + static_cast<size_t>(ch - '0');
+        }
+        unclear = unclear || !digits || (has_length && n != f.length);
+        has_length = true;
+        f.length = n;
+      } else if (same_text(name, "Expect") && has_text(value, "100-continue") && !http10) {
+        f.expect_begin = at;
+        f.expect_end = eol + 1;
+      }
+    }
+    at = eol + 1;
+  }
+  f.kind = chunked ? Framing::kChunked : unclear ? Framing::kUnclear : has_length && f.length > 0 ? Framing::kLength : Framing::kEmpty;
+  return f;
+}
+
+enum class Chunks { kMore, kDone, kMalformed };
+
+// Steps over the chunks of a chunked body that have fully arrived, from `at` (the start of a
+// chunk's size line), so each byte is looked at about once however slowly they come; kDone when
+// the last chunk and its trailers are in, with `at` just past them.
+Chunks scan_chunks(const std::string& b, size_t& at) {
+  for (;;) {
+    const size_t eol = b.find('\n', at);
+    if (eol == kNone) return b.size() - at > 1024 ? Chunks::kMalformed : Chunks::kMore;
+    size_t size = 0, i = at;
+    for (; i < eol && std::isxdigit(static_cast<unsigned char>(b[i])); ++i) {
+      if (i - at >= 15) return Chunks::kMalformed;
+      const char ch = static_cast<char>(std::tolower(static_cast<unsigned char>(b[i])));
+      size = size * 16 + static_cast<size_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+    }
+    if (i == at) return Chunks::kMalformed;
+    if (size == 0) {  // the last chunk: trailer lines up to an empty one
+      for (size_t p = eol + 1;;) {
+        const size_t e = b.find('\n', p);
+        if (e == kNone) return Chunks::kMore;
+        if (e == p || (e == p + 1 && b[p] == '\r')) {
+          at = e + 1;
+          return Chunks::kDone;
+        }
+        p = e + 1;
+      }
+    }
+    size_t after = eol + 1 + size;
+    if (b.size() < after + 2) return Chunks::kMore;
+    if (b[after] == '\n') after += 1;
+    else if (b[after] == '\r' && b[after + 1] == '\n') after += 2;
+    else return Chunks::kMalformed;
+    at = after;
+  }
 }
 
 }  // namespace
@@ -72,9 +176,18 @@ bool head_complete(const std::string& buffer) {
 struct Connection {
   int fd = -1;
   std::string address;
-  std::string buffer;  // received, not yet read by httplib (the head, pipelined bytes)
+  std::string buffer;  // received, not yet read by httplib (the head, the body, pipelined bytes)
   Clock::time_point idle_deadline, head_deadline;
   size_t served = 0;
+  // Once the current request's head is in: where it ends, its body's framing, how far a chunked
+  // body has been scanned, and when the body's wait began.
+  size_t head_end = 0;  // 0: the head is still coming
+  Framing framing;
+  size_t chunks_at = 0;
+  Clock::time_point body_since;
+  // Refused before its body was read: what still comes is read and dropped until head_deadline, so
+  // that the client, still sending, reads the answer instead of a reset.
+  bool draining = false;
 };
 
 // The stream httplib reads a request from and writes its answer to: the bytes the gate already
@@ -217,8 +330,89 @@ struct GuardedServer::Gate {
     const auto now = Clock::now();
     c->idle_deadline = now + o.idle_timeout;
     c->head_deadline = now + o.head_timeout;
+    c->head_end = 0;
     incoming.push_back(std::move(c));
     poke();
+  }
+
+  Clock::time_point body_deadline(const Connection& c) const {
+    const size_t received = c.buffer.size() - c.head_end;
+    return c.body_since + o.body_timeout +
+           std::chrono::milliseconds(received * 1000 / std::max<size_t>(o.min_body_rate, 1));
+  }
+
+  Clock::time_point deadline(const Connection& c) const {
+    if (c.draining) return c.head_deadline;
+    if (c.head_end > 0) return body_deadline(c);
+    return c.buffer.empty() ? c.idle_deadline : c.head_deadline;
+  }
+
+  enum class Next { kWait, kServe, kDrop };
+
+  // Whether c's request (head and body) has arrived for a worker, must wait for more, or is
+  // refused (answered here); a body is read here so that a slow one holds no handler thread.
+  Next judge(Connection& c, Clock::time_point now) {
+    if (c.draining) {
+      c.buffer.clear();
+      return now >= c.head_deadline ? Next::kDrop : Next::kWait;
+    }
+    if (c.head_end == 0) {
+      const size_t end = head_end_of(c.buffer);
+      if (end == kNone) {
+        if (c.buffer.size() > o.max_head_bytes) {
+          refuse(c.fd, 431, "Request Header Fields Too Large");
+          return Next::kDrop;
+        }
+        if (c.buffer.empty() && now >= c.idle_deadline) return Next::kDrop;  // idle keep-alive: closed quietly
+        if (!c.buffer.empty() && now >= c.head_deadline) {
+          refuse(c.fd, 408, "Request Timeout");
+          return Next::kDrop;
+        }
+        return Next::kWait;
+      }
+      c.head_end = end;
+      c.framing = framing_of(std::string_view(c.buffer).substr(0, end));
+      c.chunks_at = end;
+      c.body_since = now;
+      if (c.framing.kind == Framing::kLength && c.framing.length > server.payload_max_length_) {
+        refuse(c.fd, 413, "Payload Too Large");
+        ::shutdown(c.fd, SHUT_WR);
+        c.draining = true;
+        c.buffer.clear();
+        c.head_deadline = now + o.body_timeout;
+        return Next::kWait;
+      }
+      const Framing& f = c.framing;
+      if (f.expect_end > f.expect_begin && f.kind != Framing::kEmpty && c.buffer.size() == end) {
+        // The client waits for a go-ahead before its body: give it here, and take the line out so
+        // that httplib does not give a second one.
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        [[maybe_unused]] ssize_t sent = ::send(c.fd, kContinue.data(), kContinue.size(), kSendFlags | MSG_DONTWAIT);
+        const size_t line = f.expect_end - f.expect_begin;
+        c.buffer.erase(f.expect_begin, line);
+        c.head_end -= line;
+        c.chunks_at -= line;
+      }
+    }
+    const size_t body = c.buffer.size() - c.head_end;
+    switch (c.framing.kind) {
+      case Framing::kEmpty:
+      case Framing::kUnclear:
+        return Next::kServe;
+      case Framing::kLength:
+        if (body >= c.framing.length) return Next::kServe;
+        break;
+      case Framing::kChunked:
+        // Malformed or over the limit: httplib reads it from the buffer and answers 400 or 413.
+        if (scan_chunks(c.buffer, c.chunks_at) != Chunks::kMore || body > server.payload_max_length_)
+          return Next::kServe;
+        break;
+    }
+    if (now >= body_deadline(c)) {
+      refuse(c.fd, 408, "Request Timeout");
+      return Next::kDrop;
+    }
+    return Next::kWait;
   }
 
   void forget_locked(Connection& c) {
@@ -234,10 +428,14 @@ struct GuardedServer::Gate {
       {
         std::lock_guard lock(mu);
         if (!running) return;
+        const auto now = Clock::now();
         for (auto& c : incoming) {
           // Pipelined bytes may hold a whole request already.
-          if (head_complete(c->buffer)) ready.push_back(std::move(c));
-          else waiting.push_back(std::move(c));
+          switch (judge(*c, now)) {
+            case Next::kServe: ready.push_back(std::move(c)); break;
+            case Next::kWait: waiting.push_back(std::move(c)); break;
+            case Next::kDrop: forget_locked(*c); break;
+          }
         }
         if (!incoming.empty()) ready_cv.notify_all();
         incoming.clear();
@@ -246,7 +444,7 @@ struct GuardedServer::Gate {
       Clock::time_point next = Clock::now() + std::chrono::seconds(1);
       for (auto& c : waiting) {
         fds.push_back({c->fd, POLLIN, 0});
-        next = std::min(next, c->buffer.empty() ? c->idle_deadline : c->head_deadline);
+        next = std::min(next, deadline(*c));
       }
       ::poll(fds.data(), fds.size(), millis_until(next) + 1);
       if (fds[0].revents & POLLIN) {
@@ -261,26 +459,18 @@ struct GuardedServer::Gate {
         auto& c = waiting[i];
         bool drop = false;
         if (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) {
-          char chunk[4096];
+          char chunk[16384];
           const ssize_t n = ::recv(c->fd, chunk, sizeof chunk, MSG_DONTWAIT);
           if (n > 0) c->buffer.append(chunk, static_cast<size_t>(n));
           else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) drop = true;
         }
-        if (!drop && head_complete(c->buffer)) {
+        const Next next_step = drop ? Next::kDrop : judge(*c, now);
+        if (next_step == Next::kServe) {
           ready.push_back(std::move(c));
           ready_cv.notify_one();
           continue;
         }
-        if (!drop && c->buffer.size() > o.max_head_bytes) {
-          refuse(c->fd, 431, "Request Header Fields Too Large");
-          drop = true;
-        } else if (!drop && c->buffer.empty() && now >= c->idle_deadline) {
-          drop = true;  // an idle keep-alive connection: closed quietly
-        } else if (!drop && !c->buffer.empty() && now >= c->head_deadline) {
-          refuse(c->fd, 408, "Request Timeout");
-          drop = true;
-        }
-        if (drop) forget_locked(*c);
+        if (next_step == Next::kDrop) forget_locked(*c);
         else still.push_back(std::move(c));
       }
       waiting = std::move(still);
@@ -299,6 +489,8 @@ struct GuardedServer::Gate {
       }
       const bool last = ++c->served >= o.requests_per_connection;
       bool closed = false;
+      // The body is in the buffer already, except one httplib refuses (a chunked one that is
+      // malformed or too large), which it stops reading at once.
       GuardedStream stream(*c, Clock::now() + o.body_timeout, o.write_timeout);
       const bool ok = serve(stream, last, closed);
       stream.keep_unread();
@@ -353,6 +545,9 @@ class GateQueue final : public httplib::TaskQueue {
 }  // namespace
 
 GuardedServer::GuardedServer(GuardOptions options) : gate_(std::make_unique<Gate>(*this, options)) {
+  // Bodies wait in the gate's memory: httplib's default limit (none in some versions) would let
+  // one declared length reserve any amount.
+  set_payload_max_length(kDefaultPayloadBytes);
   new_task_queue = [this] {
     // httplib listens with a backlog of 5: a burst of connections (hundreds of slow clients and
     // the real ones among them) would wait a second for each SYN the kernel dropped.

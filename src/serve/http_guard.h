@@ -11,15 +11,18 @@
 
 namespace orchard::serve::http {
 
-// An httplib::Server whose connections wait for their request's head in one polling thread, so a
-// socket that sends a byte a second costs a file descriptor, not a handler thread: handlers only
-// ever see requests whose head has arrived, and answer /health while hundreds of slow sockets
-// trickle. Each wait is bounded by the options' timeouts; connections per address are capped. It
+// An httplib::Server whose connections wait for their request's head and body in one polling
+// thread, so a socket that sends a byte a second costs a file descriptor, not a handler thread:
+// handlers only ever see requests that have wholly arrived, and answer /health while hundreds of
+// slow sockets trickle heads or bodies. Each wait is bounded by the options' timeouts and minimum
+// body rate; connections per address are capped; a body declared larger than the payload limit
+// (set_payload_max_length, kDefaultPayloadBytes unless set) gets 413 before it is read. It
 // listens with SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a second server
 // on the same port starts and takes half the requests): a port in use is an error at bind.
 // Set routes and handlers as on any httplib::Server; leave new_task_queue alone.
 class GuardedServer : public httplib::Server {
  public:
+  static constexpr size_t kDefaultPayloadBytes = size_t{8} << 20;
   explicit GuardedServer(GuardOptions options = {});
   ~GuardedServer() override;
 

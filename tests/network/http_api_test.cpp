@@ -5,12 +5,15 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
+#include "model/tokenizer/vocab_builder.h"
 #include "network/audit.h"
 #include "network/coordinator.h"
 #include "network/http_api.h"
 #include "network/identity.h"
+#include "network/job_request.h"
 #include "network/node_agent.h"
 #include "serve/slow_clients.h"
 
@@ -459,10 +462,13 @@ TEST_F(HttpApiTest, PayFollowsCountedTokensNotClaims) {
            {{{"text", "x"}, {"prompt_tokens", 3}, {"completion_tokens", 1e300}}, "completion_tokens"},
            {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", {1, 2, 3, 4, 5}}}, "output_ids"},
            {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", ids4}, {"completion_tokens", 40}}, "completion_tokens"},
-           {{{"text", "x"}, {"prompt_ids", json(std::vector<int>(100, 7))}, {"output_ids", ids4}}, "prompt_ids"},
+           {{{"text", "hello"}, {"prompt_ids", json(std::vector<int>(100, 7))}, {"output_ids", ids4}}, "prompt_ids"},
            {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", {1, -2}}}, "output_ids"},
            {{{"text", "x"}, {"output_ids", ids4}}, "prompt_ids"},
-           {{{"text", "x"}, {"prompt_tokens", 400}, {"completion_tokens", 4}}, "prompt_tokens"},
+           {{{"text", "hello"}, {"prompt_tokens", 400}, {"completion_tokens", 4}}, "prompt_tokens"},
+           // Without the model's vocabulary: each generated token shows at least a byte of text
+           // (one end token and one bare leading space aside), so 4 ids cannot be 1 byte.
+           {{{"text", "x"}, {"prompt_ids", ids3}, {"output_ids", ids4}}, "bytes of \"text\""},
        }) {
     auto [status, message] = complete(lie.result);
     EXPECT_EQ(status, 400) << lie.result.dump();
@@ -767,6 +773,148 @@ TEST_F(HttpApiTest, SlowClientsStarveNoOneAndAPortInUseIsAnError) {
   }
   HttpApi second(*coordinator_);
   EXPECT_THROW(second.bind("127.0.0.1", port), Error);
+  api.stop();
+  serving.join();
+}
+
+// A coordinator given the model's vocabulary checks every completion's ids against its text and
+// counts the prompt itself, so a node cannot pad its count with ids it did not generate.
+class VocabHttpApiTest : public HttpApiTest {
+ protected:
+  static std::shared_ptr<const model::Tokenizer> tokenizer() {
+    static const auto tok = std::make_shared<const model::Tokenizer>(
+        model::Tokenizer::from_vocab(model::build_vocab(model::VocabStyle::Qwen2Bpe, 600)));
+    return tok;
+  }
+  CoordinatorOptions options() override {
+    CoordinatorOptions o = HttpApiTest::options();
+    o.vocabs["echo"] = ModelVocab{tokenizer(), "qwen2"};
+    return o;
+  }
+};
+
+TEST_F(VocabHttpApiTest, PaddedOutputIdsAreRefusedOnEveryJob) {
+  NodeKey attacker = NodeKey::generate();
+  signed_call(attacker, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 64'000'000'000}, {"chip", "M2 Ultra"}, {"seat", "shared"},
+                   {"models", {{{"name", "echo"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 0}}}}},
+              5000);
+  const json request = {{"model", "echo"}, {"prompt", "hello there"}, {"max_tokens", 32}};
+  auto res = client().Post("/v1/jobs", request.dump(), "application/json");
+  ASSERT_EQ(res->status, 201) << res->body;
+  const std::string id = json::parse(res->body)["id"];
+  json job = signed_call(attacker, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
+  ASSERT_TRUE(job.is_object());
+  auto complete = [&](const json& result) {
+    try {
+      signed_call(attacker, url_, "POST", "/v1/nodes/complete", {{"job", id}, {"attempt", job["attempt"]}, {"result", result}},
+                  5000);
+      return std::make_pair(200, std::string());
+    } catch (const ApiError& e) {
+      return std::make_pair(e.status(), std::string(e.what()));
+    }
+  };
+  const model::Tokenizer& tok = *tokenizer();
+  // What a node running the model would report: the prompt as the engine reads it (the same
+  // function every engine uses), and ids whose decoding is the text it streamed.
+  const auto prompt = prompt_tokens(tok, "qwen2", request);
+  const std::string text = "general kenobi";
+  std::vector<model::TokenId> ids = tok.encode(text, false, false);
+  ASSERT_EQ(tok.decode(ids), text);
+  ASSERT_LE(ids.size() + 4, 16u);  // padded, still within max_tokens
+  const model::TokenId eos = tok.eos(), im_start = static_cast<model::TokenId>(tok.encode("<|im_start|>", false)[0]);
+  ASSERT_EQ(tok.token_kind(im_start), model::TokenKind::Control);
+  auto with = [&](std::vector<model::TokenId> more) {
+    std::vector<model::TokenId> out = ids;
+    out.insert(out.end(), more.begin(), more.end());
+    return json(out);
+  };
+  const std::vector<model::TokenId> padding = tok.encode(" and more", false, false);
+  struct Lie {
+    json output_ids;
+    json prompt_ids;
+    const char* names;
+  };
+  std::vector<model::TokenId> other_prompt = prompt;
+  other_prompt.back() = other_prompt.back() == 100 ? 101 : 100;
+  std::vector<model::TokenId> longer_prompt = prompt;
+  longer_prompt.push_back(100);
+  for (const Lie& lie : std::vector<Lie>{
+           {with(padding), prompt, "decode to its \"text\""},              // ids the text does not show
+           {with({eos, eos, eos}), prompt, "end-of-generation"},              // end tokens as filler
+           {with({eos, ids[0]}), prompt, "end-of-generation"},               // ids after the end
+           {with({599999}), prompt, "vocabulary"},
+           {json(ids), other_prompt, "the request's own"},                   // not the request's prompt
+           {json(ids), longer_prompt, "the request's own"},
+       }) {
+    auto [status, message] = complete({{"text", text}, {"prompt_ids", lie.prompt_ids}, {"output_ids", lie.output_ids}});
+    EXPECT_EQ(status, 400) << lie.output_ids.dump();
+    EXPECT_NE(message.find(lie.names), std::string::npos) << message;
+  }
+  // Counts without ids (an engine that cannot tell them): the prompt is counted by the
+  // coordinator, the output bounded by the text.
+  auto [status, message] = complete({{"text", text}, {"prompt_tokens", prompt.size() + 1}, {"completion_tokens", 3}});
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("the prompt's own count"), std::string::npos) << message;
+  std::tie(status, message) = complete({{"text", "ok"}, {"prompt_tokens", prompt.size()}, {"completion_tokens", 9}});
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("bytes of \"text\""), std::string::npos) << message;
+  EXPECT_EQ(store_->balance(ledger::node_account(attacker.public_hex())), 0);  // nothing paid for any of them
+  // Accepted, and billed at the ids that show in the text and its end token: control tokens
+  // (which show nothing) as filler earn nothing.
+  ASSERT_EQ(complete({{"text", text}, {"prompt_ids", prompt}, {"output_ids", with({im_start, im_start, im_start, eos})}}).first,
+            200);
+  json done = wait_done(id);
+  EXPECT_EQ(done["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(done["usage"]["completion_tokens"], ids.size() + 1);
+  EXPECT_EQ(store_->get_key(store_->get_job(id)->key_id)->tokens_used, static_cast<int64_t>(prompt.size() + ids.size() + 1));
+  EXPECT_GT(store_->balance(ledger::node_account(attacker.public_hex())), 0);
+}
+
+// The coordinator reads bodies before a handler thread is taken too: 200 sockets trickling a body
+// stop no one and are closed once behind the minimum rate, while a client submitting a 64 KiB job
+// body over 3 s (twice body_timeout, above the rate) gets its job accepted.
+TEST_F(HttpApiTest, SlowBodiesStarveNoOneAndASlowLargeBodyIsRead) {
+  start_agent();
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/models")->body)["data"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  serve::http::GuardOptions connections = HttpApi::default_connections();
+  connections.threads = 16;
+  connections.body_timeout = std::chrono::milliseconds(1500);
+  connections.max_per_address = 1000;
+  HttpApi api(*coordinator_, 60000, connections);
+  const int port = api.bind("127.0.0.1", 0);
+  std::thread serving([&] { api.serve(); });
+  const std::string job = R"({"model":"echo","prompt":"hello","max_tokens":3})" + std::string(64 << 10, ' ');
+  auto submitted = std::async(std::launch::async, [&] {
+    return orchard::testing::paced_request(port,
+                                           "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret_ +
+                                               "\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                               "Content-Length: " + std::to_string(job.size()) + "\r\n\r\n",
+                                           job, 10, std::chrono::milliseconds(330), 8);
+  });
+  {
+    orchard::testing::SlowLoris loris(port, 200, orchard::testing::SlowLoris::Part::kBody);
+    for (int second = 0; second < 3; ++second) {
+      auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
+      ASSERT_TRUE(health);
+      EXPECT_EQ(health->status, 200);
+      EXPECT_LT(health->seconds, 1.0);
+      httplib::Client fast("127.0.0.1", port);
+      fast.set_bearer_token_auth(secret_.c_str());
+      const auto start = std::chrono::steady_clock::now();
+      auto models = fast.Get("/v1/models");
+      ASSERT_TRUE(models);
+      EXPECT_EQ(models->status, 200);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      loris.trickle();
+    }
+    EXPECT_EQ(loris.closed_by_server(), 200);
+  }
+  const std::string got = submitted.get();
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 201 ")) << got;
   api.stop();
   serving.join();
 }

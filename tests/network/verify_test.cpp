@@ -10,6 +10,10 @@
 #include "model/forward.h"
 #include "model/model_files.h"
 #include "model/sampler.h"
+#include "model/generate.h"
+#include "network/coordinator.h"
+#include "network/job_request.h"
+#include "network/token_check.h"
 #include "network/verify.h"
 
 namespace orchard::network {
@@ -90,6 +94,44 @@ TEST_P(VerifyTest, SampledOutputLiesInTheSamplersSupport) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, VerifyTest, ::testing::Values("f32", "q8_0", "q4_0"));
+
+// The coordinator's token check (token_check.h) on what a node really reports: generations of a
+// real (synthetic, so often odd) model, sampled at temperature 1, pass the check with the model's
+// own vocabulary, counted at their ids less those that show no text; the same with one more id
+// than was generated is refused.
+class TokenCheckTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenCheckTest, AnHonestGenerationPassesAndPaddingIsRefused) {
+  const std::string path = testing::synthetic_model(GetParam(), "tiny", "f32");
+  const ModelVocab vocab = load_vocab(path);
+  const model::Tokenizer& tok = *vocab.tokenizer;
+  auto file = model::gguf::Reader::open(path);
+  const auto config = model::ModelConfig::from_gguf(file);
+  model::ModelWeights weights(file, config, model::Shard::whole(config), {});
+  core::ThreadPool pool(2);
+  model::Forward forward(weights, 96, 16, pool);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const nlohmann::json request = {{"prompt", "hello world, once more"}, {"max_tokens", 48}, {"temperature", 1.0},
+                                    {"top_k", 0},  {"top_p", 1.0},   {"seed", seed}};
+    const auto prompt = prompt_tokens(tok, vocab.arch, request);
+    model::LocalModel local(forward);
+    const auto r = model::generate(local, tok, prompt, generation_options(request, forward.n_ctx(), prompt.size()));
+    nlohmann::json result = {{"text", r.text}, {"prompt_ids", prompt}, {"output_ids", r.tokens}};
+    const CheckedTokens checked = check_reported_tokens(request, result, &vocab);
+    EXPECT_EQ(checked.prompt, static_cast<int64_t>(prompt.size()));
+    const auto shown = std::count_if(r.tokens.begin(), r.tokens.end(), [&](TokenId id) {
+      const auto kind = tok.token_kind(id);
+      return tok.is_end_of_generation(id) || (kind != model::TokenKind::Control && kind != model::TokenKind::Unused);
+    });
+    EXPECT_EQ(checked.completion, shown);
+    if (r.stopped_at_end) continue;  // nothing may follow the end
+    // One more id, shown in no text: the ids no longer decode to it.
+    result["output_ids"].push_back(r.tokens.empty() ? 100 : r.tokens.back());
+    EXPECT_THROW(check_reported_tokens(request, result, &vocab), ApiError) << "seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenCheckTest, ::testing::Values("llama", "qwen2"));
 
 }  // namespace
 }  // namespace orchard::network

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -552,6 +554,82 @@ TEST(HttpFake, SlowClientsStarveNoOne) {
     loris.trickle();
   }
   EXPECT_EQ(loris.closed_by_server(), 200);  // past head_timeout: all answered 408 and closed
+}
+
+// Bodies are read before a handler thread is taken: 200 sockets trickling a body a byte a second
+// stop no one, and are answered 408 once they fall behind the minimum rate; a large body sent
+// slowly but above that rate (over twice body_timeout, in pieces; once asking for a go-ahead, once
+// chunked) is read and answered, as is a request behind it on the same socket; a body declared
+// over the payload limit is refused before it is sent.
+TEST(HttpFake, SlowBodiesStarveNoOneAndSlowLargeBodiesAreRead) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {},
+                    {.head_timeout = 1500ms, .body_timeout = 1500ms, .min_body_rate = 8192, .max_per_address = 1000});
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})" + std::string(96 << 10, ' ');
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Connection: close\r\n";
+  // 96 KiB in 12 pieces 300 ms apart: 3.3 s in all, about 30 KiB/s.
+  auto with_length = std::async(std::launch::async, [&] {
+    return orchard::testing::paced_request(
+        server.port(), head + "Expect: 100-continue\r\nContent-Length: " + std::to_string(chat.size()) + "\r\n\r\n",
+        chat, 12, 300ms, 8);
+  });
+  std::string chunked_body;
+  for (size_t at = 0; at < chat.size(); at += 8192) {
+    const std::string part = chat.substr(at, 8192);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", part.size());
+    chunked_body += std::string(size) + "\r\n" + part + "\r\n";
+  }
+  chunked_body += "0\r\n\r\n";
+  auto chunked = std::async(std::launch::async, [&] {
+    return orchard::testing::paced_request(server.port(), head + "Transfer-Encoding: chunked\r\n\r\n", chunked_body,
+                                           12, 300ms, 8);
+  });
+  {
+    orchard::testing::SlowLoris loris(server.port(), 200, orchard::testing::SlowLoris::Part::kBody);
+    for (int second = 0; second < 3; ++second) {
+      auto health = orchard::testing::timed_get("127.0.0.1", server.port(), "/health", 5);
+      ASSERT_TRUE(health);
+      EXPECT_EQ(health->status, 200);
+      EXPECT_LT(health->seconds, 1.0);
+      const auto start = std::chrono::steady_clock::now();
+      auto res = server.client().Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})",
+                                      "application/json");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 200);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+      if (second == 0) {
+        EXPECT_EQ(loris.closed_by_server(), 0);
+      }
+      std::this_thread::sleep_for(1s);
+      loris.trickle();
+    }
+    EXPECT_EQ(loris.closed_by_server(), 200);  // past body_timeout at under 8 KiB/s: 408 and closed
+  }
+  const std::string got = with_length.get();
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 ")) << got.substr(0, 200);
+  EXPECT_EQ(got.find("100 Continue", 10), std::string::npos) << "one go-ahead, not two";
+  EXPECT_NE(got.find("\"completion_tokens\":2"), std::string::npos) << got;
+  const std::string got_chunked = chunked.get();
+  EXPECT_TRUE(got_chunked.starts_with("HTTP/1.1 200 ")) << got_chunked.substr(0, 200);
+
+  // Two requests in one write: the second waits in the buffer behind the first body.
+  const std::string small = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})";
+  const std::string one = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(small.size()) + "\r\n\r\n" + small;
+  const std::string two = orchard::testing::paced_request(server.port(), one + one.substr(0, one.find("\r\n") + 2) +
+                                                              "Connection: close\r\n" + one.substr(one.find("\r\n") + 2),
+                                                          "", 1, 0ms, 3);
+  size_t answers = 0;
+  for (size_t at = two.find("HTTP/1.1 200 "); at != std::string::npos; at = two.find("HTTP/1.1 200 ", at + 1)) ++answers;
+  EXPECT_EQ(answers, 2u) << two;
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::string big = orchard::testing::paced_request(
+      server.port(), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n", "{", 1, 0ms, 3);
+  EXPECT_TRUE(big.starts_with("HTTP/1.1 413 ")) << big;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
 }
 
 // One address may hold max_per_address connections; more are refused at once (503), while
