@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <fmt/format.h>
 
 #include "network/identity.h"
@@ -235,31 +236,54 @@ void Coordinator::become_leader() {
   dispatch_locked();
 }
 
-void Coordinator::on_notice(const std::string& notice) {
-  const auto colon = notice.find(':');
-  if (colon == std::string::npos) return;
-  const std::string what = notice.substr(0, colon), id = notice.substr(colon + 1);
+void Coordinator::on_notices(const std::string& payload) {
+  std::vector<std::string> submitted;
+  bool cancelled = false;
   std::lock_guard lock(mu_);
-  if (what == "node") {
-    if (leading_) return;  // it registered here
-    if (auto r = store_.get_node(id)) load_node_locked(*r);
-  } else if (what == "done") {
-    if (auto live = live_.find(id); live != live_.end()) {
-      live->second.done = true;
-      changed_.notify_all();
+  for (size_t at = 0; at < payload.size();) {
+    size_t end = payload.find(' ', at);
+    if (end == std::string::npos) end = payload.size();
+    const std::string notice = payload.substr(at, end - at);
+    at = end + 1;
+    const auto colon = notice.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string what = notice.substr(0, colon), id = notice.substr(colon + 1);
+    if (what == "node") {
+      if (leading_) continue;  // it registered here
+      if (auto r = store_.get_node(id)) load_node_locked(*r);
+    } else if (what == "done") {
+      if (auto live = live_.find(id); live != live_.end()) {
+        live->second.done = true;
+        changed_.notify_all();
+      }
+    } else if (!leading_) {
+      continue;  // jobs are the leader's
+    } else if (what == "job") {
+      if (!recovered_.erase(id)) submitted.push_back(id);  // else loaded with the queue already
+    } else if (what == "cancel") {
+      cancelled_locked(id);
+      cancelled = true;
     }
-  } else if (!leading_) {
-    return;  // jobs are the leader's
-  } else if (what == "job") {
-    if (recovered_.erase(id)) return;  // loaded with the queue already
-    auto job = store_.get_job(id);
-    if (!job || job->state != JobState::Queued) return;
-    queue_.push_back({*job, std::nullopt});
-    dispatch_locked();
-  } else if (what == "cancel") {
-    cancelled_locked(id);
-    dispatch_locked();
   }
+  if (!leading_ || (submitted.empty() && !cancelled)) return;
+  if (!submitted.empty()) {
+    std::vector<JobRecord> jobs = store_.get_jobs(submitted);
+    std::sort(jobs.begin(), jobs.end(), [](const JobRecord& a, const JobRecord& b) { return a.created_at < b.created_at; });
+    for (JobRecord& job : jobs)
+      if (job.state == JobState::Queued) queue_.push_back({std::move(job), std::nullopt});
+  }
+  dispatch_locked();
+}
+
+void Coordinator::tell(std::string notice) {
+  if (!options_.replica) return;
+  std::lock_guard lock(outbox_mu_);
+  outbox_.push_back(std::move(notice));
+}
+
+std::vector<std::string> Coordinator::take_notices() {
+  std::lock_guard lock(outbox_mu_);
+  return std::exchange(outbox_, {});
 }
 
 KeyRecord Coordinator::authenticate(const std::string& secret) {
@@ -329,6 +353,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   job.reserved = prompt_token_bound(request) + max_tokens;
   // Counted and inserted by the store, outside the lock: submissions run side by side, on every
   // replica, and all of them see one quota and one rate per key.
+  const bool leading = leading_;
   const SubmitOutcome outcome = store_.submit_job(job, key, job.created_at);
   if (outcome.kind == SubmitOutcome::Kind::OverQuota)
     throw ApiError(429, fmt::format("[network] key '{}' has {} of its quota of {} tokens left ({} used, {} reserved "
@@ -337,16 +362,19 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
                                     key.quota_tokens, outcome.used, outcome.reserved, job.reserved));
   if (outcome.kind == SubmitOutcome::Kind::OverRate)
     throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name, key.rate_per_min));
-  if (leading_) {
-    std::lock_guard lock(mu_);
+  std::lock_guard lock(mu_);
+  if (leading) {
     queue_.push_back({job, std::nullopt});
     dispatch_locked();
+    // Placed at once when a node was free: its first lease.
+    if (auto live = live_.find(job.id); live != live_.end() && !live->second.unit.empty()) {
+      job.state = JobState::Leased;
+      job.attempt = 1;
+    }
   } else {
-    store_.notify("job:" + job.id);
+    tell("job:" + job.id);  // the leader's to place
   }
-  auto stored = store_.get_job(job.id);
-  std::lock_guard lock(mu_);
-  return job_to_json(stored.value_or(job));
+  return job_to_json(job);
 }
 
 json Coordinator::job_to_json(const JobRecord& j) {
@@ -385,7 +413,7 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
   if (store_.cancel_job(id, clock_())) {
     cancelled_locked(id);
     if (leading_) dispatch_locked();
-    else store_.notify("cancel:" + id);  // the leader takes it out of its queue or a node's inbox
+    else tell("cancel:" + id);  // the leader takes it out of its queue or a node's inbox
   }
   return job_to_json(*store_.get_job(id));
 }
@@ -405,7 +433,7 @@ void Coordinator::cancelled_locked(const std::string& id) {
   if (leading_) finished_locked(id);
 }
 
-void Coordinator::finished_locked(const std::string& id) { store_.notify("done:" + id); }
+void Coordinator::finished_locked(const std::string& id) { tell("done:" + id); }
 
 Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, size_t offset,
                                 std::chrono::steady_clock::time_point deadline) {
@@ -545,7 +573,7 @@ void Coordinator::register_node(const std::string& node_id, const json& descript
   if (d.contains("pod")) form_pod_locked(d["pod"]);
   changed_.notify_all();
   dispatch_locked();
-  store_.notify("node:" + node_id);  // followers learn its models
+  tell("node:" + node_id);  // followers learn its models
 }
 
 // A pod forms once all its members have registered naming it. The members are named either in

@@ -135,9 +135,12 @@ class Coordinator {
   bool leading() const { return leading_; }
   // Loads the queue and the leases from the database (as after a restart) and starts placing.
   void become_leader();
-  // A notice another replica sent on the database ("job:ID" submitted, "cancel:ID",
-  // "done:ID" finished, "node:ID" registered).
-  void on_notice(const std::string& notice);
+  // Notices replicas send each other on the database, each "kind:ID": "job" submitted on a
+  // follower, "cancel", "done" (a job ended), "node" (registered). on_notices takes a payload
+  // of several, separated by spaces; take_notices gives what this replica has to send (a
+  // replica's only: a lone coordinator keeps none).
+  void on_notices(const std::string& payload);
+  std::vector<std::string> take_notices();
   std::string add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min);
   Store& store() { return store_; }
   size_t queued() const;
@@ -207,6 +210,9 @@ class Coordinator {
   std::deque<QueuedJob> queue_;  // queued jobs, oldest first (no database read per dispatch)
   std::unordered_map<std::string, Live> live_;
   std::atomic<bool> leading_{true};
+  void tell(std::string notice);
+  std::mutex outbox_mu_;
+  std::vector<std::string> outbox_;  // notices for the other replicas, sent in batches by Replica
   std::unordered_set<std::string> recovered_;  // queued jobs loaded on becoming leader, before their notices
   std::mt19937_64 rng_;
   std::function<void()> nodes_changed_;

@@ -5,7 +5,9 @@
 // the nodes' inboxes and serves nodes; the others take clients' jobs (a row and a notice each)
 // and send nodes to the leader. A leader whose session is lost can no longer know it leads: it
 // stops (on_lost), and another replica takes the lock within a second and loads the queue and
-// the leases from the database, as after a restart.
+// the leases from the database, as after a restart. The coordinator's notices to the others go
+// out in batches, every kFlushMs: PostgreSQL serializes the commits of notifying statements, so
+// one a submission would cap the followers' submissions at one a disk flush.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -28,11 +30,12 @@ class Replica {
 
  private:
   void run();
+  void flush();  // sends the coordinator's notices until stopped
   Coordinator& coordinator_;
   std::string url_, advertise_;
   std::function<void(const std::string&)> on_lost_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread thread_, flusher_;
 };
 
 }  // namespace orchard::network

@@ -379,6 +379,23 @@ std::optional<JobRecord> Store::get_job(const std::string& id) {
   return job_from(rows[0]);
 }
 
+std::vector<JobRecord> Store::get_jobs(const std::vector<std::string>& ids) {
+  std::vector<JobRecord> out;
+  if (backend_ != "postgres") {
+    for (const std::string& id : ids)
+      if (auto j = get_job(id)) out.push_back(std::move(*j));
+    return out;
+  }
+  // One statement for the lot: ids are letters, digits and '-', safe in an array literal.
+  std::string list = "{";
+  for (const std::string& id : ids) list += (list.size() > 1 ? "," : "") + id;
+  list += "}";
+  Conn db = conn();
+  for (const Row& r : db->query(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ANY($1::text[])", {list}))
+    out.push_back(job_from(r));
+  return out;
+}
+
 std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
   Conn db = conn();
   std::vector<JobRecord> out;

@@ -136,6 +136,7 @@ class Store {
   // the database sees the same quota and rate.
   SubmitOutcome submit_job(const JobRecord& job, const KeyRecord& key, int64_t now);
   std::optional<JobRecord> get_job(const std::string& id);
+  std::vector<JobRecord> get_jobs(const std::vector<std::string>& ids);  // those that exist, in no order
   std::vector<JobRecord> jobs_in_state(JobState state, int64_t limit = 1000000);
   int64_t count_jobs(JobState state, const std::string& kind = "");  // kind "": every kind
   // queued -> leased by node; returns the new attempt number, or nullopt when not queued.
@@ -172,8 +173,8 @@ class Store {
   // Where the replica that places jobs (the leader) serves nodes; "" before any has led.
   void set_leader_url(const std::string& url, int64_t now);
   std::string leader_url();
-  // Tells every coordinator listening on the database (PostgreSQL NOTIFY on kNoticeChannel);
-  // nothing on SQLite, where one coordinator runs.
+  // Tells every coordinator listening on the database (PostgreSQL NOTIFY on kNoticeChannel, at
+  // most 8000 bytes); nothing on SQLite, where one coordinator runs.
   void notify(const std::string& payload);
 
  private:
