@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Job submissions per second the coordinator sustains over HTTP, with SQLite and with
-# PostgreSQL, measured side by side by wrk (Debian's package). One node registers the model
-# and withdraws, so the jobs queue and nothing else uses the CPU.
+# Job submissions per second the coordinator sustains over HTTP, with SQLite, with PostgreSQL,
+# and with two coordinator replicas sharing one PostgreSQL database (each taking half the
+# connections), measured side by side by wrk (Debian's package). One node registers the model
+# and withdraws, so the jobs queue and nothing else uses the CPU. Everything (wrk, coordinators,
+# the database) shares this machine's cores.
 #   bash bench/network_submit.sh [BUILD_DIR] [SECONDS] [CONNECTIONS]
 set -euo pipefail
 build=$(realpath "${1:-build}")
@@ -39,30 +41,49 @@ done = function(summary, latency, requests)
 end
 LUA
 
-# $1: database URL. Prints one line of figures.
+# $1: database URL, $2: coordinator replicas (1 or 2; 2 on PostgreSQL only). Prints one line of
+# figures: submissions a second over all replicas.
 measure() {
-  local db=$1 port
-  port=$(free_port)
-  "$orchard" network --db "$db" --host 127.0.0.1 --port "$port" >"$work/coordinator.log" 2>&1 &
-  local coordinator=$!
-  pids+=("$coordinator")
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+  local db=$1 replicas=${2:-1} ports=() coordinators=() i
+  for ((i = 0; i < replicas; i++)); do
+    ports+=("$(free_port)")
+    "$orchard" network --db "$db" --host 127.0.0.1 --port "${ports[i]}" >"$work/coordinator$i.log" 2>&1 &
+    coordinators+=($!)
+    pids+=($!)
+  done
+  for port in "${ports[@]}"; do
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+  done
   export ORCHARD_KEY
   ORCHARD_KEY=$("$orchard" network add-key --db "$db" --name bench)
-  "$orchard" node --network "http://127.0.0.1:$port" --dedicated --models "$work/models" --threads 1 \
+  # Told of the first replica; a follower sends it on to the leader.
+  "$orchard" node --network "http://127.0.0.1:${ports[0]}" --dedicated --models "$work/models" --threads 1 \
     --key-file "$work/node.key" --name bench-node >"$work/node.log" 2>&1 &
   local node=$!
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v1/models" -H "Authorization: Bearer $ORCHARD_KEY" | grep -q tiny && break; sleep 0.1; done
+  for port in "${ports[@]}"; do
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/v1/models" -H "Authorization: Bearer $ORCHARD_KEY" | grep -q tiny && break; sleep 0.1; done
+  done
   kill -TERM "$node"; wait "$node" 2>/dev/null || true
-  wrk -t 2 -c "$connections" -d "${seconds}s" -s "$work/submit.lua" "http://127.0.0.1:$port/v1/jobs" >"$work/wrk.out" 2>&1
-  local line; line=$(grep RESULT "$work/wrk.out")
-  local requests elapsed
-  requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$line")
-  elapsed=$(sed -E 's/.*seconds=([0-9.]+).*/\1/' <<<"$line")
+  local wrks=()
+  for ((i = 0; i < replicas; i++)); do
+    wrk -t $((2 / replicas)) -c $((connections / replicas)) -d "${seconds}s" -s "$work/submit.lua" \
+      "http://127.0.0.1:${ports[i]}/v1/jobs" >"$work/wrk$i.out" 2>&1 &
+    wrks+=($!)
+  done
+  wait "${wrks[@]}"
+  local rate=0 lines=""
+  for ((i = 0; i < replicas; i++)); do
+    local line requests elapsed
+    line=$(grep RESULT "$work/wrk$i.out")
+    requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$line")
+    elapsed=$(sed -E 's/.*seconds=([0-9.]+).*/\1/' <<<"$line")
+    rate=$(awk -v t="$rate" -v r="$requests" -v s="$elapsed" 'BEGIN { print t + r / s }')
+    lines+="${lines:+; }${line#RESULT }"
+  done
   local audit; audit=$("$orchard" network audit --db "$db" 2>/dev/null | tr -d '\n' | cut -c1-160)
-  printf '%-10s %8.0f submissions/s  (%s)\n' "${db%%:*}" "$(awk -v r="$requests" -v s="$elapsed" 'BEGIN { print r / s }')" "${line#RESULT }"
-  echo "           audit: $audit"
-  kill -TERM "$coordinator"; wait "$coordinator" 2>/dev/null || true
+  printf '%-10s x%d %8.0f submissions/s  (%s)\n' "${db%%:*}" "$replicas" "$rate" "$lines"
+  echo "              audit: $audit"
+  for c in "${coordinators[@]}"; do kill -TERM "$c"; wait "$c" 2>/dev/null || true; done
 }
 
 echo "wrk: ${seconds}s, $connections connections, 2 threads, POST /v1/jobs (model tiny, 16 tokens)"
@@ -77,3 +98,5 @@ $runas "$pgbin/initdb" -D "$work/pg" -U postgres --auth=trust -E UTF8 >/dev/null
 pgport=$(free_port)
 $runas "$pgbin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w -o "-p $pgport -k $work -c listen_addresses=127.0.0.1" start >/dev/null
 measure "postgresql://postgres@127.0.0.1:$pgport/postgres"
+$runas "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U postgres replicas
+measure "postgresql://postgres@127.0.0.1:$pgport/replicas" 2

@@ -1,6 +1,12 @@
+#include <unistd.h>
+
 #include <atomic>
+#include <climits>
 #include <cstdio>
+#include <memory>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "apps/orchard/commands.h"
 #include "apps/orchard/signal_stopper.h"
@@ -8,6 +14,7 @@
 #include "network/audit.h"
 #include "network/coordinator.h"
 #include "network/http_api.h"
+#include "network/replica.h"
 
 namespace orchard::app {
 namespace {
@@ -20,7 +27,20 @@ struct NetworkOptions {
   double lease_s = 15;
   std::string key_name;
   std::vector<std::string> vocabs;  // --vocab MODEL=FILE.gguf
+  std::string advertise;  // where nodes reach this coordinator when it leads
 };
+
+// The address other replicas send nodes to: --advertise, else this one's host and port (the
+// machine's name when listening on every address).
+std::string advertised_url(const NetworkOptions& o, int port) {
+  if (!o.advertise.empty()) return o.advertise;
+  std::string host = o.host;
+  if (host == "0.0.0.0" || host == "::") {
+    char name[HOST_NAME_MAX + 1] = {};
+    host = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "127.0.0.1";
+  }
+  return fmt::format("http://{}:{}", host, port);
+}
 
 void run_coordinator(NetworkOptions& o) {
   o.core.lease_ms = static_cast<int64_t>(o.lease_s * 1000);
@@ -28,12 +48,26 @@ void run_coordinator(NetworkOptions& o) {
   for (const auto& v : o.vocabs) o.core.vocabs.insert(network::parse_vocab_flag(v));
   // Before any thread starts, so that every thread inherits the mask.
   SignalStopper::block_signals();
+  // SQLite serves one coordinator process; PostgreSQL any number of replicas, one leading.
+  std::unique_ptr<network::FileLock> single;
+  if (std::string path = network::sqlite_path(o.db); !path.empty())
+    single = std::make_unique<network::FileLock>(path + ".coordinator");
   network::Store store = network::Store::open(o.db);
+  const bool replicated = store.backend() == "postgres";
+  o.core.replica = replicated;
   network::Coordinator coordinator(store, o.core);
   network::HttpApi api(coordinator);
   int port = api.bind(o.host, o.port);
   std::fprintf(stderr, "orchard network: listening on %s:%d, state in %s (%s)\n", o.host.c_str(), port, o.db.c_str(),
                std::string(store.backend()).c_str());
+  std::string lost;
+  std::unique_ptr<network::Replica> replica;
+  if (replicated)
+    replica = std::make_unique<network::Replica>(coordinator, o.db, advertised_url(o, port),
+                                                 [&api, &lost](const std::string& why) {
+                                                   lost = why;
+                                                   api.stop();
+                                                 });
   std::atomic<bool> stop{false};
   std::thread ticker([&] {
     while (!stop) {
@@ -51,6 +85,10 @@ void run_coordinator(NetworkOptions& o) {
   }
   stop = true;
   ticker.join();
+  if (replica) replica->stop();
+  // A leader that lost its database session cannot tell whether it still leads: it stops, and
+  // another replica (or this one, restarted) takes over.
+  if (!lost.empty()) throw Error(error_message("network", "stopped leading: {}", lost));
 }
 
 }  // namespace
@@ -69,6 +107,8 @@ void add_network_command(CLI::App& app) {
   cmd->add_option("--vocab", o->vocabs,
                   "MODEL=FILE.gguf (repeatable): the model's vocabulary, to check every completion's token ids "
                   "against its text and count its prompt (without it: bounds from the text's bytes)");
+  cmd->add_option("--advertise", o->advertise,
+                  "On PostgreSQL: the URL where nodes reach this coordinator when it leads (default http://HOST:PORT)");
   auto quota = std::make_shared<int64_t>(0);
   auto rate = std::make_shared<int64_t>(0);
   CLI::App* add_key = cmd->add_subcommand("add-key", "Create an API key and print it (shown once)");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <fmt/format.h>
 
 #include "network/identity.h"
@@ -40,6 +41,7 @@ namespace {
 constexpr int64_t kDefaultMaxTokens = 256;
 constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
+constexpr auto kFollowerRecheck = std::chrono::seconds(1);
 // Leases a job gets before it fails: enough for nodes that vanish or are called back by their
 // owners, few enough that a job nothing can run ends with a reason instead of circling.
 constexpr int64_t kMaxAttempts = 8;
@@ -178,38 +180,46 @@ Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
       catalog_(HardwareCatalog::shipped()),
       rng_(options.seed ? options.seed : std::random_device{}()) {
   store_.migrate();
-  recover();
+  leading_ = !options_.replica;
+  std::lock_guard lock(mu_);
+  recover_nodes_locked();
+  if (leading_) recover_jobs_locked();
 }
 
 Coordinator::~Coordinator() = default;
 
-void Coordinator::recover() {
-  std::lock_guard lock(mu_);
+void Coordinator::load_node_locked(const NodeRecord& r) {
+  NodeState& n = nodes_[r.id];
+  n.description = json::parse(r.description, nullptr, false);
+  n.seat = r.seat;
+  n.reliability = r.reputation;
+  n.mismatches = r.mismatches;
+  n.banned = r.banned;
+  n.jobs_failed = r.jobs_failed;
+  n.last_seen = r.last_seen;
+  // Until it speaks again a node is offline: its agent re-registers after a restart.
+  update_node_locked(r.id);
+}
+
+void Coordinator::recover_nodes_locked() {
   for (const NodeRecord& r : store_.list_nodes()) {
-    NodeState& n = nodes_[r.id];
-    n.description = json::parse(r.description, nullptr, false);
-    n.seat = r.seat;
-    n.reliability = r.reputation;
-    n.mismatches = r.mismatches;
-    n.banned = r.banned;
-    n.jobs_failed = r.jobs_failed;
-    n.last_seen = r.last_seen;
     // Credits survive a restart in the book; the seat they count for is the node's current one.
     credits_by_seat_[r.seat] += store_.balance(ledger::node_account(r.id));
-    // Until it speaks again a node is offline: its agent re-registers after a restart.
-    update_node_locked(r.id);
+    load_node_locked(r);
   }
   // Agents do not register again after a restart (their heartbeats are still known): pods form
   // from the stored descriptions.
   for (const auto& [id, n] : nodes_)
     if (n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]))
       form_pod_locked(n.description["pod"]);
+}
+
+void Coordinator::recover_jobs_locked() {
   for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) {
-    reserve_locked(j);
+    recovered_.insert(j.id);
     queue_.push_back({std::move(j), std::nullopt});
   }
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
-    reserve_locked(j);
     // Its holder may still finish it; if not, the lease expires and the job returns. A job that
     // its holder alone cannot hold runs on the pod the holder leads, which stays busy with it.
     const int64_t need = models_.count(j.model) ? demand_for(j).need_bytes : 0;
@@ -219,22 +229,65 @@ void Coordinator::recover() {
   }
 }
 
-void Coordinator::reserve_locked(const JobRecord& job) {
-  Live& live = live_[job.id];
-  if (job.kind != "generate" || live.reserved > 0) return;  // checks are not billed to a key's quota
-  json request = json::parse(job.request, nullptr, false);
-  live.key_id = job.key_id;
-  live.reserved = prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
-  reserved_[job.key_id] += live.reserved;
+void Coordinator::become_leader() {
+  std::lock_guard lock(mu_);
+  if (leading_) return;
+  // The nodes may have changed since this replica read them: the previous leader kept their
+  // trust in the store.
+  for (const NodeRecord& r : store_.list_nodes()) load_node_locked(r);
+  recover_jobs_locked();
+  leading_ = true;
+  dispatch_locked();
 }
 
-void Coordinator::release_locked(const std::string& job_id) {
-  auto it = live_.find(job_id);
-  if (it == live_.end() || it->second.reserved == 0) return;
-  int64_t& left = reserved_[it->second.key_id];
-  left -= it->second.reserved;
-  if (left == 0) reserved_.erase(it->second.key_id);
-  it->second.reserved = 0;
+void Coordinator::on_notices(const std::string& payload) {
+  std::vector<std::string> submitted;
+  bool cancelled = false;
+  std::lock_guard lock(mu_);
+  for (size_t at = 0; at < payload.size();) {
+    size_t end = payload.find(' ', at);
+    if (end == std::string::npos) end = payload.size();
+    const std::string notice = payload.substr(at, end - at);
+    at = end + 1;
+    const auto colon = notice.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string what = notice.substr(0, colon), id = notice.substr(colon + 1);
+    if (what == "node") {
+      if (leading_) continue;  // it registered here
+      if (auto r = store_.get_node(id)) load_node_locked(*r);
+    } else if (what == "done") {
+      if (auto live = live_.find(id); live != live_.end()) {
+        live->second.done = true;
+        changed_.notify_all();
+      }
+    } else if (!leading_) {
+      continue;  // jobs are the leader's
+    } else if (what == "job") {
+      if (!recovered_.erase(id)) submitted.push_back(id);  // else loaded with the queue already
+    } else if (what == "cancel") {
+      cancelled_locked(id);
+      cancelled = true;
+    }
+  }
+  if (!leading_ || (submitted.empty() && !cancelled)) return;
+  if (!submitted.empty()) {
+    std::vector<JobRecord> jobs = store_.get_jobs(submitted);
+    std::sort(jobs.begin(), jobs.end(), [](const JobRecord& a, const JobRecord& b) { return a.created_at < b.created_at; });
+    for (JobRecord& job : jobs)
+      if (job.state == JobState::Queued) queue_.push_back({std::move(job), std::nullopt});
+  }
+  dispatch_locked();
+}
+
+void Coordinator::tell(std::string notice) {
+  if (!options_.replica) return;
+  std::lock_guard lock(outbox_mu_);
+  outbox_.push_back(std::move(notice));
+}
+
+std::vector<std::string> Coordinator::take_notices() {
+  std::lock_guard lock(outbox_mu_);
+  return std::exchange(outbox_, {});
 }
 
 KeyRecord Coordinator::authenticate(const std::string& secret) {
@@ -269,7 +322,11 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
     return v.get<double>();
   };
   const int64_t max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
-  uint64_t seed = rng_() >> 1;
+  uint64_t seed = 0;
+  {
+    std::lock_guard lock(mu_);  // rng_ is shared with completions
+    seed = rng_() >> 1;
+  }
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer()) throw ApiError(400, "[network] \"seed\" must be an integer");
     // Any 64-bit integer, negative ones as their two's complement (as `orchard serve` takes them).
@@ -284,45 +341,44 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   if (has_messages) request["messages"] = body["messages"];
   else request["prompt"] = body["prompt"];
 
-  std::lock_guard lock(mu_);
-  std::string model = body["model"].get<std::string>();
-  auto m = models_.find(model);
-  if (m == models_.end()) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
+  const std::string model = body["model"].get<std::string>();
+  {
+    std::lock_guard lock(mu_);
+    if (!models_.count(model)) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
+  }
   // The job reserves the most it can cost (its prompt's bound and max_tokens) until it settles at
   // what was counted, or is cancelled or fails: jobs submitted at once cannot run past the quota.
-  const int64_t need = prompt_token_bound(request) + max_tokens;
-  if (key.quota_tokens > 0) {
-    const int64_t used = store_.get_key(key.id).value_or(key).tokens_used;  // now, under the lock
-    const int64_t reserved = reserved_[key.id];
-    if (used + reserved + need > key.quota_tokens)
-      throw ApiError(429, fmt::format("[network] key '{}' has {} of its quota of {} tokens left ({} used, {} reserved "
-                                      "by its jobs in flight); this job may take {}",
-                                      key.name, std::max<int64_t>(0, key.quota_tokens - used - reserved),
-                                      key.quota_tokens, used, reserved, need));
-  }
-  const int64_t now = clock_();
-  if (key.rate_per_min > 0) {
-    // Token bucket: rate_per_min submissions a minute, bursts up to the same number.
-    Bucket& b = rate_[key.id];
-    if (b.at == 0) b.tokens = static_cast<double>(key.rate_per_min);
-    b.tokens = std::min<double>(static_cast<double>(key.rate_per_min),
-                                b.tokens + static_cast<double>(now - b.at) * key.rate_per_min / 60000.0);
-    b.at = now;
-    if (b.tokens < 1) throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name,
-                                                      key.rate_per_min));
-    b.tokens -= 1;
-  }
   JobRecord job;
   job.id = fmt::format("job-{}", random_hex(12));
   job.key_id = key.id;
   job.model = model;
   job.request = request.dump();
-  job.created_at = job.updated_at = now;
-  store_.insert_job(job);
-  reserve_locked(job);
-  queue_.push_back({job, std::nullopt});
-  dispatch_locked();
-  return job_to_json(*store_.get_job(job.id));
+  job.created_at = job.updated_at = clock_();
+  job.reserved = prompt_token_bound(request) + max_tokens;
+  // Counted and inserted by the store, outside the lock: submissions run side by side, on every
+  // replica, and all of them see one quota and one rate per key.
+  const bool leading = leading_;
+  const SubmitOutcome outcome = store_.submit_job(job, key, job.created_at);
+  if (outcome.kind == SubmitOutcome::Kind::OverQuota)
+    throw ApiError(429, fmt::format("[network] key '{}' has {} of its quota of {} tokens left ({} used, {} reserved "
+                                    "by its jobs in flight); this job may take {}",
+                                    key.name, std::max<int64_t>(0, key.quota_tokens - outcome.used - outcome.reserved),
+                                    key.quota_tokens, outcome.used, outcome.reserved, job.reserved));
+  if (outcome.kind == SubmitOutcome::Kind::OverRate)
+    throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name, key.rate_per_min));
+  std::lock_guard lock(mu_);
+  if (leading) {
+    queue_.push_back({job, std::nullopt});
+    dispatch_locked();
+    // Placed at once when a node was free: its first lease.
+    if (auto live = live_.find(job.id); live != live_.end() && !live->second.unit.empty()) {
+      job.state = JobState::Leased;
+      job.attempt = 1;
+    }
+  } else {
+    tell("job:" + job.id);  // the leader's to place
+  }
+  return job_to_json(job);
 }
 
 json Coordinator::job_to_json(const JobRecord& j) {
@@ -359,22 +415,29 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
   if (!job || job->key_id != key.id || job->kind != "generate") throw ApiError(404, "[network] no such job");
   std::lock_guard lock(mu_);
   if (store_.cancel_job(id, clock_())) {
-    release_locked(id);
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == id; }),
-                 queue_.end());
-    Live& live = live_[id];
-    if (!live.unit.empty()) placement_.job_finished(live.unit);
-    live.unit.clear();
-    live.done = true;
-    live.finish_reason = "cancelled";
-    for (auto& [nid, n] : nodes_)
-      n.inbox.erase(std::remove_if(n.inbox.begin(), n.inbox.end(), [&](const json& j) { return j["id"] == id; }),
-                    n.inbox.end());
-    changed_.notify_all();
-    dispatch_locked();
+    cancelled_locked(id);
+    if (leading_) dispatch_locked();
+    else tell("cancel:" + id);  // the leader takes it out of its queue or a node's inbox
   }
   return job_to_json(*store_.get_job(id));
 }
+
+void Coordinator::cancelled_locked(const std::string& id) {
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == id; }),
+               queue_.end());
+  Live& live = live_[id];
+  if (!live.unit.empty()) placement_.job_finished(live.unit);
+  live.unit.clear();
+  live.done = true;
+  live.finish_reason = "cancelled";
+  for (auto& [nid, n] : nodes_)
+    n.inbox.erase(std::remove_if(n.inbox.begin(), n.inbox.end(), [&](const json& j) { return j["id"] == id; }),
+                  n.inbox.end());
+  changed_.notify_all();
+  if (leading_) finished_locked(id);
+}
+
+void Coordinator::finished_locked(const std::string& id) { tell("done:" + id); }
 
 Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, size_t offset,
                                 std::chrono::steady_clock::time_point deadline) {
@@ -390,10 +453,18 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
     return finished(*job);
   std::unique_lock lock(mu_);
   Live& live = live_[id];
-  changed_.wait_until(lock, deadline, [&] { return live.done || live.text.size() > offset; });
-  if (live.done) {
+  // A follower streams no partial text (progress reaches the leader) and hears of the end by a
+  // notice, which may come before this wait: it looks at the store again every so often.
+  const bool follower = !leading_;
+  const auto until = follower ? std::min(deadline, std::chrono::steady_clock::now() + kFollowerRecheck) : deadline;
+  changed_.wait_until(lock, until, [&] { return live.done || live.text.size() > offset; });
+  if (live.done || follower) {
     lock.unlock();
-    return finished(*store_.get_job(id));
+    auto now = store_.get_job(id);
+    if (now && (now->state == JobState::Completed || now->state == JobState::Failed ||
+                now->state == JobState::Cancelled))
+      return finished(*now);
+    return Output{"", false, "running", ""};
   }
   return Output{offset < live.text.size() ? live.text.substr(offset) : "", false, "running", ""};
 }
@@ -507,6 +578,7 @@ void Coordinator::register_node(const std::string& node_id, const json& descript
   if (d.contains("pod")) form_pod_locked(d["pod"]);
   changed_.notify_all();
   dispatch_locked();
+  tell("node:" + node_id);  // followers learn its models
 }
 
 // A pod forms once all its members have registered naming it. The members are named either in
@@ -703,7 +775,6 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this job is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
-    release_locked(job_id);  // the store counted the job's tokens as used
     n.delivered_tokens = delivered_tokens;
     n.delivered_seconds = delivered_seconds;
     Live& live = live_[job_id];
@@ -719,6 +790,7 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     placement_.set_reliability(node_id, node->second.reliability);
     if (check) maybe_schedule_check_locked(*store_.get_job(job_id), result);
     changed_.notify_all();
+    finished_locked(job_id);
     dispatch_locked();
   }
   return {{"ok", true}, {"credits", amount}, {"check", check}};
@@ -873,13 +945,13 @@ bool Coordinator::runnable_locked(const JobRecord& job) const {
 
 void Coordinator::fail_locked(const std::string& job_id, const std::string& error) {
   if (!store_.fail_job(job_id, error, clock_())) return;
-  release_locked(job_id);
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == job_id; }),
                queue_.end());
   Live& live = live_[job_id];
   live.done = true;
   live.finish_reason = "failed";
   changed_.notify_all();
+  finished_locked(job_id);
 }
 
 Demand Coordinator::demand_for(const JobRecord& job) const {
@@ -944,6 +1016,7 @@ void Coordinator::dispatch_locked() {
 
 void Coordinator::tick() {
   std::lock_guard lock(mu_);
+  if (!leading_) return;
   const int64_t now = clock_();
   for (auto& [job_id, node_id] : store_.expire_leases(now)) requeue_locked(job_id, node_id, Requeue::LeaseLost);
   for (auto& [id, n] : nodes_) {

@@ -3,6 +3,7 @@
 // liveness, jobs with leases, placement, completion with the ledger, and spot checks. No HTTP:
 // http_api.cpp maps requests onto these calls (after checking node signatures), and tests call
 // them directly. Thread-safe; waits (long-poll, output streaming) take deadlines.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -47,6 +48,10 @@ struct CoordinatorOptions {
   // Vocabularies of models by the name jobs use: a completion's ids are checked against its text
   // and its prompt counted exactly (token_check.h); other models get the byte bounds.
   std::map<std::string, ModelVocab> vocabs;
+  // One of several coordinators sharing a PostgreSQL database (see Replica): starts as a
+  // follower, which takes clients' jobs and leaves placement and nodes to the leader, until
+  // become_leader().
+  bool replica = false;
 };
 
 using Clock = std::function<int64_t()>;  // milliseconds since the epoch
@@ -124,8 +129,22 @@ class Coordinator {
                  const std::string& reason = "");
   nlohmann::json node_status(const std::string& node_id);  // record, balance, statement
 
-  // Expires leases and silent nodes, and places what waits. Call about once a second.
+  // Expires leases and silent nodes, and places what waits. Call about once a second. A
+  // follower does nothing: its leader does this for every replica.
   void tick();
+
+  // Replicas. Every replica keeps the nodes and their models (read from the database, refreshed
+  // when the leader notices a registration) so it can take and price clients' jobs; the leader
+  // alone holds the queue, the placement state and the nodes' inboxes, and serves nodes.
+  bool leading() const { return leading_; }
+  // Loads the queue and the leases from the database (as after a restart) and starts placing.
+  void become_leader();
+  // Notices replicas send each other on the database, each "kind:ID": "job" submitted on a
+  // follower, "cancel", "done" (a job ended), "node" (registered). on_notices takes a payload
+  // of several, separated by spaces; take_notices gives what this replica has to send (a
+  // replica's only: a lone coordinator keeps none).
+  void on_notices(const std::string& payload);
+  std::vector<std::string> take_notices();
   std::string add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min);
   Store& store() { return store_; }
   size_t queued() const;
@@ -157,20 +176,15 @@ class Coordinator {
     bool done = false;
     std::string finish_reason;
     std::string unit;  // the placement unit holding it while leased
-    std::string key_id;
     int64_t picked_up_at = 0;  // by its holder, on the coordinator's clock (0: before a restart)
-    int64_t reserved = 0;  // of its key's quota, until it settles, is cancelled or fails
     std::unordered_set<std::string> refused_by;  // nodes that handed it back: not offered it again
     std::vector<std::string> hand_backs;         // "node: reason", for the error if it fails
   };
-  struct Bucket {
-    double tokens = 0;
-    int64_t at = 0;
-  };
-
-  void recover();  // rebuilds memory from the store after a start
-  void reserve_locked(const JobRecord& job);        // holds the job's most tokens against its key's quota
-  void release_locked(const std::string& job_id);  // gives that back (settled, cancelled or failed)
+  void recover_nodes_locked();  // nodes, models and pods from the store
+  void recover_jobs_locked();   // the queue and the leases (the leader's)
+  void load_node_locked(const NodeRecord& r);
+  void cancelled_locked(const std::string& job_id);  // cancelled in the store: out of the queue and inboxes
+  void finished_locked(const std::string& job_id);   // tells followers' waiting clients
   void dispatch_locked();
   // The owner came back before pickup; the node cannot run it; it gave it up; it went silent.
   enum class Requeue { Withdrawn, Refused, HandedBack, LeaseLost };
@@ -201,8 +215,11 @@ class Coordinator {
   };
   std::deque<QueuedJob> queue_;  // queued jobs, oldest first (no database read per dispatch)
   std::unordered_map<std::string, Live> live_;
-  std::unordered_map<std::string, Bucket> rate_;
-  std::unordered_map<std::string, int64_t> reserved_;  // key id -> tokens its unsettled jobs may take
+  std::atomic<bool> leading_{true};
+  void tell(std::string notice);
+  std::mutex outbox_mu_;
+  std::vector<std::string> outbox_;  // notices for the other replicas, sent in batches by Replica
+  std::unordered_set<std::string> recovered_;  // queued jobs loaded on becoming leader, before their notices
   std::mt19937_64 rng_;
   std::function<void()> nodes_changed_;
   std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute

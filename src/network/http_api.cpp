@@ -5,6 +5,7 @@
 #include <atomic>
 #include <fmt/format.h>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "network/identity.h"
@@ -26,6 +27,7 @@ constexpr int64_t kMaxPollMs = 30000;
 constexpr auto kStreamStep = std::chrono::seconds(15);  // an SSE comment keeps idle streams alive
 constexpr auto kChatDeadline = std::chrono::minutes(10);
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr int64_t kLeaderReadMs = 1000;
 
 void send_json(httplib::Response& res, const json& body, int status = 200) {
   res.status = status;
@@ -76,8 +78,44 @@ struct HttpApi::Impl {
   // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
   std::unique_ptr<world::WorldSampler> world_feed;
 
+  // Followers send nodes to the leader: its address, read from the store at most this often.
+  std::mutex leader_mu;
+  std::string leader_url;
+  int64_t leader_read_at = 0;
+  std::atomic<int64_t> nonces_forgotten_at{0};
+
   Impl(Coordinator& c, int64_t window_ms, serve::http::GuardOptions connections)
-      : coordinator(c), guard(window_ms, wall_clock_ms()), server(connections) {}
+      : coordinator(c), guard(window_ms, wall_clock_ms()), server(connections) {
+    // On PostgreSQL several coordinators may share the database and a node may reach any of
+    // them (after a leader changes): a replay is refused whichever one saw the request first.
+    if (c.store().backend() == "postgres")
+      guard.share([this](const std::string& id, int64_t ts) {
+        Store& store = coordinator.store();
+        const int64_t now = wall_clock_ms(), window = guard.window_ms();
+        int64_t last = nonces_forgotten_at;
+        if (now - last > window && nonces_forgotten_at.compare_exchange_strong(last, now))
+          store.forget_nonces(now - 2 * window);
+        return store.remember_nonce(id, ts);
+      });
+  }
+
+  std::string current_leader() {
+    std::lock_guard lock(leader_mu);
+    const int64_t now = wall_clock_ms();
+    if (leader_url.empty() || now - leader_read_at > kLeaderReadMs) {
+      leader_url = coordinator.store().leader_url();
+      leader_read_at = now;
+    }
+    return leader_url;
+  }
+
+  // A follower answers what is the leader's (nodes, the ledger they read, the World's live
+  // state) with a redirect there, before any signature or nonce is checked: the leader checks
+  // them once.
+  bool leader_only(const std::string& path) {
+    return path.starts_with("/v1/nodes/") || path == "/v1/ledger" || path.starts_with("/v1/world") ||
+           path == "/world" || path.starts_with("/world/");
+  }
 
   // Wraps a handler: ApiError and Error become JSON error responses.
   template <typename F>
@@ -135,6 +173,24 @@ struct HttpApi::Impl {
     // A response goes out as headers then body: with Nagle's algorithm the body waits for the
     // client's delayed ACK (40 ms on Linux) on every keep-alive request.
     server.set_tcp_nodelay(true);
+    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (coordinator.leading() || !leader_only(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+      std::string leader;
+      try {
+        leader = current_leader();
+      } catch (const std::exception& e) {
+        send_error(res, 503, fmt::format("[network] cannot read which coordinator leads: {}", e.what()));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (leader.empty()) {
+        send_error(res, 503, "[network] no coordinator leads yet; try again in a second");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      // 307 keeps the method and the body (a node's POST and its signature stay valid).
+      res.status = 307;
+      res.set_header("Location", leader + req.target);
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // Unknown routes and bodies over the limit get the same error shape as everything else.
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

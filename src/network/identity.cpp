@@ -122,6 +122,7 @@ std::string RequestGuard::check(SignedHeaders& h, std::string_view method, std::
     return "bad signature";
   if (ts < now_ms - window_ms_ || ts > now_ms + window_ms_) return "stale request (timestamp outside the window)";
   if (ts < created_ms_) return "stale request (sent before the coordinator started)";
+  if (remember_) return remember_(h.node + "/" + h.nonce, ts) ? "" : "replayed request";
   std::lock_guard lock(mu_);
   while (!by_time_.empty() && by_time_.begin()->first < now_ms - 2 * window_ms_) {
     seen_.erase(by_time_.begin()->second);

@@ -3,6 +3,7 @@
 // signed string is canonical: METHOD \n PATH \n TIMESTAMP_MS \n NONCE \n hex(SHA-256(body)), so
 // a signature covers the body and cannot be moved to another path, time or request.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -57,9 +58,15 @@ class RequestGuard {
   // signature and replay checks, and the caller, see one id per key.
   std::string check(SignedHeaders& h, std::string_view method, std::string_view path, std::string_view body,
                     int64_t now_ms);
+  // Keeps the nonces with `remember` (given "node/nonce" and the timestamp; true the first time
+  // any process saw it) instead of in this process, so that coordinators sharing a database
+  // refuse each other's replays. remember forgets what is older than twice the window.
+  void share(std::function<bool(const std::string& id, int64_t ts)> remember) { remember_ = std::move(remember); }
+  int64_t window_ms() const { return window_ms_; }
 
  private:
   int64_t window_ms_, created_ms_;
+  std::function<bool(const std::string&, int64_t)> remember_;
   std::mutex mu_;
   std::set<std::pair<int64_t, std::string>> by_time_;  // (timestamp, node/nonce) for expiry
   std::set<std::string> seen_;

@@ -248,23 +248,31 @@ int64_t detect_memory_bytes() {
 json signed_call(const NodeKey& key, const std::string& network_url, const std::string& method,
                  const std::string& path, const json& body, int64_t timeout_ms) {
   auto [host, prefix] = split_url(network_url);
-  httplib::Client cli(host);
-  cli.set_connection_timeout(std::chrono::milliseconds(std::min<int64_t>(timeout_ms, 5000)));
-  cli.set_read_timeout(std::chrono::milliseconds(timeout_ms));
-  cli.set_write_timeout(std::chrono::milliseconds(timeout_ms));
-  std::string text = method == "GET" ? "" : body.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string full = prefix + path;
-  SignedHeaders h = sign_request(key, method, full, text, wall_clock_ms());
-  httplib::Headers headers = {{kNodeHeader, h.node}, {kTimestampHeader, h.timestamp}, {kNonceHeader, h.nonce},
-                              {kSignatureHeader, h.signature}};
-  auto res = method == "GET" ? cli.Get(full, headers) : cli.Post(full, headers, text, "application/json");
-  if (!res) throw TimeoutError(error_message("network", "{} {} to {}: {}", method, path, host, httplib::to_string(res.error())));
-  json j = json::parse(res->body, nullptr, false);
-  if (res->status >= 300) {
-    std::string msg = j.is_object() && j.contains("error") ? j["error"].value("message", res->body) : res->body;
-    throw ApiError(res->status, msg);
+  std::string text = method == "GET" ? "" : body.dump(-1, ' ', false, json::error_handler_t::replace);
+  // A coordinator that does not lead (one of several on one database) sends nodes to the one
+  // that does: followed once, signed anew for the address it names.
+  for (int hop = 0;; ++hop) {
+    httplib::Client cli(host);
+    cli.set_connection_timeout(std::chrono::milliseconds(std::min<int64_t>(timeout_ms, 5000)));
+    cli.set_read_timeout(std::chrono::milliseconds(timeout_ms));
+    cli.set_write_timeout(std::chrono::milliseconds(timeout_ms));
+    SignedHeaders h = sign_request(key, method, full, text, wall_clock_ms());
+    httplib::Headers headers = {{kNodeHeader, h.node}, {kTimestampHeader, h.timestamp}, {kNonceHeader, h.nonce},
+                                {kSignatureHeader, h.signature}};
+    auto res = method == "GET" ? cli.Get(full, headers) : cli.Post(full, headers, text, "application/json");
+    if (!res) throw TimeoutError(error_message("network", "{} {} to {}: {}", method, path, host, httplib::to_string(res.error())));
+    if (res->status == 307 && hop == 0 && res->has_header("Location")) {
+      std::tie(host, full) = split_url(res->get_header_value("Location"));
+      continue;
+    }
+    json j = json::parse(res->body, nullptr, false);
+    if (res->status >= 300) {
+      std::string msg = j.is_object() && j.contains("error") ? j["error"].value("message", res->body) : res->body;
+      throw ApiError(res->status, msg);
+    }
+    return j;
   }
-  return j;
 }
 
 struct NodeAgent::Impl {

@@ -1,5 +1,11 @@
 #include "network/store/db.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -29,6 +35,29 @@ std::string Row::str(size_t i) const {
   if (auto p = std::get_if<double>(&v)) return fmt::format("{}", *p);
   return {};
 }
+
+std::string sqlite_path(const std::string& url) {
+  if (url.starts_with("postgresql://") || url.starts_with("postgres://")) return "";
+  std::string path = url.starts_with("sqlite://") ? url.substr(9) : url;
+  return path == ":memory:" ? "" : path;
+}
+
+FileLock::FileLock(const std::string& path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) throw Error(error_message("network", "cannot open lock file '{}': {}", path, std::strerror(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    if (err == EWOULDBLOCK)
+      throw Error(error_message("network",
+                                "another coordinator already runs on this SQLite database (it holds '{}'): SQLite "
+                                "serves one coordinator process; to run several, share a PostgreSQL database",
+                                path));
+    throw Error(error_message("network", "cannot lock '{}': {}", path, std::strerror(err)));
+  }
+}
+
+FileLock::~FileLock() { ::close(fd_); }
 
 std::unique_ptr<Db> open_db(const std::string& url) {
   if (url.starts_with("postgresql://") || url.starts_with("postgres://")) return open_postgres(url);

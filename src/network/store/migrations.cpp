@@ -31,6 +31,19 @@ const std::vector<Migration>& migrations() {
            "amount BIGINT NOT NULL, PRIMARY KEY (txn_id, account))",
            "CREATE INDEX ledger_entries_by_account ON ledger_entries (account)",
        }},
+      // Coordinators sharing one database: what each must see of the others' work.
+      {2,
+       {
+           // A key's rate bucket, and each unsettled job's reservation of its quota.
+           "ALTER TABLE api_keys ADD COLUMN rate_tokens DOUBLE PRECISION NOT NULL DEFAULT 0",
+           "ALTER TABLE api_keys ADD COLUMN rate_at BIGINT NOT NULL DEFAULT 0",
+           "ALTER TABLE jobs ADD COLUMN reserved BIGINT NOT NULL DEFAULT 0",
+           "CREATE INDEX jobs_by_key ON jobs (key_id, state)",
+           // The replay guard's memory of signed requests (node/nonce), by timestamp.
+           "CREATE TABLE node_nonces (id TEXT PRIMARY KEY, at BIGINT NOT NULL)",
+           "CREATE INDEX node_nonces_by_time ON node_nonces (at)",
+           "CREATE TABLE coordinator_leader (id BIGINT PRIMARY KEY, url TEXT NOT NULL, since BIGINT NOT NULL)",
+       }},
   };
   return kMigrations;
 }

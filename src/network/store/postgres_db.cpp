@@ -1,6 +1,7 @@
 // PostgreSQL backend over libpq: statements prepared once per SQL text, parameters sent as text
 // (the server casts them to the column types), results converted by column type.
 #include <libpq-fe.h>
+#include <poll.h>
 
 #include <fmt/format.h>
 
@@ -16,17 +17,38 @@ namespace {
 // Type OIDs from pg_type.h (stable across PostgreSQL versions).
 constexpr Oid kInt8Oid = 20, kInt2Oid = 21, kInt4Oid = 23, kFloat4Oid = 700, kFloat8Oid = 701;
 
+std::string redact(const std::string& url) {
+  // postgresql://user:password@host/db: never print the password.
+  auto at = url.find('@'), colon = url.find(':', url.find("://") + 3);
+  if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon) + ":***" + url.substr(at);
+}
+
+PGconn* connect(const std::string& url) {
+  // connect_timeout bounds the wait on the server (seconds), as every network wait must be.
+  std::string conninfo = url + (url.find('?') == std::string::npos ? "?" : "&") + "connect_timeout=10";
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string msg = PQerrorMessage(conn);
+    PQfinish(conn);
+    throw Error(error_message("network", "cannot connect to PostgreSQL at {}: {}", redact(url), msg));
+  }
+  return conn;
+}
+
+// Runs one parameterless statement that must succeed.
+void run_plain(PGconn* conn, const std::string& sql) {
+  PGresult* res = PQexec(conn, sql.c_str());
+  const auto st = PQresultStatus(res);
+  std::string msg = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? "" : PQerrorMessage(conn);
+  PQclear(res);
+  if (!msg.empty()) throw Error(error_message("network", "PostgreSQL: '{}': {}", sql, msg));
+}
+
 class PostgresDb final : public Db {
  public:
   explicit PostgresDb(const std::string& url) {
-    // connect_timeout bounds the wait on the server (seconds), as every network wait must be.
-    std::string conninfo = url + (url.find('?') == std::string::npos ? "?" : "&") + "connect_timeout=10";
-    conn_ = PQconnectdb(conninfo.c_str());
-    if (PQstatus(conn_) != CONNECTION_OK) {
-      std::string msg = PQerrorMessage(conn_);
-      PQfinish(conn_);
-      throw Error(error_message("network", "cannot connect to PostgreSQL at {}: {}", redact(url), msg));
-    }
+    conn_ = connect(url);
     exec("SET client_min_messages TO WARNING", {});
     // A statement stuck on a lock or a dead server ends after this, never hangs the coordinator.
     exec("SET statement_timeout = 30000", {});
@@ -72,13 +94,6 @@ class PostgresDb final : public Db {
   std::string_view backend() const override { return "postgres"; }
 
  private:
-  static std::string redact(const std::string& url) {
-    // postgresql://user:password@host/db: never print the password.
-    auto at = url.find('@'), colon = url.find(':', url.find("://") + 3);
-    if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
-    return url.substr(0, colon) + ":***" + url.substr(at);
-  }
-
   PGresult* run(std::string_view sql, const std::vector<Value>& params) {
     std::string key(sql);
     auto it = prepared_.find(key);
@@ -117,7 +132,64 @@ class PostgresDb final : public Db {
   std::unordered_map<std::string, std::string> prepared_;
 };
 
+class PostgresListener final : public Listener {
+ public:
+  PostgresListener(const std::string& url, const std::string& channel) : conn_(connect(url)) {
+    try {
+      run_plain(conn_, "SET client_min_messages TO WARNING");
+      char* quoted = PQescapeIdentifier(conn_, channel.data(), channel.size());
+      if (!quoted) throw Error(error_message("network", "PostgreSQL: bad channel name '{}'", channel));
+      std::string sql = std::string("LISTEN ") + quoted;
+      PQfreemem(quoted);
+      run_plain(conn_, sql);
+    } catch (...) {
+      PQfinish(conn_);
+      throw;
+    }
+  }
+  ~PostgresListener() override { PQfinish(conn_); }
+
+  bool try_lock(int64_t key) override {
+    std::string sql = fmt::format("SELECT pg_try_advisory_lock({})", key);
+    PGresult* res = PQexec(conn_, sql.c_str());
+    const bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+    const bool got = ok && PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (!ok) lost();
+    return got;
+  }
+
+  std::vector<std::string> wait(std::chrono::milliseconds timeout) override {
+    std::vector<std::string> out;
+    take(out);
+    if (!out.empty()) return out;
+    pollfd p{PQsocket(conn_), POLLIN, 0};
+    if (p.fd < 0) lost();
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) > 0) take(out);
+    return out;
+  }
+
+ private:
+  void take(std::vector<std::string>& out) {
+    if (!PQconsumeInput(conn_)) lost();
+    while (PGnotify* n = PQnotifies(conn_)) {
+      out.emplace_back(n->extra);
+      PQfreemem(n);
+    }
+  }
+
+  [[noreturn]] void lost() {
+    throw Error(error_message("network", "PostgreSQL listening session lost: {}", PQerrorMessage(conn_)));
+  }
+
+  PGconn* conn_;
+};
+
 }  // namespace
+
+std::unique_ptr<Listener> open_listener(const std::string& url, const std::string& channel) {
+  return std::make_unique<PostgresListener>(url, channel);
+}
 
 std::unique_ptr<Db> open_postgres(const std::string& url) { return std::make_unique<PostgresDb>(url); }
 bool postgres_available() { return true; }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sodium.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "network/store/migrations.h"
 
@@ -50,7 +52,7 @@ namespace {
 
 constexpr const char* kJobColumns =
     "id, key_id, kind, model, request, state, node_id, attempt, lease_expires, created_at, updated_at, result, "
-    "prompt_tokens, completion_tokens, verify_of, verify_state, error";
+    "prompt_tokens, completion_tokens, verify_of, verify_state, error, reserved";
 
 JobRecord job_from(const Row& r) {
   JobRecord j;
@@ -71,6 +73,7 @@ JobRecord job_from(const Row& r) {
   j.verify_of = r.str(14);
   j.verify_state = r.str(15);
   j.error = r.str(16);
+  j.reserved = r.i64(17);
   return j;
 }
 
@@ -104,49 +107,140 @@ constexpr const char* kKeyColumns = "id, name, quota_tokens, rate_per_min, token
 
 }  // namespace
 
-Store::Store(std::unique_ptr<Db> db) : db_(std::move(db)), mu_(std::make_unique<std::mutex>()) {}
+struct Store::Pool {
+  std::mutex mu;
+  std::condition_variable returned;
+  std::vector<std::unique_ptr<Db>> idle;
+  size_t opened = 0, max = 1;
+  std::function<std::unique_ptr<Db>()> more;
+};
+
+// A connection borrowed from the pool, given back when it goes out of scope.
+class Store::Conn {
+ public:
+  Conn(Pool& pool, std::unique_ptr<Db> db) : pool_(pool), db_(std::move(db)) {}
+  Conn(const Conn&) = delete;
+  ~Conn() {
+    {
+      std::lock_guard lock(pool_.mu);
+      pool_.idle.push_back(std::move(db_));
+    }
+    pool_.returned.notify_one();
+  }
+  Db* operator->() { return db_.get(); }
+  Db& operator*() { return *db_; }
+
+ private:
+  Pool& pool_;
+  std::unique_ptr<Db> db_;
+};
+
+Store::Store(std::unique_ptr<Db> db, std::function<std::unique_ptr<Db>()> more, size_t max_connections)
+    : pool_(std::make_unique<Pool>()), backend_(db->backend()) {
+  pool_->idle.push_back(std::move(db));
+  pool_->opened = 1;
+  pool_->max = more ? std::max<size_t>(1, max_connections) : 1;
+  pool_->more = std::move(more);
+}
 Store::Store(Store&&) noexcept = default;
 Store::~Store() = default;
 
+Store Store::open(const std::string& url) {
+  std::unique_ptr<Db> db = open_db(url);
+  if (db->backend() != "postgres") return Store(std::move(db));
+  return Store(std::move(db), [url] { return open_postgres(url); }, kPostgresConnections);
+}
+
+Store::Conn Store::conn() {
+  std::unique_lock lock(pool_->mu);
+  if (pool_->idle.empty() && pool_->opened < pool_->max) {
+    ++pool_->opened;  // counted before connecting, so two threads cannot both pass the limit
+    lock.unlock();
+    try {
+      return Conn(*pool_, pool_->more());
+    } catch (...) {
+      std::lock_guard relock(pool_->mu);
+      --pool_->opened;
+      throw;
+    }
+  }
+  pool_->returned.wait(lock, [&] { return !pool_->idle.empty(); });
+  std::unique_ptr<Db> db = std::move(pool_->idle.back());
+  pool_->idle.pop_back();
+  return Conn(*pool_, std::move(db));
+}
+
 template <typename F>
 auto Store::in_txn(F&& f) {
-  std::lock_guard lock(*mu_);
-  db_->begin();
+  Conn db = conn();
+  db->begin();
   try {
-    if constexpr (std::is_void_v<decltype(f())>) {
-      f();
-      db_->commit();
+    if constexpr (std::is_void_v<decltype(f(*db))>) {
+      f(*db);
+      db->commit();
     } else {
-      auto r = f();
-      db_->commit();
+      auto r = f(*db);
+      db->commit();
       return r;
     }
   } catch (...) {
-    db_->rollback();
+    db->rollback();
     throw;
   }
 }
 
-int64_t Store::schema_version() {
-  std::lock_guard lock(*mu_);
-  db_->exec("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)");
-  auto rows = db_->query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+namespace {
+
+// PostgreSQL advisory lock keys (any 64-bit numbers other programs on the database do not use).
+constexpr int64_t kMigrationLock = 0x6f72636861726401;  // "orchard" 01
+
+int64_t version_in(Db& db) {
+  db.exec("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)");
+  auto rows = db.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
   return rows.empty() ? 0 : rows[0].i64(0);
 }
 
+}  // namespace
+
+int64_t Store::schema_version() {
+  Conn db = conn();
+  return version_in(*db);
+}
+
 int64_t Store::migrate() {
-  int64_t version = schema_version();
-  for (const Migration& m : migrations()) {
-    if (m.version <= version) continue;
-    in_txn([&] {
-      // Two coordinators starting at once: the second finds the version applied and stops.
-      auto rows = db_->query("SELECT COUNT(*) FROM schema_migrations WHERE version = $1", {m.version});
-      if (rows[0].i64(0) > 0) return;
-      for (const std::string& sql : m.statements) db_->exec(sql);
-      db_->exec("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", {m.version, int64_t{0}});
-    });
-    version = m.version;
+  Conn db = conn();
+  // Coordinators starting together on one PostgreSQL database take turns: the later ones find
+  // the migrations applied. (SQLite's BEGIN IMMEDIATE serializes them already.)
+  const bool postgres = backend_ == "postgres";
+  if (postgres) db->query("SELECT pg_advisory_lock($1)", {kMigrationLock});
+  int64_t version = 0;
+  try {
+    version = version_in(*db);
+    for (const Migration& m : migrations()) {
+      if (m.version <= version) continue;
+      db->begin();
+      try {
+        auto rows = db->query("SELECT COUNT(*) FROM schema_migrations WHERE version = $1", {m.version});
+        if (rows[0].i64(0) == 0) {
+          for (const std::string& sql : m.statements) db->exec(sql);
+          db->exec("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", {m.version, int64_t{0}});
+        }
+        db->commit();
+      } catch (...) {
+        db->rollback();
+        throw;
+      }
+      version = m.version;
+    }
+  } catch (...) {
+    if (postgres) try {
+        db->query("SELECT pg_advisory_unlock($1)", {kMigrationLock});
+      } catch (const Error&) {
+        // The session is gone, and its lock with it.
+      }
+    throw;
   }
+  if (postgres) db->query("SELECT pg_advisory_unlock($1)", {kMigrationLock});
   return version;
 }
 
@@ -154,95 +248,158 @@ std::pair<KeyRecord, std::string> Store::create_key(const std::string& name, int
                                                     int64_t rate_per_min, int64_t now) {
   KeyRecord k{fmt::format("k{}", random_hex(8)), name, quota_tokens, rate_per_min, 0, false};
   std::string secret = fmt::format("ok-{}", random_hex(24));
-  in_txn([&] {
-    db_->exec("INSERT INTO api_keys (id, name, secret_sha256, created_at, quota_tokens, rate_per_min) "
+  in_txn([&](Db& db) {
+    db.exec("INSERT INTO api_keys (id, name, secret_sha256, created_at, quota_tokens, rate_per_min) "
               "VALUES ($1, $2, $3, $4, $5, $6)",
               {k.id, name, sha256_hex(secret), now, quota_tokens, rate_per_min});
-    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
+    db.exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
               {ledger::key_account(k.id)});
   });
   return {k, secret};
 }
 
 std::optional<KeyRecord> Store::find_key_by_secret(const std::string& secret) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE secret_sha256 = $1",
+  Conn db = conn();
+  auto rows = db->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE secret_sha256 = $1",
                          {sha256_hex(secret)});
   if (rows.empty()) return std::nullopt;
   return key_from(rows[0]);
 }
 
 std::optional<KeyRecord> Store::get_key(const std::string& id) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE id = $1", {id});
+  Conn db = conn();
+  auto rows = db->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE id = $1", {id});
   if (rows.empty()) return std::nullopt;
   return key_from(rows[0]);
 }
 
 void Store::set_key_banned(const std::string& id, bool banned) {
-  std::lock_guard lock(*mu_);
-  db_->exec("UPDATE api_keys SET banned = $2 WHERE id = $1", {id, int64_t{banned}});
+  Conn db = conn();
+  db->exec("UPDATE api_keys SET banned = $2 WHERE id = $1", {id, int64_t{banned}});
 }
 
 void Store::upsert_node(const NodeRecord& n) {
-  in_txn([&] {
-    db_->exec(
+  in_txn([&](Db& db) {
+    db.exec(
         "INSERT INTO nodes (id, description, seat, region, registered_at, last_seen, online) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET description = $2, seat = $3, "
         "region = $4, last_seen = $6, online = $7",
         {n.id, n.description, n.seat, n.region, n.registered_at, n.last_seen, int64_t{n.online}});
-    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
+    db.exec("INSERT INTO accounts (id, balance) VALUES ($1, 0) ON CONFLICT (id) DO NOTHING",
               {ledger::node_account(n.id)});
   });
 }
 
 std::optional<NodeRecord> Store::get_node(const std::string& id) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query(std::string("SELECT ") + kNodeColumns + " FROM nodes WHERE id = $1", {id});
+  Conn db = conn();
+  auto rows = db->query(std::string("SELECT ") + kNodeColumns + " FROM nodes WHERE id = $1", {id});
   if (rows.empty()) return std::nullopt;
   return node_from(rows[0]);
 }
 
 std::vector<NodeRecord> Store::list_nodes() {
-  std::lock_guard lock(*mu_);
+  Conn db = conn();
   std::vector<NodeRecord> out;
-  for (const Row& r : db_->query(std::string("SELECT ") + kNodeColumns + " FROM nodes ORDER BY registered_at, id"))
+  for (const Row& r : db->query(std::string("SELECT ") + kNodeColumns + " FROM nodes ORDER BY registered_at, id"))
     out.push_back(node_from(r));
   return out;
 }
 
 void Store::set_node_online(const std::string& id, bool online, int64_t now) {
-  std::lock_guard lock(*mu_);
-  db_->exec("UPDATE nodes SET online = $2, last_seen = $3 WHERE id = $1", {id, int64_t{online}, now});
+  Conn db = conn();
+  db->exec("UPDATE nodes SET online = $2, last_seen = $3 WHERE id = $1", {id, int64_t{online}, now});
 }
 
 void Store::update_node_trust(const std::string& id, double reputation, int64_t mismatches, bool banned,
                               int64_t jobs_failed) {
-  std::lock_guard lock(*mu_);
-  db_->exec("UPDATE nodes SET reputation = $2, mismatches = $3, banned = $4, jobs_failed = $5 WHERE id = $1",
+  Conn db = conn();
+  db->exec("UPDATE nodes SET reputation = $2, mismatches = $3, banned = $4, jobs_failed = $5 WHERE id = $1",
             {id, reputation, mismatches, int64_t{banned}, jobs_failed});
 }
 
+namespace {
+
+void insert_job_in(Db& db, const JobRecord& j) {
+  db.exec(std::string("INSERT INTO jobs (") + kJobColumns +
+              ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+          {j.id, j.key_id, j.kind, j.model, j.request, std::string(job_state_name(j.state)), j.node_id, j.attempt,
+           j.lease_expires, j.created_at, j.updated_at, j.result, j.prompt_tokens, j.completion_tokens, j.verify_of,
+           j.verify_state, j.error, j.reserved});
+}
+
+}  // namespace
+
 void Store::insert_job(const JobRecord& j) {
-  std::lock_guard lock(*mu_);
-  db_->exec(std::string("INSERT INTO jobs (") + kJobColumns +
-                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-            {j.id, j.key_id, j.kind, j.model, j.request, std::string(job_state_name(j.state)), j.node_id, j.attempt,
-             j.lease_expires, j.created_at, j.updated_at, j.result, j.prompt_tokens, j.completion_tokens,
-             j.verify_of, j.verify_state, j.error});
+  Conn db = conn();
+  insert_job_in(*db, j);
+}
+
+SubmitOutcome Store::submit_job(const JobRecord& job, const KeyRecord& key, int64_t now) {
+  if (key.quota_tokens <= 0 && key.rate_per_min <= 0) {
+    insert_job(job);  // nothing to count: one statement
+    return {};
+  }
+  return in_txn([&](Db& db) {
+    // Holds the key's row to the end of the transaction: another coordinator's submission for
+    // this key waits here, then sees this one's job and bucket.
+    db.exec("UPDATE api_keys SET rate_at = rate_at WHERE id = $1", {key.id});
+    SubmitOutcome out;
+    if (key.quota_tokens > 0) {
+      out.used = db.query("SELECT tokens_used FROM api_keys WHERE id = $1", {key.id}).at(0).i64(0);
+      out.reserved = db.query("SELECT COALESCE(SUM(reserved), 0) FROM jobs WHERE key_id = $1 AND "
+                              "state IN ('queued', 'leased')",
+                              {key.id})[0]
+                         .i64(0);
+      if (out.used + out.reserved + job.reserved > key.quota_tokens) {
+        out.kind = SubmitOutcome::Kind::OverQuota;
+        return out;
+      }
+    }
+    if (key.rate_per_min > 0) {
+      Row b = db.query("SELECT rate_tokens, rate_at FROM api_keys WHERE id = $1", {key.id}).at(0);
+      const double rate = static_cast<double>(key.rate_per_min);
+      const int64_t at = b.i64(1);
+      const double tokens =
+          at == 0 ? rate : std::min(rate, b.f64(0) + static_cast<double>(std::max<int64_t>(0, now - at)) * rate / 60000.0);
+      if (tokens < 1) {
+        out.kind = SubmitOutcome::Kind::OverRate;
+        return out;
+      }
+      db.exec("UPDATE api_keys SET rate_tokens = $2, rate_at = $3 WHERE id = $1", {key.id, tokens - 1, std::max(now, at)});
+    }
+    insert_job_in(db, job);
+    return out;
+  });
 }
 
 std::optional<JobRecord> Store::get_job(const std::string& id) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1", {id});
+  Conn db = conn();
+  auto rows = db->query(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = $1", {id});
   if (rows.empty()) return std::nullopt;
   return job_from(rows[0]);
 }
 
-std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
-  std::lock_guard lock(*mu_);
+std::vector<JobRecord> Store::get_jobs(const std::vector<std::string>& ids) {
   std::vector<JobRecord> out;
-  for (const Row& r : db_->query(std::string("SELECT ") + kJobColumns +
+  if (backend_ != "postgres") {
+    for (const std::string& id : ids)
+      if (auto j = get_job(id)) out.push_back(std::move(*j));
+    return out;
+  }
+  // One statement for the lot: ids are letters, digits and '-', safe in an array literal.
+  std::string list = "{";
+  for (const std::string& id : ids) list += (list.size() > 1 ? "," : "") + id;
+  list += "}";
+  Conn db = conn();
+  for (const Row& r : db->query(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ANY($1::text[])", {list}))
+    out.push_back(job_from(r));
+  return out;
+}
+
+std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
+  Conn db = conn();
+  std::vector<JobRecord> out;
+  for (const Row& r : db->query(std::string("SELECT ") + kJobColumns +
                                      " FROM jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
                                  {std::string(job_state_name(state)), limit}))
     out.push_back(job_from(r));
@@ -250,18 +407,18 @@ std::vector<JobRecord> Store::jobs_in_state(JobState state, int64_t limit) {
 }
 
 int64_t Store::count_jobs(JobState state, const std::string& kind) {
-  std::lock_guard lock(*mu_);
-  return db_->query("SELECT COUNT(*) FROM jobs WHERE state = $1 AND ($2 = '' OR kind = $2)",
+  Conn db = conn();
+  return db->query("SELECT COUNT(*) FROM jobs WHERE state = $1 AND ($2 = '' OR kind = $2)",
                     {std::string(job_state_name(state)), kind})[0]
       .i64(0);
 }
 
 std::optional<int64_t> Store::lease_job(const std::string& id, const std::string& node_id, int64_t expires,
                                         int64_t now) {
-  std::lock_guard lock(*mu_);
+  Conn db = conn();
   // The state test in the WHERE clause makes the transition atomic: of two racing leases, one
   // changes a row.
-  auto rows = db_->query(
+  auto rows = db->query(
       "UPDATE jobs SET state = 'leased', node_id = $2, attempt = attempt + 1, lease_expires = $3, updated_at = $4 "
       "WHERE id = $1 AND state = 'queued' RETURNING attempt",
       {id, node_id, expires, now});
@@ -270,36 +427,36 @@ std::optional<int64_t> Store::lease_job(const std::string& id, const std::string
 }
 
 bool Store::renew_lease(const std::string& id, const std::string& node_id, int64_t attempt, int64_t expires) {
-  std::lock_guard lock(*mu_);
-  return db_->exec("UPDATE jobs SET lease_expires = $4 WHERE id = $1 AND state = 'leased' AND node_id = $2 AND "
+  Conn db = conn();
+  return db->exec("UPDATE jobs SET lease_expires = $4 WHERE id = $1 AND state = 'leased' AND node_id = $2 AND "
                    "attempt = $3",
                    {id, node_id, attempt, expires}) == 1;
 }
 
 bool Store::requeue_job(const std::string& id, const std::string& node_id, int64_t attempt, int64_t now) {
-  std::lock_guard lock(*mu_);
-  return db_->exec("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $4 WHERE id = $1 AND "
+  Conn db = conn();
+  return db->exec("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $4 WHERE id = $1 AND "
                    "state = 'leased' AND node_id = $2 AND attempt = $3",
                    {id, node_id, attempt, now}) == 1;
 }
 
 std::vector<std::pair<std::string, std::string>> Store::expire_leases(int64_t now) {
-  std::lock_guard lock(*mu_);
+  Conn db = conn();
   std::vector<std::pair<std::string, std::string>> out;
-  for (const Row& r : db_->query("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $1 "
+  for (const Row& r : db->query("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $1 "
                                  "WHERE state = 'leased' AND lease_expires < $1 RETURNING id, node_id",
                                  {now}))
     out.emplace_back(r.str(0), r.str(1));
   return out;
 }
 
-void Store::post_locked(const ledger::Txn& txn, int64_t now) {
+void Store::post_in(Db& db, const ledger::Txn& txn, int64_t now) {
   ORCHARD_CHECK(txn.balanced(), "ledger txn {} does not balance", txn.id);
-  db_->exec("INSERT INTO ledger_txns (id, job_id, memo, created_at) VALUES ($1, $2, $3, $4)",
+  db.exec("INSERT INTO ledger_txns (id, job_id, memo, created_at) VALUES ($1, $2, $3, $4)",
             {txn.id, txn.job_id, txn.memo, now});
   for (const ledger::Entry& e : txn.entries) {
-    db_->exec("INSERT INTO ledger_entries (txn_id, account, amount) VALUES ($1, $2, $3)", {txn.id, e.account, e.amount});
-    db_->exec("INSERT INTO accounts (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET "
+    db.exec("INSERT INTO ledger_entries (txn_id, account, amount) VALUES ($1, $2, $3)", {txn.id, e.account, e.amount});
+    db.exec("INSERT INTO accounts (id, balance) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET "
               "balance = accounts.balance + $2",
               {e.account, e.amount});
   }
@@ -307,71 +464,71 @@ void Store::post_locked(const ledger::Txn& txn, int64_t now) {
 
 CompleteOutcome Store::complete_job(const std::string& id, const std::string& node_id, int64_t attempt,
                                     const Completion& c, int64_t now) {
-  return in_txn([&] {
-    int64_t changed = db_->exec(
+  return in_txn([&](Db& db) {
+    int64_t changed = db.exec(
         "UPDATE jobs SET state = 'completed', result = $4, prompt_tokens = $5, completion_tokens = $6, "
         "updated_at = $7, lease_expires = 0, verify_state = CASE WHEN $8 = '' THEN verify_state ELSE $8 END "
         "WHERE id = $1 AND state = 'leased' AND node_id = $2 AND attempt = $3",
         {id, node_id, attempt, c.result, c.prompt_tokens, c.completion_tokens, now, c.verify_state});
     if (changed == 0) {
-      auto rows = db_->query("SELECT state, node_id, attempt FROM jobs WHERE id = $1", {id});
+      auto rows = db.query("SELECT state, node_id, attempt FROM jobs WHERE id = $1", {id});
       bool same = !rows.empty() && rows[0].str(0) == "completed" && rows[0].str(1) == node_id &&
                   rows[0].i64(2) == attempt;
       return same ? CompleteOutcome::AlreadyCompleted : CompleteOutcome::Refused;
     }
-    for (const ledger::Txn& t : c.txns) post_locked(t, now);
+    for (const ledger::Txn& t : c.txns) post_in(db, t, now);
     // With the release, refund or fine it explains: an audit never sees one without the other.
     if (!c.checked_state.empty())
-      db_->exec("UPDATE jobs SET verify_state = $2 WHERE id = (SELECT verify_of FROM jobs WHERE id = $1)",
+      db.exec("UPDATE jobs SET verify_state = $2 WHERE id = (SELECT verify_of FROM jobs WHERE id = $1)",
                 {id, c.checked_state});
-    auto job = db_->query("SELECT key_id, kind FROM jobs WHERE id = $1", {id});
+    auto job = db.query("SELECT key_id, kind FROM jobs WHERE id = $1", {id});
     if (job[0].str(1) == "generate")
-      db_->exec("UPDATE api_keys SET tokens_used = tokens_used + $2 WHERE id = $1",
+      db.exec("UPDATE api_keys SET tokens_used = tokens_used + $2 WHERE id = $1",
                 {job[0].str(0), c.prompt_tokens + c.completion_tokens});
-    db_->exec("UPDATE nodes SET jobs_served = jobs_served + 1, tok_s = $2 WHERE id = $1", {node_id, c.tok_s});
+    db.exec("UPDATE nodes SET jobs_served = jobs_served + 1, tok_s = $2 WHERE id = $1", {node_id, c.tok_s});
     return CompleteOutcome::Completed;
   });
 }
 
 bool Store::fail_job(const std::string& id, const std::string& error, int64_t now) {
-  std::lock_guard lock(*mu_);
-  return db_->exec("UPDATE jobs SET state = 'failed', error = $2, updated_at = $3, lease_expires = 0 WHERE id = $1 "
+  Conn db = conn();
+  return db->exec("UPDATE jobs SET state = 'failed', error = $2, updated_at = $3, lease_expires = 0 WHERE id = $1 "
                    "AND state IN ('queued', 'leased')",
                    {id, error, now}) == 1;
 }
 
 bool Store::cancel_job(const std::string& id, int64_t now) {
-  std::lock_guard lock(*mu_);
-  return db_->exec("UPDATE jobs SET state = 'cancelled', updated_at = $2, lease_expires = 0 WHERE id = $1 AND "
+  Conn db = conn();
+  return db->exec("UPDATE jobs SET state = 'cancelled', updated_at = $2, lease_expires = 0 WHERE id = $1 AND "
                    "state IN ('queued', 'leased')",
                    {id, now}) == 1;
 }
 
 bool Store::post(const ledger::Txn& txn, int64_t now) {
-  return in_txn([&] {
-    if (!db_->query("SELECT id FROM ledger_txns WHERE id = $1", {txn.id}).empty()) return false;
-    post_locked(txn, now);
+  return in_txn([&](Db& db) {
+    if (!db.query("SELECT id FROM ledger_txns WHERE id = $1", {txn.id}).empty()) return false;
+    post_in(db, txn, now);
     return true;
   });
 }
 
 int64_t Store::balance(const std::string& account) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query("SELECT balance FROM accounts WHERE id = $1", {account});
+  Conn db = conn();
+  auto rows = db->query("SELECT balance FROM accounts WHERE id = $1", {account});
   return rows.empty() ? 0 : rows[0].i64(0);
 }
 
 int64_t Store::escrowed(const std::string& job_id) {
-  std::lock_guard lock(*mu_);
-  auto rows = db_->query("SELECT amount FROM ledger_entries WHERE txn_id = $1 AND account = $2",
+  Conn db = conn();
+  auto rows = db->query("SELECT amount FROM ledger_entries WHERE txn_id = $1 AND account = $2",
                          {"settle:" + job_id, std::string(ledger::kEscrow)});
   return rows.empty() ? 0 : rows[0].i64(0);
 }
 
 std::vector<StatementLine> Store::statement(const std::string& account, int64_t limit) {
-  std::lock_guard lock(*mu_);
+  Conn db = conn();
   std::vector<StatementLine> out;
-  for (const Row& r : db_->query("SELECT t.id, t.job_id, t.memo, e.amount, t.created_at FROM ledger_entries e "
+  for (const Row& r : db->query("SELECT t.id, t.job_id, t.memo, e.amount, t.created_at FROM ledger_entries e "
                                  "JOIN ledger_txns t ON t.id = e.txn_id WHERE e.account = $1 "
                                  "ORDER BY t.created_at DESC, t.id LIMIT $2",
                                  {account, limit}))
@@ -380,26 +537,55 @@ std::vector<StatementLine> Store::statement(const std::string& account, int64_t 
 }
 
 std::pair<int64_t, bool> Store::audit() {
-  std::lock_guard lock(*mu_);
-  int64_t sum = db_->query("SELECT COALESCE(SUM(balance), 0) FROM accounts")[0].i64(0);
-  int64_t mismatched = db_->query(
+  Conn db = conn();
+  int64_t sum = db->query("SELECT COALESCE(SUM(balance), 0) FROM accounts")[0].i64(0);
+  int64_t mismatched = db->query(
       "SELECT COUNT(*) FROM accounts a WHERE a.balance <> "
       "(SELECT COALESCE(SUM(e.amount), 0) FROM ledger_entries e WHERE e.account = a.id)")[0].i64(0);
   int64_t unbalanced =
-      db_->query("SELECT COUNT(*) FROM (SELECT txn_id FROM ledger_entries GROUP BY txn_id HAVING SUM(amount) <> 0) u")[0]
+      db->query("SELECT COUNT(*) FROM (SELECT txn_id FROM ledger_entries GROUP BY txn_id HAVING SUM(amount) <> 0) u")[0]
           .i64(0);
   return {sum, mismatched == 0 && unbalanced == 0};
 }
 
 std::vector<ledger::Txn> Store::transactions() {
-  std::lock_guard lock(*mu_);
+  Conn db = conn();
   std::vector<ledger::Txn> out;
-  for (const Row& r : db_->query("SELECT t.id, t.job_id, t.memo, e.account, e.amount FROM ledger_txns t "
+  for (const Row& r : db->query("SELECT t.id, t.job_id, t.memo, e.account, e.amount FROM ledger_txns t "
                                  "JOIN ledger_entries e ON e.txn_id = t.id ORDER BY t.id, e.account")) {
     if (out.empty() || out.back().id != r.str(0)) out.push_back(ledger::Txn{r.str(0), r.str(1), r.str(2), {}});
     out.back().entries.push_back({r.str(3), r.i64(4)});
   }
   return out;
+}
+
+bool Store::remember_nonce(const std::string& id, int64_t at) {
+  Conn db = conn();
+  return db->exec("INSERT INTO node_nonces (id, at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING", {id, at}) == 1;
+}
+
+void Store::forget_nonces(int64_t before) {
+  Conn db = conn();
+  db->exec("DELETE FROM node_nonces WHERE at < $1", {before});
+}
+
+void Store::set_leader_url(const std::string& url, int64_t now) {
+  Conn db = conn();
+  db->exec("INSERT INTO coordinator_leader (id, url, since) VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE SET "
+           "url = $1, since = $2",
+           {url, now});
+}
+
+std::string Store::leader_url() {
+  Conn db = conn();
+  auto rows = db->query("SELECT url FROM coordinator_leader WHERE id = 1");
+  return rows.empty() ? "" : rows[0].str(0);
+}
+
+void Store::notify(const std::string& payload) {
+  if (backend_ != "postgres") return;
+  Conn db = conn();
+  db->query("SELECT pg_notify($1, $2)", {std::string(kNoticeChannel), payload});
 }
 
 }  // namespace orchard::network

@@ -1,10 +1,14 @@
 #pragma once
 // The coordinator's durable state: API keys, nodes, jobs with leases, and the double-entry
 // ledger, over SQLite or PostgreSQL with one schema and one set of migrations. Every method is
-// one transaction; a job's completion and its ledger postings commit together. Thread-safe (one
-// connection, serialized). Times are milliseconds since the Unix epoch, passed in by the caller
-// so tests and the simulator control the clock.
+// one transaction; a job's completion and its ledger postings commit together. Thread-safe: each
+// call borrows a connection from a pool (SQLite: one, as its writes are serialized anyway;
+// PostgreSQL: up to kPostgresConnections, so calls from many threads run side by side). Times are
+// milliseconds since the Unix epoch, passed in by the caller so tests and the simulator control
+// the clock.
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,6 +67,13 @@ struct JobRecord {
   std::string verify_of;     // verify jobs: the job being checked
   std::string verify_state;  // generate jobs: "" | "pending" | "ok" | "mismatch"
   std::string error;
+  int64_t reserved = 0;  // of its key's quota while queued or leased: the most it may cost
+};
+
+// What submit_job decided: the job is in, or its key is over its quota or its rate.
+struct SubmitOutcome {
+  enum class Kind { Accepted, OverQuota, OverRate } kind = Kind::Accepted;
+  int64_t used = 0, reserved = 0;  // the key's tokens counted and reserved by unsettled jobs, for the 429
 };
 
 struct Completion {
@@ -83,10 +94,16 @@ struct StatementLine {
   int64_t created_at = 0;
 };
 
+// Connections a PostgreSQL store opens at most (each a server process): enough for the
+// coordinator's busy handler threads to reach the database side by side.
+inline constexpr size_t kPostgresConnections = 16;
+
 class Store {
  public:
-  explicit Store(std::unique_ptr<Db> db);
-  static Store open(const std::string& url) { return Store(open_db(url)); }
+  // One connection; `more` (when given) opens further ones, up to max_connections in all.
+  explicit Store(std::unique_ptr<Db> db, std::function<std::unique_ptr<Db>()> more = nullptr,
+                 size_t max_connections = 1);
+  static Store open(const std::string& url);
   Store(Store&&) noexcept;
   ~Store();
 
@@ -94,7 +111,7 @@ class Store {
   // version now.
   int64_t migrate();
   int64_t schema_version();
-  std::string_view backend() const { return db_->backend(); }
+  std::string_view backend() const { return backend_; }
 
   // Keys: the secret is returned once and stored only as its SHA-256.
   std::pair<KeyRecord, std::string> create_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min,
@@ -112,7 +129,14 @@ class Store {
 
   // Jobs
   void insert_job(const JobRecord& job);
+  // Inserts a client's job unless its key is over its quota (tokens used plus the reservations
+  // of its queued and leased jobs plus job.reserved) or its rate (a token bucket of
+  // key.rate_per_min submissions a minute, bursts up to the same number, kept in the key's row).
+  // Checked and inserted in one transaction holding the key's row, so every coordinator sharing
+  // the database sees the same quota and rate.
+  SubmitOutcome submit_job(const JobRecord& job, const KeyRecord& key, int64_t now);
   std::optional<JobRecord> get_job(const std::string& id);
+  std::vector<JobRecord> get_jobs(const std::vector<std::string>& ids);  // those that exist, in no order
   std::vector<JobRecord> jobs_in_state(JobState state, int64_t limit = 1000000);
   int64_t count_jobs(JobState state, const std::string& kind = "");  // kind "": every kind
   // queued -> leased by node; returns the new attempt number, or nullopt when not queued.
@@ -141,13 +165,31 @@ class Store {
   // Every transaction with its entries, in id order (the payment audit reads them all).
   std::vector<ledger::Txn> transactions();
 
+  // Coordinators sharing one database (PostgreSQL)
+  // Records a signed request's node/nonce: false when some coordinator recorded it before (a
+  // replay). forget_nonces drops those timestamped before `before`.
+  bool remember_nonce(const std::string& id, int64_t at);
+  void forget_nonces(int64_t before);
+  // Where the replica that places jobs (the leader) serves nodes; "" before any has led.
+  void set_leader_url(const std::string& url, int64_t now);
+  std::string leader_url();
+  // Tells every coordinator listening on the database (PostgreSQL NOTIFY on kNoticeChannel, at
+  // most 8000 bytes); nothing on SQLite, where one coordinator runs.
+  void notify(const std::string& payload);
+
  private:
+  class Conn;
+  struct Pool;
+  Conn conn();
   template <typename F>
   auto in_txn(F&& f);
-  void post_locked(const ledger::Txn& txn, int64_t now);
-  std::unique_ptr<Db> db_;
-  std::unique_ptr<std::mutex> mu_;
+  void post_in(Db& db, const ledger::Txn& txn, int64_t now);
+  std::unique_ptr<Pool> pool_;
+  std::string backend_;
 };
+
+// The PostgreSQL channel coordinators tell each other on (see Replica).
+inline constexpr const char* kNoticeChannel = "orchard_coordinators";
 
 // Lower-case hex of SHA-256 (key secrets, body hashes).
 std::string sha256_hex(std::string_view data);
