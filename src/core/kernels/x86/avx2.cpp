@@ -343,16 +343,22 @@ struct Q6_KHalves {
   }
 };
 
+// Decode on the GGUF rows (the types without an interleaved copy, and small or --no-repack
+// matrices) asks for the lines 1 KiB ahead (row_tile). Runs alternated, bench_kernels gemv
+// 5632 × 2048, 2 threads, on a host at load 13: IQ4_XS 4.9–6.5 → 3.9–5.1 ms, Q5_K 5.6–6.5 →
+// 4.6–5.2 ms (every pair faster).
+constexpr size_t kRowPrefetch = 1024;
+
 const KernelSet kAvx2{
     "avx2",
     false,
     FloatGemm<LoadF32, 3, 4, 4>::tile,
     FloatGemm<LoadF16, 3, 4, 4>::tile,
     FloatGemm<LoadBF16, 3, 4, 4>::tile,
-    row_tile<Q4_0Kernel, 4>,
-    row_tile<Q8_0Kernel, 4>,
-    row_tile<Q4_KKernel, 4>,
-    row_tile<Q6_KKernel, 4>,
+    row_tile<Q4_0Kernel, 4, kRowPrefetch>,
+    row_tile<Q8_0Kernel, 4, kRowPrefetch>,
+    row_tile<Q4_KKernel, 4, kRowPrefetch>,
+    row_tile<Q6_KKernel, 4, kRowPrefetch>,
     HalfGroups<Q4_0Halves, 4>::tile,
     HalfGroups<Q8_0Halves, 4>::tile,
     HalfGroups<Q4_KHalves, 4>::tile,
@@ -360,15 +366,15 @@ const KernelSet kAvx2{
     nullptr,
     nullptr,
     nullptr,
-    row_tile<LowBitKernel<BlockQ4_1>, 4>,
-    row_tile<LowBitKernel<BlockQ5_0>, 4>,
-    row_tile<LowBitKernel<BlockQ5_1>, 4>,
-    row_tile<Q2_KKernel, 4>,
-    row_tile<Q3_KKernel, 4>,
-    row_tile<Q5_KKernel, 4>,
-    row_tile<TableKernel<IQ4_NLBlock>, 4>,
-    row_tile<IQ4_XSKernel, 4>,
-    row_tile<TableKernel<MXFP4Block>, 4>,
+    row_tile<LowBitKernel<BlockQ4_1>, 4, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_0>, 4, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_1>, 4, kRowPrefetch>,
+    row_tile<Q2_KKernel, 4, kRowPrefetch>,
+    row_tile<Q3_KKernel, 4, kRowPrefetch>,
+    row_tile<Q5_KKernel, 4, kRowPrefetch>,
+    row_tile<TableKernel<IQ4_NLBlock>, 4, kRowPrefetch>,
+    row_tile<IQ4_XSKernel, 4, kRowPrefetch>,
+    row_tile<TableKernel<MXFP4Block>, 4, kRowPrefetch>,
 };
 
 }  // namespace
