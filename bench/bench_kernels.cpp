@@ -56,14 +56,16 @@ std::vector<float> random_activations(int64_t n) {
 
 // Decode reads each matrix once per token, and the whole model is far larger than L3: cycle
 // through enough prepared copies (≥ 128 MiB together) that every pass comes from DRAM.
+// Range 1 chooses the layout, as for gemm below.
 void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
   const int threads = static_cast<int>(state.range(0));
+  const bool repack = state.range(1) != 0;
   const double bw = bandwidth(threads);
   std::vector<uint8_t> source = random_matrix(type, rows, cols);
   const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
   std::vector<std::vector<uint8_t>> sources(copies, source);
   std::vector<WeightMatrix> matrices;
-  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols, repack));
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(cols), y(static_cast<size_t>(rows));
@@ -107,11 +109,14 @@ void decode_batch(benchmark::State& state, TensorType type, int64_t rows, int64_
   state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
 }
 
+// Range 1 chooses the layout (0: GGUF rows, 1: the repacked copy where the kernel set has one),
+// so a new interleaved kernel is measured against the row kernel in the same run.
 void gemm(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
   const int threads = static_cast<int>(state.range(0));
+  const bool repack = state.range(1) != 0;
   constexpr int64_t kTokens = 512;
   std::vector<uint8_t> source = random_matrix(type, rows, cols);
-  WeightMatrix w = WeightMatrix::prepare(type, source.data(), rows, cols);
+  WeightMatrix w = WeightMatrix::prepare(type, source.data(), rows, cols, repack);
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(kTokens * cols), y(static_cast<size_t>(kTokens * rows));
@@ -134,9 +139,11 @@ void memory_bandwidth(benchmark::State& state) {
 
 BENCHMARK(memory_bandwidth)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-#define ORCHARD_SHAPES(kind, type)                                                                     \
-  BENCHMARK_CAPTURE(kind, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime(); \
-  BENCHMARK_CAPTURE(kind, type##_32000x2048, TensorType::type, 32000, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#define ORCHARD_SHAPES(kind, type)                                                                         \
+  BENCHMARK_CAPTURE(kind, type##_5632x2048, TensorType::type, 5632, 2048)                                  \
+      ->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "repack"})->Unit(benchmark::kMicrosecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(kind, type##_32000x2048, TensorType::type, 32000, 2048)                                \
+      ->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "repack"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 ORCHARD_SHAPES(gemv, Q4_0)
 ORCHARD_SHAPES(gemv, Q8_0)
@@ -164,7 +171,8 @@ ORCHARD_DECODE_BATCH(Q4_K)
 ORCHARD_DECODE_BATCH(Q6_K)
 
 #define ORCHARD_GEMM(type)                                                                      \
-  BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)                                 \
+      ->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "repack"})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 ORCHARD_GEMM(Q4_0)
 ORCHARD_GEMM(Q8_0)

@@ -164,6 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Types, Matmul,
                                            TypeCase{TensorType::Q4_0, 96}, TypeCase{TensorType::Q4_0, 512},
                                            TypeCase{TensorType::Q8_0, 96}, TypeCase{TensorType::Q8_0, 512},
                                            TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 512},
+                                           TypeCase{TensorType::Q6_K, 768},
                                            TypeCase{TensorType::Q4_1, 96}, TypeCase{TensorType::Q5_0, 96},
                                            TypeCase{TensorType::Q5_1, 96}, TypeCase{TensorType::IQ4_NL, 96},
                                            TypeCase{TensorType::MXFP4, 96}, TypeCase{TensorType::Q2_K, 512},
@@ -310,6 +311,48 @@ TEST(MatmulContract, QuantizedOutputsDoNotDependOnTheBatch) {
           matmul(w, p.x.data() + t * cols, 1, alone.data(), pool, scratch);
           ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, alone.size() * sizeof(float)))
               << what << " token " << t;
+        }
+      }
+    }
+  }
+  kernels::use_kernel_set(nullptr);
+}
+
+TEST(MatmulContract, Q6_KExtremeQuantsDoNotOverflow) {
+  // The AVX2 kernels add two words' u8 × s8 pair sums in int16 before the scale (at most
+  // 2 × 2 × 63 × 127 = 32004): every quant at 63 (or 0) against activations all at ±127, with the
+  // largest scales of either sign, is the worst case. Exact answer: the rows are constant.
+  const int64_t rows = 33, cols = 512;
+  std::vector<BlockQ6_K> blocks(static_cast<size_t>(rows * cols / kQK_K));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    BlockQ6_K& b = blocks[i];
+    const bool top = i % 3 != 2;  // quants 63 (or 0 in every third block)
+    std::memset(b.ql, top ? 0xFF : 0x00, sizeof b.ql);
+    std::memset(b.qh, top ? 0xFF : 0x00, sizeof b.qh);
+    for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(i % 2 ? -128 : 127);
+    b.d = float_to_half(0.5f);
+  }
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> x(static_cast<size_t>(3 * cols), sign);
+    std::vector<float> dequantized(static_cast<size_t>(cols));
+    std::vector<double> expected(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row_reference(TensorType::Q6_K, &blocks[static_cast<size_t>(r * cols / kQK_K)], dequantized.data(), cols);
+      for (int64_t i = 0; i < cols; ++i) expected[r] += static_cast<double>(dequantized[i]) * sign;
+    }
+    for (const kernels::KernelSet* set : all_sets()) {
+      kernels::use_kernel_set(set);
+      for (bool repack : {false, true}) {
+        WeightMatrix w = WeightMatrix::prepare(TensorType::Q6_K, blocks.data(), rows, cols, repack);
+        for (int64_t n_tokens : {1, 2, 3}) {
+          std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+          matmul(w, x.data(), n_tokens, y.data(), pool, scratch);
+          for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_NEAR(y[t * rows + r], expected[r], 1e-5 * std::fabs(expected[r]))
+                  << set->name << (w.repacked() ? " repacked" : " rows") << " tokens " << n_tokens << " row " << r;
         }
       }
     }

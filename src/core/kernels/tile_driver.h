@@ -10,10 +10,20 @@
 
 namespace orchard::core::kernels {
 
-template <class K, int kMaxTokens>
+//
+// kPrefetchAhead > 0: a one-token tile (a decode step, which streams the weights from memory
+// once) asks for the lines of each row's length kPrefetchAhead bytes past the row's start before
+// computing the row, so more cache misses are in flight than the out-of-order window and the
+// hardware prefetcher keep (a prefetch never faults, so past the tile's end is harmless).
+template <class K, int kMaxTokens, size_t kPrefetchAhead = 0>
 void row_tile(const Tile& tile) {
   static_assert(kMaxTokens == 8 || kMaxTokens == 4);
   for (int64_t r = 0; r < tile.n_rows; ++r) {
+    if constexpr (kPrefetchAhead > 0)
+      if (tile.n_tokens == 1) {
+        const uintptr_t ahead = reinterpret_cast<uintptr_t>(tile.w) + static_cast<size_t>(r) * tile.w_stride + kPrefetchAhead;
+        for (size_t line = 0; line < tile.w_stride; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(ahead + line));
+      }
     int64_t t = 0;
     if constexpr (kMaxTokens == 8)
       for (; t + 8 <= tile.n_tokens; t += 8) K::template run<8>(tile, r, t);

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -48,11 +49,19 @@ void store_half(const Tile& tile, int64_t group, int h, int64_t t0, const __m256
   }
 }
 
-// Asks for a whole column's lines before computing on it, so a decode step has all of its
-// cache misses in flight at once (as the AVX-512 kernels do, where it measured best).
+// Asks for a whole column's lines before computing on it, so a decode step has many cache
+// misses in flight at once (as the AVX-512 kernels do, where the current column measured best).
+// A column under 1 KiB (Q4_0's 288 bytes, Q8_0's 544) gives too few for the memory latency
+// when the 256-bit kernels spend this many instructions per byte: those ask for the column at
+// least 1 KiB ahead instead (the lines past a tile's end are the next group's, or unused: a
+// prefetch never faults). Measured on the 2-core AVX2 EPYC, 2 threads, runs alternated on a
+// host at load 13: gemv 32000 × 2048 Q4_0 19.8–21.6 → 14.9–17.8 ms, Q8_0 37.9–39.5 → 22.5–26.2
+// ms; moe-3b Q4_0 decode 2.67–2.99 → 3.05–3.30 tok/s.
 template <size_t kColumn>
 inline void prefetch_column(const uint8_t* column) {
-  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(column + line), _MM_HINT_T0);
+  constexpr size_t kAhead = kColumn < 1024 ? (1024 + kColumn - 1) / kColumn * kColumn : 0;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(column) + kAhead;
+  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(first + line), _MM_HINT_T0);
 }
 
 // Four bytes of x in every lane (one vpbroadcastd from memory).
@@ -221,32 +230,151 @@ struct Q4_KHalves {
   }
 };
 
+// kQ6_Kx16: quants rebuilt unsigned (0..63) from a ql and a qh word as in the row kernel. Two
+// words' vpmaddubsw pair sums (each at most 2 × 63 × 127) add in int16 (at most 32004) and meet
+// the row's scale in one vpmaddwd, so a sub-block of 16 over 8 rows takes 4 + 2 multiplies where
+// the row kernel takes 4 + 4; the offset of 32 comes off as Σ (-32 · scale_j) · bsum_j, one
+// vpmaddwd per sub-block pair. Word m of run g of part p (elements 128p + 32g + 4m..) is built
+// from ql word 16p + 8 (g % 2) + m (high nibbles for g ≥ 2) and qh word 8p + m (bits 2g, 2g + 1),
+// and belongs to sub-block 8p + 2g + m / 4 (see Q6_KInterleaved in avx512.cpp).
+struct Q6_KHalves {
+  using Act = BlockQ8_K;
+  static constexpr size_t kColumn = kQ6_KColumn;
+
+  // Words 4·odd .. 4·odd + 3 of run g of part p: one sub-block of 8 rows.
+  static void quants(const uint8_t* w, int h, int p, int g, int odd, __m256i (&wq)[4]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+    for (int i = 0; i < 4; ++i) {
+      const int m = 4 * odd + i;
+      __m256i low = load256(w + kQ6_KLow + 64 * (16 * p + 8 * (g % 2) + m) + 32 * h);
+      __m256i high = load256(w + kQ6_KHigh + 64 * (8 * p + m) + 32 * h);
+      if (g >= 2) low = _mm256_srli_epi16(low, 4);
+      high = g == 0 ? _mm256_slli_epi16(high, 4) : g == 1 ? _mm256_slli_epi16(high, 2) : g == 2 ? high : _mm256_srli_epi16(high, 2);
+      wq[i] = _mm256_or_si256(_mm256_and_si256(low, nibble), _mm256_and_si256(high, top));
+    }
+  }
+
+  // One or two tokens (decode, or an expert's share of a prompt): each ql and qh word is loaded
+  // and shifted once for the four runs that share it, where the run-at-a-time loop below loads
+  // qh four times and ql twice, which only more tokens pay for (in cache, 256 × 2048, one core:
+  // one token 10.9 GB/s run at a time, where the row kernel makes 14.9).
+  template <int T>
+  static void few_tokens(const uint8_t* w, int64_t b, int h, const BlockQ8_K* const (&x)[T], __m256i (&total)[T]) {
+    const __m256i dup_low = duplicate_low16(), dup_high = duplicate_high16();
+    const __m256i nibble = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+    // Two sums per token, so that one token still has two add chains.
+    __m256i sum[T][2];
+    for (auto& s : sum) s[0] = s[1] = _mm256_setzero_si256();
+    for (int p = 0; p < 2; ++p) {
+      __m256i scales[4];
+      for (int g = 0; g < 4; ++g) {
+        const int pair = 4 * p + g;
+        scales[g] = _mm256_cvtepi8_epi16(load128(w + kQ6_KScales + 32 * pair + 16 * h));
+        const __m256i offset = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scales[g], 5));
+        for (int t = 0; t < T; ++t)
+          sum[t][g % 2] = _mm256_add_epi32(sum[t][g % 2], _mm256_madd_epi16(offset, broadcast4(x[t][b].bsums + 2 * pair)));
+      }
+      for (int odd = 0; odd < 2; ++odd)
+        for (int m0 = 4 * odd; m0 < 4 * odd + 4; m0 += 2) {
+          __m256i dots[4][T];  // per run g and token: words m0 and m0 + 1, added in int16
+          for (int m = m0; m < m0 + 2; ++m) {
+            const __m256i high = load256(w + kQ6_KHigh + 64 * (8 * p + m) + 32 * h);
+            const __m256i low0 = load256(w + kQ6_KLow + 64 * (16 * p + m) + 32 * h);
+            const __m256i low1 = load256(w + kQ6_KLow + 64 * (16 * p + 8 + m) + 32 * h);
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(low0, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 4), top)),
+                _mm256_or_si256(_mm256_and_si256(low1, nibble), _mm256_and_si256(_mm256_slli_epi16(high, 2), top)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble), _mm256_and_si256(high, top)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
+                                _mm256_and_si256(_mm256_srli_epi16(high, 2), top)),
+            };
+            for (int g = 0; g < 4; ++g)
+              for (int t = 0; t < T; ++t) {
+                const __m256i product = _mm256_maddubs_epi16(q[g], broadcast4(x[t][b].qs + 128 * p + 32 * g + 4 * m));
+                dots[g][t] = m == m0 ? product : _mm256_add_epi16(dots[g][t], product);
+              }
+          }
+          for (int g = 0; g < 4; ++g) {
+            const __m256i scale = _mm256_shuffle_epi8(scales[g], odd ? dup_high : dup_low);
+            for (int t = 0; t < T; ++t) sum[t][g % 2] = _mm256_add_epi32(sum[t][g % 2], _mm256_madd_epi16(dots[g][t], scale));
+          }
+        }
+    }
+    for (int t = 0; t < T; ++t) total[t] = _mm256_add_epi32(sum[t][0], sum[t][1]);
+  }
+
+  template <int T>
+  static void column(const uint8_t* w, int64_t b, int h, const BlockQ8_K* const (&x)[T], __m256 (&acc)[T]) {
+    __m256i sum[T];
+    if constexpr (T <= 2) {
+      few_tokens(w, b, h, x, sum);
+    } else {
+      for (auto& v : sum) v = _mm256_setzero_si256();
+      many_tokens(w, b, h, x, sum);
+    }
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w) + 8 * h);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(d, _mm256_set1_ps(x[t][b].d)), acc[t]);
+  }
+
+  // More tokens: one sub-block of 8 rows rebuilt at a time and served to each token in turn
+  // (per-run accumulators for every token would not fit the registers).
+  template <int T>
+  static void many_tokens(const uint8_t* w, int64_t b, int h, const BlockQ8_K* const (&x)[T], __m256i (&sum)[T]) {
+    const __m256i dup_low = duplicate_low16(), dup_high = duplicate_high16();
+    for (int pair = 0; pair < 8; ++pair) {
+      const int p = pair / 4, g = pair % 4;
+      // Row r's (scale 2·pair, scale 2·pair + 1) in int32 lane r.
+      const __m256i scales = _mm256_cvtepi8_epi16(load128(w + kQ6_KScales + 32 * pair + 16 * h));
+      const __m256i offset = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scales, 5));
+      for (int t = 0; t < T; ++t) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(offset, broadcast4(x[t][b].bsums + 2 * pair)));
+      for (int odd = 0; odd < 2; ++odd) {
+        const __m256i scale = _mm256_shuffle_epi8(scales, odd ? dup_high : dup_low);
+        __m256i wq[4];
+        quants(w, h, p, g, odd, wq);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* a = x[t][b].qs + 128 * p + 32 * g + 16 * odd;
+          const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(wq[0], broadcast4(a)), _mm256_maddubs_epi16(wq[1], broadcast4(a + 4)));
+          const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(wq[2], broadcast4(a + 8)), _mm256_maddubs_epi16(wq[3], broadcast4(a + 12)));
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(_mm256_madd_epi16(s0, scale), _mm256_madd_epi16(s1, scale)));
+        }
+      }
+    }
+  }
+};
+
+// Decode on the GGUF rows (the types without an interleaved copy, and small or --no-repack
+// matrices) asks for the lines 1 KiB ahead (row_tile). Runs alternated, bench_kernels gemv
+// 5632 × 2048, 2 threads, on a host at load 13: IQ4_XS 4.9–6.5 → 3.9–5.1 ms, Q5_K 5.6–6.5 →
+// 4.6–5.2 ms (every pair faster).
+constexpr size_t kRowPrefetch = 1024;
+
 const KernelSet kAvx2{
     "avx2",
     false,
     FloatGemm<LoadF32, 3, 4, 4>::tile,
     FloatGemm<LoadF16, 3, 4, 4>::tile,
     FloatGemm<LoadBF16, 3, 4, 4>::tile,
-    row_tile<Q4_0Kernel, 4>,
-    row_tile<Q8_0Kernel, 4>,
-    row_tile<Q4_KKernel, 4>,
-    row_tile<Q6_KKernel, 4>,
+    row_tile<Q4_0Kernel, 4, kRowPrefetch>,
+    row_tile<Q8_0Kernel, 4, kRowPrefetch>,
+    row_tile<Q4_KKernel, 4, kRowPrefetch>,
+    row_tile<Q6_KKernel, 4, kRowPrefetch>,
     HalfGroups<Q4_0Halves, 4>::tile,
     HalfGroups<Q8_0Halves, 4>::tile,
     HalfGroups<Q4_KHalves, 4>::tile,
-    nullptr,  // q6_k: rebuilding the 6-bit quants costs as much as the row kernel saves
+    HalfGroups<Q6_KHalves, 4>::tile,
     nullptr,
     nullptr,
     nullptr,
-    row_tile<LowBitKernel<BlockQ4_1>, 4>,
-    row_tile<LowBitKernel<BlockQ5_0>, 4>,
-    row_tile<LowBitKernel<BlockQ5_1>, 4>,
-    row_tile<Q2_KKernel, 4>,
-    row_tile<Q3_KKernel, 4>,
-    row_tile<Q5_KKernel, 4>,
-    row_tile<TableKernel<IQ4_NLBlock>, 4>,
-    row_tile<IQ4_XSKernel, 4>,
-    row_tile<TableKernel<MXFP4Block>, 4>,
+    row_tile<LowBitKernel<BlockQ4_1>, 4, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_0>, 4, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_1>, 4, kRowPrefetch>,
+    row_tile<Q2_KKernel, 4, kRowPrefetch>,
+    row_tile<Q3_KKernel, 4, kRowPrefetch>,
+    row_tile<Q5_KKernel, 4, kRowPrefetch>,
+    row_tile<TableKernel<IQ4_NLBlock>, 4, kRowPrefetch>,
+    row_tile<IQ4_XSKernel, 4, kRowPrefetch>,
+    row_tile<TableKernel<MXFP4Block>, 4, kRowPrefetch>,
 };
 
 }  // namespace
