@@ -19,8 +19,8 @@ struct MachineProbe {
   // A mixture of experts' prompt multiplies each expert by only the tokens routed to it
   // (prompt x used / experts: 32 for moe-3b's chunk of 256, 11 for Kimi K2's of 512), and
   // small products run below the dense rate. Entry k: the rate of one expert's gate, up and
-  // down products over 2^k tokens, as a fraction of compute_gflops. Empty: not measured
-  // (the shape has no experts).
+  // down products over 2^k tokens, as a fraction of their rate over 64 tokens, where
+  // compute_gflops is measured (the last entry is 1). Empty: not measured (no experts).
   std::vector<double> expert_efficiency;
 };
 
