@@ -57,7 +57,11 @@ std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool&
       }
       best[static_cast<size_t>(k)] = std::max(best[static_cast<size_t>(k)], flops / seconds_since(start));
     }
+  // Fewer tokens never multiply faster (each weight is unpacked for fewer products): a point
+  // above the one after it is noise, and is lowered to it.
   for (double& rate : best) rate /= best.back();
+  for (int k = kExpertProbePoints - 2; k >= 0; --k)
+    best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], best[static_cast<size_t>(k) + 1]);
   return best;
 }
 
