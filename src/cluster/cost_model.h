@@ -54,8 +54,9 @@ struct MachineSpec {
   double memory_gb = 0;       // total memory (GB, 1e9 bytes)
   double memory_bw_gbs = 0;   // what the CPU kernels reach when decoding (measured, or catalog × efficiency)
   double compute_gflops = 0;  // matmul rate for prompt processing
-  // The rate of one expert's products over 2^k tokens as a fraction of compute_gflops
-  // (MachineProbe::expert_efficiency); empty: taken as compute_gflops (not measured).
+  // The rate of one expert's products over 2^k tokens as a fraction of its rate over 64, the
+  // token count compute_gflops is measured at (MachineProbe::expert_efficiency); empty: taken
+  // as compute_gflops (not measured).
   std::vector<double> expert_efficiency = {};
 };
 
