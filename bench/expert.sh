@@ -7,6 +7,11 @@
 # planner's prediction for it (machine figures from `orchard plan`'s probe with one thread).
 #
 #   sudo bench/expert.sh [BUILD_DIR]    (needs root for ip netns; models in $ORCHARD_BENCH_MODELS)
+#
+# ORCHARD_BENCH_SPLITS (default "expert tensor pipeline") lists the 2-rank runs; "expert+busy"
+# is the expert split with ORCHARD_BUSY_POLL=1 (each rank spins on its socket instead of
+# sleeping in poll() while it waits for the other). ORCHARD_BENCH_ROUNDS repeats the whole set,
+# one round after another, so that the ratios of each round are measured side by side.
 set -euo pipefail
 build=$(realpath "${1:-build}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,13 +35,14 @@ ip -n $a addr add 10.78.0.1/24 dev veth-ea && ip -n $a link set veth-ea up && ip
 ip -n $b addr add 10.78.0.2/24 dev veth-eb && ip -n $b link set veth-eb up && ip -n $b link set lo up
 echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2"]}]' > "$hostfile"
 
-bench() {  # strategy ranks cpus
-  local strategy=$1 ranks=$2 cpus=$3
+bench() {  # strategy[+busy] ranks cpus
+  local strategy=${1%+busy} ranks=$2 cpus=$3 poll=0
+  [ "$strategy" = "$1" ] || poll=1
   if [ "$ranks" = 1 ]; then
     taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
     "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
-      "exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --json"
+      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --json"
   fi
 }
 
@@ -45,6 +51,9 @@ bench() {  # strategy ranks cpus
 probe=$("$build/orchard" plan -m "$model" --machines 2 --threads 1 --json)
 bw=$(jq .machines[0].memory_bw_gb_s <<<"$probe")
 gflops=$(jq .machines[0].compute_gflops <<<"$probe")
+# How one expert's products over 1, 2, 4 ... 64 tokens fare against that rate (the plan below
+# measures it again: a ratio, which the rates given to it scale).
+efficiency=$(jq -c '[.machines[0].expert_efficiency[] * 100 | round / 100]' <<<"$probe")
 # (without ping: $ORCHARD_BENCH_LINK_US, default 30 µs, a veth pair's typical one-way time.)
 if command -v ping >/dev/null; then
   rtt_ms=$(ip netns exec $a ping -c 20 -i 0.05 -q 10.78.0.2 | awk -F/ '/rtt|round-trip/ {print $5}')
@@ -58,15 +67,22 @@ predict() {  # strategy world
     --position $((prompt + gen / 2)) -c $((prompt + gen)) -b "$batch" --json
 }
 
+splits=${ORCHARD_BENCH_SPLITS:-expert tensor pipeline}
+declare -A predicted
+predicted[single]=$(predict single 1 | jq -c .)
+for split in $splits; do
+  predicted[$split]=$(predict "${split%+busy}" 2 | jq -c .)
+done
+for round in $(seq "${ORCHARD_BENCH_ROUNDS:-1}"); do
 results=$(mktemp)
 {
-  echo "single-1core $(bench single 1 0) $(predict single 1 | jq -c .)"
+  echo "single-1core $(bench single 1 0) ${predicted[single]}"
   echo "single-2threads $(bench single 1 0,1) null"
-  for strategy in expert tensor pipeline; do
-    echo "$strategy $(bench $strategy 2 -) $(predict $strategy 2 | jq -c .)"
+  for split in $splits; do
+    echo "$split $(bench "$split" 2 -) ${predicted[$split]}"
   done
 } > "$results"
-python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" <<'PY'
+python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" <<'PY'
 import json, sys
 dec = json.JSONDecoder()
 rows = []
@@ -77,9 +93,10 @@ for line in open(sys.argv[1]):
     rows.append((name, measured, predicted))
 base = next(m for n, m, _ in rows if n == "single-1core")
 two = next(m for n, m, _ in rows if n == "single-2threads")
+print(f"round {sys.argv[9]}")
 print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks in 2 network namespaces over veth (TCP ring), "
       f"one core each; plan from {float(sys.argv[5]):.1f} GB/s, {float(sys.argv[6]):.0f} GFLOP/s per rank, "
-      f"{float(sys.argv[7]):.0f} µs links")
+      f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate")
 print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
       f"{'pp pred':>8} {'tg pred':>8} {'KB/token':>9}")
 for name, m, p in rows:
@@ -91,3 +108,4 @@ for name, m, p in rows:
              if pred else f"{'':>8} {'':>8} {'':>9}"))
 PY
 rm -f "$results"
+done

@@ -96,6 +96,7 @@ void run_plan(PlanFlags f) {
       const cluster::MachineSpec& m = r.machines[i];
       machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gb_s", m.memory_bw_gbs},
                           {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
+      if (!m.expert_efficiency.empty()) machines.back()["expert_efficiency"] = m.expert_efficiency;
     }
     j["machines"] = std::move(machines);
     j["model"] = {{"name", r.model.name}, {"weights_gb", r.model.total_bytes() / 1e9}, {"context", r.work.context}};

@@ -33,13 +33,21 @@ bool is_local(const std::string& host) { return host == "localhost" || host.rfin
 // at once they also split the bandwidth and compute the probe measures with all their threads.
 cluster::MachineSpec local_machine_spec(const MachineOverrides& f, const model::ModelConfig& shape, int count, int index) {
   static const cluster::LocalMachine me = cluster::detect_local_machine();
-  // The probe takes a second: only when the what-if flags leave a figure open.
-  static const cluster::MachineProbe probe = f.memory_bw_gbs > 0 && f.compute_gflops > 0
-                                                 ? cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads}
-                                                 : cluster::probe_machine(f.threads > 0 ? f.threads * count : 0,
-                                                                          {shape.n_embd, shape.kv_dim(), shape.n_ff});
+  // The probe takes a second: only when the what-if flags leave a figure open, or to measure
+  // how a mixture of experts' small products fare against the dense rate (a ratio, which the
+  // what-if rates then scale).
+  static const cluster::MachineProbe probe = [&] {
+    if (f.memory_bw_gbs > 0 && f.compute_gflops > 0 && shape.n_expert == 0)
+      return cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads, {}};
+    cluster::MachineProbe p = cluster::probe_machine(f.threads > 0 ? f.threads * count : 0,
+                                                     {shape.n_embd, shape.kv_dim(), shape.n_ff, shape.n_ff_exp});
+    if (f.memory_bw_gbs > 0) p.decode_gbs = f.memory_bw_gbs * count;
+    if (f.compute_gflops > 0) p.compute_gflops = f.compute_gflops * count;
+    return p;
+  }();
   return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
-          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count};
+          static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count,
+          probe.expert_efficiency};
 }
 
 cluster::MachineSpec catalog_machine(const MachineOverrides& f, size_t index, const std::string& host) {

@@ -147,11 +147,32 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
   const double chunk = prompt_chunk(work, layout.pp);
   const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
-  r.prompt_chunk_ms = std::max(flops / (machine.compute_gflops * 1e9), (layers * layer_bytes + out_bytes) / bw) * 1e3;
+  // Of those, a mixture of experts multiplies each expert only by the tokens routed to it, in
+  // products of chunk x used / experts tokens, which run at the rate measured for that size.
+  double expert_flops = 0, expert_tokens = 0;
+  if (c.n_expert > 0 && m.expert_params > 0) {
+    expert_tokens = chunk * c.n_expert_used / c.n_expert;
+    expert_flops = 2.0 * expert_tokens * layers * m.expert_params * ffn_share;
+  }
+  const double rate = machine.compute_gflops * 1e9;
+  const double compute_s =
+      (flops - expert_flops) / rate + expert_flops / (rate * expert_efficiency(machine, expert_tokens));
+  r.prompt_chunk_ms = std::max(compute_s, (layers * layer_bytes + out_bytes) / bw) * 1e3;
   return r;
 }
 
 }  // namespace
+
+double expert_efficiency(const MachineSpec& machine, double tokens) {
+  const std::vector<double>& curve = machine.expert_efficiency;
+  if (curve.empty() || !(tokens > 0)) return 1.0;
+  const double at = std::clamp(std::log2(tokens), 0.0, static_cast<double>(curve.size() - 1));
+  const auto below = static_cast<size_t>(at);
+  const size_t above = std::min(below + 1, curve.size() - 1);
+  const double e = curve[below] + (curve[above] - curve[below]) * (at - static_cast<double>(below));
+  ORCHARD_CHECK(e > 0, "machine '{}' with an expert efficiency of {} at {} tokens", machine.host, e, tokens);
+  return e;
+}
 
 double ModelFacts::total_bytes() const {
   return config.n_layers * (attn_bytes + ffn_bytes) + embedding_bytes + (config.tied_output ? 0 : output_bytes);
@@ -170,7 +191,10 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
     const double bytes = static_cast<double>(t.size_bytes), params = static_cast<double>(t.elements());
     if (starts_with(t.name, "blk.")) {
       const bool ffn = t.name.find(".ffn_") != std::string::npos;
-      if (t.name.find("_exps.") != std::string::npos) expert_bytes += bytes;
+      if (t.name.find("_exps.") != std::string::npos) {
+        expert_bytes += bytes;
+        f.expert_params += params;
+      }
       (ffn ? f.ffn_bytes : f.attn_bytes) += bytes;
       (ffn ? f.ffn_params : f.attn_params) += params;
     } else if (t.name == "output.weight") {
@@ -191,6 +215,7 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
   f.attn_params /= layers;
   f.ffn_bytes /= layers;
   f.ffn_params /= layers;
+  f.expert_params /= layers;
   if (f.config.tied_output) {
     // The head multiplies by the embedding table: every last-stage rank reads its rows.
     f.output_bytes = f.embedding_bytes;
@@ -226,6 +251,7 @@ ModelFacts ModelFacts::from_shape(const model::ModelConfig& config, double bits_
     const double active = moe * (expert * config.n_expert_used + shared + router) + config.n_dense_leading * f.ffn_params;
     f.ffn_params = all / layers;
     f.ffn_active_fraction = active / all;
+    f.expert_params = moe * expert * config.n_expert / layers;
   }
   f.output_params = d * config.vocab_size;
   f.attn_bytes = f.attn_params * bytes_per_param;

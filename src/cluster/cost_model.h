@@ -31,6 +31,8 @@ struct ModelFacts {
   // mixture of experts the router and n_expert_used of n_expert experts. Memory is set by all
   // the bytes, a decode step's time by this share of them.
   double ffn_active_fraction = 1;
+  // Per layer (averaged over layers): parameters of the routed experts, all of them (0: dense).
+  double expert_params = 0;
   double embedding_bytes = 0;            // token_embd: mapped whole, one row read per token
   double output_params = 0, output_bytes = 0;  // output head (the embedding when tied)
 
@@ -57,7 +59,15 @@ struct MachineSpec {
   double memory_gb = 0;       // total memory (GB, 1e9 bytes)
   double memory_bw_gbs = 0;   // what the CPU kernels reach when decoding (measured, or catalog × efficiency)
   double compute_gflops = 0;  // matmul rate for prompt processing
+  // The rate of one expert's products over 2^k tokens as a fraction of its rate over 64, the
+  // token count compute_gflops is measured at (MachineProbe::expert_efficiency); empty: taken
+  // as compute_gflops (not measured).
+  std::vector<double> expert_efficiency = {};
 };
+
+// The fraction of compute_gflops a product over `tokens` tokens of one expert reaches on
+// `machine`: its measured curve, linear in log2(tokens) between the points, flat beyond them.
+double expert_efficiency(const MachineSpec& machine, double tokens);
 
 struct LinkSpec {
   double latency_us = 0;  // one-way, per message

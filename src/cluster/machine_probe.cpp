@@ -21,6 +21,50 @@ constexpr int64_t kPromptTokens = 64;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Rates of one expert's products over few tokens, as fractions of its rate over 64 (where the
+// dense probe measures): copies of the expert's matrices past the caches, as a prompt streams a
+// layer's experts once per chunk. The token counts take turns, several rounds of each, and each
+// keeps its best round: other programs' load then spoils a round, not the ratio.
+std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool& pool) {
+  const int64_t d = shape.n_embd, ff = shape.n_ff_exp;
+  const std::pair<int64_t, int64_t> expert[] = {{ff, d}, {ff, d}, {d, ff}};
+  const double expert_bytes = 3.0 * static_cast<double>(ff * d) / 32 * sizeof(core::BlockQ4_0);
+  const int copies = static_cast<int>(kMinimumBytes / expert_bytes) + 1;
+  std::vector<std::vector<core::BlockQ4_0>> storage;
+  std::vector<core::WeightMatrix> matrices;
+  for (int c = 0; c < copies; ++c)
+    for (const auto& [rows, cols] : expert) {
+      std::vector<core::BlockQ4_0>& blocks = storage.emplace_back(static_cast<size_t>(rows * cols / 32));
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        blocks[b].d = 0x2c00;
+        std::memset(blocks[b].qs, static_cast<int>(0x11 * (b % 15)), sizeof blocks[b].qs);
+      }
+      matrices.push_back(core::WeightMatrix::prepare(core::TensorType::Q4_0, blocks.data(), rows, cols));
+    }
+  const int64_t most = int64_t{1} << (kExpertProbePoints - 1);
+  std::vector<float> x(static_cast<size_t>(most * std::max(d, ff)), 0.5f), y(x.size());
+  core::MatmulScratch scratch;
+  constexpr int kRounds = 4;
+  std::vector<double> best(kExpertProbePoints, 0.0);
+  for (int round = 0; round < kRounds; ++round)
+    for (int k = 0; k < kExpertProbePoints; ++k) {
+      const int64_t tokens = int64_t{1} << k;
+      double flops = 0;
+      const auto start = Clock::now();
+      for (size_t i = 0; seconds_since(start) < 0.02; i = (i + 1) % matrices.size()) {
+        core::matmul(matrices[i], x.data(), tokens, y.data(), pool, scratch);
+        flops += 2.0 * static_cast<double>(tokens) * static_cast<double>(matrices[i].rows() * matrices[i].cols());
+      }
+      best[static_cast<size_t>(k)] = std::max(best[static_cast<size_t>(k)], flops / seconds_since(start));
+    }
+  // Fewer tokens never multiply faster (each weight is unpacked for fewer products): a point
+  // above the one after it is noise, and is lowered to it.
+  for (double& rate : best) rate /= best.back();
+  for (int k = kExpertProbePoints - 2; k >= 0; --k)
+    best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], best[static_cast<size_t>(k) + 1]);
+  return best;
+}
+
 }  // namespace
 
 MachineProbe probe_machine(int threads, const ProbeShape& shape) {
@@ -70,6 +114,7 @@ MachineProbe probe_machine(int threads, const ProbeShape& shape) {
     flops += 2.0 * kPromptTokens * static_cast<double>(matrices[i].rows() * matrices[i].cols());
   }
   probe.compute_gflops = flops / seconds_since(start) / 1e9;
+  if (shape.n_ff_exp > 0) probe.expert_efficiency = expert_efficiency(shape, pool);
   return probe;
 }
 

@@ -12,6 +12,7 @@ const char* wire_op_name(WireOp op) {
     case WireOp::Broadcast: return "broadcast";
     case WireOp::Send: return "send/recv";
     case WireOp::Barrier: return "barrier";
+    case WireOp::AllToAll: return "all_to_all";
   }
   return "unknown op";
 }

@@ -17,6 +17,7 @@ enum class WireOp : uint8_t {
   Broadcast = 4,
   Send = 5,
   Barrier = 6,
+  AllToAll = 7,
 };
 const char* wire_op_name(WireOp op);
 

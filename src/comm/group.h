@@ -87,6 +87,8 @@ class GroupImpl {
   virtual void all_gatherv(const void* send, void* recv, std::span<const size_t> bytes_per_rank) = 0;
   virtual void reduce_scatter(const void* send, void* recv, std::span<const size_t> counts, DType dtype) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void all_to_allv(const void* send, std::span<const size_t> send_bytes, void* recv,
+                           std::span<const size_t> recv_bytes) = 0;
   virtual void send(const void* data, size_t bytes, int peer, uint32_t tag) = 0;
   virtual void recv(void* data, size_t bytes, int peer, uint32_t tag) = 0;
   virtual void barrier() = 0;
@@ -122,6 +124,16 @@ class Group {
 
   // Every rank's data becomes root's `bytes` bytes.
   void broadcast(void* data, size_t bytes, int root) { impl_->broadcast(data, bytes, root); }
+
+  // Personalized exchange: send holds one segment per rank, in rank order, send_bytes[p] bytes
+  // for rank p; recv gets rank p's segment for this rank at the sum of recv_bytes[0..p).
+  // send_bytes[rank()] == recv_bytes[rank()] (that segment is copied), and recv_bytes[p] here
+  // must equal rank p's send_bytes[rank()]. Empty segments send no message, so ranks that have
+  // nothing for each other do not wait on each other. send and recv must not overlap.
+  void all_to_allv(const void* send, std::span<const size_t> send_bytes, void* recv,
+                   std::span<const size_t> recv_bytes) {
+    impl_->all_to_allv(send, send_bytes, recv, recv_bytes);
+  }
 
   // Point to point. Messages between two ranks arrive in the order sent; the receiver's tag and
   // size must match the next message from that peer (a mismatch throws FormatError: there is no

@@ -600,7 +600,9 @@ void Forward::moe_block(int32_t layer, int32_t n) {
       ops::add(&proj_[row], &expert_out_[row], d);
     });
   }
-  if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
+  if (partial_)
+    partial_->combine_experts(layer, proj_.data(), n, d,
+                              std::span(route_expert_.data(), static_cast<size_t>(n) * static_cast<size_t>(used)));
   if (!w.expert_down_bias.empty()) add_expert_down_biases(w, n);
   add_to_residual(n);
 }

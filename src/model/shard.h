@@ -2,6 +2,7 @@
 // Which slice of a model one rank holds. The forward pass is written against a Shard, so a
 // single machine is just the shard that holds everything.
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,16 @@ class PartialSums {
   // Sums `data` [n] over the ranks that share this layer (after attention's and the FFN's
   // output projections).
   virtual void all_reduce(float* data, int64_t n) = 0;
+  // Sums a mixture-of-experts layer's output `data` [n_rows, width] over the same ranks.
+  // `chosen` [n_rows, n_expert_used] holds each row's experts as the router chose them, the same
+  // on every rank, so a split that knows where each expert lives can move only the rows a
+  // rank's experts touched. By default it is the all-reduce.
+  virtual void combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
+                               std::span<const int32_t> chosen) {
+    (void)layer;
+    (void)chosen;
+    all_reduce(data, static_cast<int64_t>(n_rows) * width);
+  }
 };
 
 }  // namespace orchard::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/algorithms/collectives.h"
 #include "core/error.h"
 
 namespace orchard::parallel {
@@ -31,6 +32,126 @@ void TensorGroupSums::all_reduce(float* data, int64_t n) {
     group_.send(data, bytes, leader, kTagPartial);
     group_.recv(data, bytes, leader, kTagPartial);
   }
+}
+
+ExpertCombine parse_expert_combine(const std::string& name) {
+  if (name == "auto") return ExpertCombine::Auto;
+  if (name == "all-reduce") return ExpertCombine::AllReduce;
+  if (name == "all-to-all") return ExpertCombine::AllToAll;
+  throw Error(error_message("parallel", "unknown expert combine '{}'; known: auto, all-reduce, all-to-all", name));
+}
+
+ExpertCombineBytes expert_combine_bytes(std::span<const int64_t> touched, int64_t n_rows, int64_t row_bytes,
+                                        int world) {
+  ORCHARD_CHECK(touched.size() == static_cast<size_t>(world) * static_cast<size_t>(world),
+                "{} touched counts for {} ranks", touched.size(), world);
+  ExpertCombineBytes out;
+  if (world < 2) return out;
+  const auto n = static_cast<uint64_t>(world), vector = static_cast<uint64_t>(n_rows) * static_cast<uint64_t>(row_bytes);
+  out.all_reduce_direct = vector * (n - 1) <= comm::kDirectAllReduceBytes;
+  out.all_reduce = out.all_reduce_direct ? n * (n - 1) * vector : 2 * (n - 1) * vector;
+  uint64_t scattered = 0;
+  for (int r = 0; r < world; ++r)
+    for (int o = 0; o < world; ++o)
+      if (r != o) scattered += static_cast<uint64_t>(touched[static_cast<size_t>(r * world + o)]);
+  out.all_to_all = scattered * static_cast<uint64_t>(row_bytes) + (n - 1) * vector;
+  return out;
+}
+
+ExpertCombine choose_expert_combine(const ExpertCombineBytes& bytes) {
+  return !bytes.all_reduce_direct && bytes.all_to_all < bytes.all_reduce ? ExpertCombine::AllToAll
+                                                                          : ExpertCombine::AllReduce;
+}
+
+void TensorGroupSums::set_experts(std::vector<std::vector<std::pair<int32_t, int32_t>>> runs, bool shared_experts,
+                                  ExpertCombine mode) {
+  ORCHARD_CHECK(runs.size() == members_.size(), "expert runs of {} members for a group of {}", runs.size(),
+                members_.size());
+  expert_runs_ = std::move(runs);
+  shared_experts_ = shared_experts;
+  mode_ = mode;
+}
+
+void TensorGroupSums::combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
+                                      std::span<const int32_t> chosen) {
+  if (members_.size() == 1) return;
+  // Inside a hybrid's stage the group is not the world's collective: its leader sums.
+  if (expert_runs_.empty() || !whole_group_) return all_reduce(data, static_cast<int64_t>(n_rows) * width);
+  const int world = group_.size(), rank = group_.rank();
+  const auto rows = static_cast<size_t>(n_rows), used = chosen.size() / rows;
+  const size_t row_floats = static_cast<size_t>(width);
+  row_begin_.assign(1, 0);
+  for (size_t count : comm::even_split(rows, world)) row_begin_.push_back(row_begin_.back() + count);
+  // Which rows each rank's experts touched: the same routing, so the same answer on every rank.
+  touched_.assign(static_cast<size_t>(world) * rows, shared_experts_ ? 1 : 0);
+  touched_counts_.assign(static_cast<size_t>(world) * static_cast<size_t>(world), 0);
+  for (int p = 0; p < world; ++p) {
+    uint8_t* mine = &touched_[static_cast<size_t>(p) * rows];
+    if (!shared_experts_) {
+      const auto [begin, end] = expert_runs_[static_cast<size_t>(p)].at(static_cast<size_t>(layer));
+      for (size_t t = 0; t < rows; ++t)
+        for (size_t i = 0; i < used; ++i)
+          if (chosen[t * used + i] >= begin && chosen[t * used + i] < end) mine[t] = 1;
+    }
+    for (int o = 0; o < world; ++o)
+      for (size_t t = row_begin_[static_cast<size_t>(o)]; t < row_begin_[static_cast<size_t>(o) + 1]; ++t)
+        touched_counts_[static_cast<size_t>(p * world + o)] += mine[t];
+  }
+  ExpertCombine way = mode_;
+  if (way == ExpertCombine::Auto)
+    way = choose_expert_combine(expert_combine_bytes(touched_counts_, n_rows, sizeof(float) * width, world));
+  if (way == ExpertCombine::AllReduce) {
+    ++combines_[0];
+    group_.all_reduce(data, rows * row_floats, comm::DType::F32);
+    return;
+  }
+  ++combines_[1];
+  // To each owner the rows of its run that this rank's experts touched, in row order; from
+  // each peer the rows of this rank's run that its experts touched.
+  const size_t row_bytes = sizeof(float) * row_floats;
+  send_bytes_.assign(static_cast<size_t>(world), 0);
+  recv_bytes_.assign(static_cast<size_t>(world), 0);
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    send_bytes_[static_cast<size_t>(p)] = static_cast<size_t>(touched_counts_[static_cast<size_t>(rank * world + p)]) * row_bytes;
+    recv_bytes_[static_cast<size_t>(p)] = static_cast<size_t>(touched_counts_[static_cast<size_t>(p * world + rank)]) * row_bytes;
+  }
+  size_t out_rows = 0, in_rows = 0;
+  for (int p = 0; p < world; ++p) {
+    out_rows += send_bytes_[static_cast<size_t>(p)] / row_bytes;
+    in_rows += recv_bytes_[static_cast<size_t>(p)] / row_bytes;
+  }
+  if (outgoing_.size() < out_rows * row_floats) outgoing_.resize(out_rows * row_floats);
+  if (incoming_.size() < in_rows * row_floats) incoming_.resize(in_rows * row_floats);
+  const uint8_t* mine = &touched_[static_cast<size_t>(rank) * rows];
+  float* out = outgoing_.data();
+  for (int o = 0; o < world; ++o) {
+    if (o == rank) continue;
+    for (size_t t = row_begin_[static_cast<size_t>(o)]; t < row_begin_[static_cast<size_t>(o) + 1]; ++t)
+      if (mine[t]) {
+        std::memcpy(out, data + t * row_floats, row_bytes);
+        out += row_floats;
+      }
+  }
+  group_.all_to_allv(outgoing_.data(), send_bytes_, incoming_.data(), recv_bytes_);
+  // The owner adds its peers' parts in rank order; the all-gather then hands every rank the
+  // owner's sums, so all ranks hold bit-identical rows (their routers must agree next layer).
+  const size_t first = row_begin_[static_cast<size_t>(rank)], last = row_begin_[static_cast<size_t>(rank) + 1];
+  const float* in = incoming_.data();
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    const uint8_t* theirs = &touched_[static_cast<size_t>(p) * rows];
+    for (size_t t = first; t < last; ++t)
+      if (theirs[t]) {
+        float* row = data + t * row_floats;
+        for (size_t j = 0; j < row_floats; ++j) row[j] += in[j];
+        in += row_floats;
+      }
+  }
+  gather_bytes_.assign(static_cast<size_t>(world), 0);
+  for (int o = 0; o < world; ++o)
+    gather_bytes_[static_cast<size_t>(o)] = (row_begin_[static_cast<size_t>(o) + 1] - row_begin_[static_cast<size_t>(o)]) * row_bytes;
+  group_.all_gatherv(data + first * row_floats, data, gather_bytes_);
 }
 
 DistributedPass::DistributedPass(comm::Group& group, const Layout& layout, model::Forward& forward)

@@ -1,6 +1,8 @@
 #pragma once
 // A model whose layers live on several ranks (DistributedPass), and its slots as TokenModels.
+#include <array>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -11,18 +13,65 @@
 
 namespace orchard::parallel {
 
+// How an expert split combines a mixture-of-experts layer's partial outputs. Every rank holds
+// every row's input (attention's all-reduce left the whole hidden state on each), so only the
+// outputs move:
+//  - AllReduce: each rank's [rows, n_embd] partial sums (zero where none of its experts was
+//    chosen), summed everywhere (comm's direct exchange, or its ring reduce-scatter/all-gather);
+//  - AllToAll: the rows are owned in even runs by the ranks; each rank sends each owner only
+//    the owner's rows its experts touched (an all-to-all; no index travels, every rank knows
+//    the routing), owners add them to their own, and an all-gather gives every rank every row;
+//  - Auto: per layer and step, whichever moves fewer bytes (choose_expert_combine).
+enum class ExpertCombine { Auto, AllReduce, AllToAll };
+ExpertCombine parse_expert_combine(const std::string& name);  // auto | all-reduce | all-to-all
+
+// Bytes each way moves over all links together for `n_rows` rows of `row_bytes` on `world`
+// ranks; touched[r * world + o]: how many of owner o's rows (comm::even_split of the rows) have
+// a chosen expert on rank r (r == o is not sent and not counted).
+struct ExpertCombineBytes {
+  uint64_t all_reduce = 0;  // as comm's all_reduce moves it: world (world - 1) x the vector
+                            // exchanged directly, 2 (world - 1) x it by the ring
+  bool all_reduce_direct = false;  // under comm::kDirectAllReduceBytes: one message latency
+  uint64_t all_to_all = 0;  // the touched rows to their owners, then (world - 1) x the vector gathered
+};
+ExpertCombineBytes expert_combine_bytes(std::span<const int64_t> touched, int64_t n_rows, int64_t row_bytes,
+                                        int world);
+// AllToAll when it moves fewer bytes than the all-reduce's ring. Below the direct threshold
+// (a decode step's one row, a small batch) the all-reduce is one message latency and the
+// all-to-all two, and latency, not bytes, sets the time: there the all-reduce stays.
+ExpertCombine choose_expert_combine(const ExpertCombineBytes& bytes);
+
 // Partial sums of a tensor-parallel layer, combined across the ranks of one stage.
 class TensorGroupSums : public model::PartialSums {
  public:
   // members: global ranks of this rank's tensor group, in tensor-rank order.
   TensorGroupSums(comm::Group& group, std::vector<int> members);
   void all_reduce(float* data, int64_t n) override;
+  // An expert split: runs[m][layer] are member m's experts of each layer of the model;
+  // shared_experts: every rank adds a share of the shared experts to every row. Without this
+  // (or inside a hybrid's group) mixture-of-experts layers combine by all_reduce.
+  void set_experts(std::vector<std::vector<std::pair<int32_t, int32_t>>> runs, bool shared_experts,
+                   ExpertCombine mode);
+  void combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
+                       std::span<const int32_t> chosen) override;
+  // How many mixture-of-experts combines took each way so far: [all-reduce, all-to-all].
+  std::array<int64_t, 2> expert_combines() const { return combines_; }
 
  private:
   comm::Group& group_;
   std::vector<int> members_;
   bool whole_group_;            // the tensor group is the whole world: use the collective
   std::vector<float> incoming_; // grows once to the largest message
+  // Expert split: each member's experts per layer, and the all-to-all's buffers (grow once).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> expert_runs_;
+  bool shared_experts_ = false;
+  ExpertCombine mode_ = ExpertCombine::Auto;
+  std::array<int64_t, 2> combines_{};
+  std::vector<uint8_t> touched_;         // [member, row]: the row has a chosen expert there
+  std::vector<int64_t> touched_counts_;  // [member, owner]
+  std::vector<size_t> row_begin_;        // first row of each owner, and n_rows
+  std::vector<size_t> send_bytes_, recv_bytes_, gather_bytes_;
+  std::vector<float> outgoing_;
 };
 
 // Positions per pipeline chunk for a prompt of `positions` over `stages`: the first chunk runs

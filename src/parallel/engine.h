@@ -31,6 +31,8 @@ struct EngineOptions {
   bool allow_repack = true;
   // Independent sequences (each its own forward buffers and KV cache) over the shared weights.
   int32_t n_slots = 1;
+  // An expert split: how a mixture-of-experts layer's partial outputs are combined.
+  ExpertCombine expert_combine = ExpertCombine::Auto;
   // Where a rank without the model file keeps the shard rank 0 sends it.
   std::string shard_cache_dir = default_shard_cache_dir();
   std::function<void(size_t, size_t)> on_load_progress;
@@ -58,6 +60,8 @@ class Engine {
   const model::ModelConfig& config() const { return config_; }
   const model::ModelWeights& weights() const { return *weights_; }
   core::ThreadPool& pool() { return pool_; }
+  // Where this rank's split layers are summed; nullptr when it holds whole layers.
+  const TensorGroupSums* partial_sums() const { return sums_.get(); }
 
  private:
   EngineOptions options_;  // as resolved for this rank (model path, stage weights)

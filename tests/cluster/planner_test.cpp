@@ -2,6 +2,7 @@
 // figures worked out by hand.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "cluster/hardware_catalog.h"
@@ -358,6 +359,59 @@ TEST(Planner, ConsidersAndExplainsAnExpertSplit) {
   const nlohmann::json j = plan_to_json(plan);
   EXPECT_EQ(j["assignment"][1]["experts"], nlohmann::json({4, 8}));
   EXPECT_GT(j["predicted"]["wire_bytes_per_token"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace orchard::cluster
+
+namespace orchard::cluster {
+namespace {
+
+// A prompt multiplies each expert only by the tokens routed to it (chunk × used / experts):
+// those products are charged at the rate the machine's probe measured for that many tokens,
+// the rest of the chunk at the dense rate.
+TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q8_0"));
+  const ModelFacts moe = ModelFacts::from_gguf(file);
+  // By hand from the tensor table: all experts' elements of a layer (every layer has them).
+  double stacks = 0;
+  for (const char* name : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"})
+    stacks += static_cast<double>(file.tensor(name).elements());
+  EXPECT_NEAR(moe.expert_params, stacks, 1);
+  // Unlimited bandwidth, so the chunk is compute-bound; 1, 2, ... 64 tokens at these fractions.
+  MachineSpec measured{"x", 16, 1e6, 100};
+  measured.expert_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8};
+  const MachineSpec dense{"x", 16, 1e6, 100};
+  Workload work;
+  work.position = 0;
+  work.context = 256;
+  work.prompt_tokens = 64;
+  work.chunk = 64;
+  const auto one = parallel::Layout::make(Strategy::Single, 1);
+  const double with_curve = predict(moe, one, {measured}, LinkSpec{}, work).ranks[0].prompt_chunk_ms;
+  const double without = predict(moe, one, {dense}, LinkSpec{}, work).ranks[0].prompt_chunk_ms;
+  // 64 tokens × 2 of 8 experts: 16 tokens per expert, efficiency 0.5: those FLOPs take twice
+  // as long. FLOPs of the experts: 2 × 16 tokens × every expert's parameters, per layer.
+  const double layers = moe.config.n_layers;
+  const double expert_ms = 2.0 * 16 * layers * stacks / 100e9 * 1e3;
+  EXPECT_NEAR(with_curve - without, expert_ms * (1 / 0.5 - 1), 1e-9);
+  // Every FLOP of the chunk at the dense rate without a curve.
+  const double flops = 2.0 * 64 * layers * (moe.attn_params + moe.ffn_params * moe.ffn_active_fraction) +
+                       2.0 * moe.output_params;
+  EXPECT_NEAR(without, flops / 100e9 * 1e3, 1e-9);
+  // An expert split holds half the experts: half those FLOPs on each rank, at the same rate.
+  const auto split = predict(moe, parallel::Layout::make(Strategy::Expert, 2), {measured, measured}, LinkSpec{}, work);
+  const auto split_dense = predict(moe, parallel::Layout::make(Strategy::Expert, 2), {dense, dense}, LinkSpec{}, work);
+  EXPECT_NEAR(split.ranks[0].prompt_chunk_ms - split_dense.ranks[0].prompt_chunk_ms, expert_ms / 2, 1e-9);
+  // Between the points, linear in log2 of the tokens; beyond them, flat.
+  EXPECT_NEAR(expert_efficiency(measured, 24), 0.5 + 0.1 * std::log2(1.5), 1e-12);
+  EXPECT_DOUBLE_EQ(expert_efficiency(measured, 0.5), 0.1);
+  EXPECT_DOUBLE_EQ(expert_efficiency(measured, 512), 0.8);
+  EXPECT_DOUBLE_EQ(expert_efficiency(dense, 16), 1.0);
+  // A shape: Mixtral's 8 experts of 3 × 4096 × 14336 per layer, beside its router.
+  const ModelFacts mixtral = ModelFacts::from_preset("mixtral-8x7b:q4_0");
+  EXPECT_DOUBLE_EQ(mixtral.expert_params, 8 * 3.0 * 4096 * 14336);
+  EXPECT_DOUBLE_EQ(mixtral.ffn_params, mixtral.expert_params + 4096.0 * 8);
 }
 
 }  // namespace

@@ -151,6 +151,25 @@ void check_all_collectives(Group& group, bool with_64mib) {
       group.all_gatherv(data.data(), all.data(), sizes);
       check_bytes(all, want, "all_gatherv", n);
 
+      // all_to_allv: rank r sends rank p (r + 2p) % 5 x n / 4 elements (so some pairs send
+      // nothing, including some to themselves), filled from input(1000 r + p, ...).
+      auto pair_count = [&](int from, int to) { return static_cast<size_t>((from + 2 * to) % 5) * n / 4; };
+      std::vector<size_t> send_sizes(static_cast<size_t>(world)), recv_sizes(static_cast<size_t>(world));
+      data.clear();
+      want.clear();
+      for (int p = 0; p < world; ++p) {
+        std::vector<uint8_t> part;
+        fill(part, 1000 * rank + p, pair_count(rank, p), dtype);
+        data.insert(data.end(), part.begin(), part.end());
+        fill(part, 1000 * p + rank, pair_count(p, rank), dtype);
+        want.insert(want.end(), part.begin(), part.end());
+        send_sizes[static_cast<size_t>(p)] = pair_count(rank, p) * elem;
+        recv_sizes[static_cast<size_t>(p)] = pair_count(p, rank) * elem;
+      }
+      all.assign(want.size(), 0);
+      group.all_to_allv(data.data(), send_sizes, all.data(), recv_sizes);
+      check_bytes(all, want, "all_to_allv", n);
+
       // broadcast from the last rank.
       const int root = world - 1;
       fill(data, rank == root ? 1000 : rank, n, dtype);

@@ -10,6 +10,7 @@
 #include "model/gguf/reader.h"
 #include "model/model_files.h"
 #include "model/weights.h"
+#include "parallel/distributed_model.h"
 #include "parallel/expert_stats.h"
 #include "parallel/layout.h"
 
@@ -184,6 +185,52 @@ TEST(ExpertLayout, WeightsBindOnlyTheRanksExperts) {
   const auto& layer = w.layer(0);
   ASSERT_EQ(layer.expert_down.size(), 8u);
   for (int e = 0; e < 8; ++e) EXPECT_EQ(layer.expert_down[static_cast<size_t>(e)].rows() > 0, e >= 2 && e < 5) << e;
+}
+
+// The bytes each way of combining an expert split's outputs moves, by hand: the all-reduce as
+// comm moves it (ring: each rank sends 2 (n - 1) / n of the vector; direct: the whole vector to
+// each of the n - 1 others), the all-to-all as the touched rows sent to their owners plus the
+// all-gather of every owner's rows ((n - 1) x the vector over all links).
+TEST(ExpertCombine, MovesFewerBytesPastTheDirectThreshold) {
+  using parallel::ExpertCombine;
+  // 2 ranks, 256 rows of 2048 floats (8192 bytes): the vector is 2 MiB, past the 1 MiB direct
+  // threshold, so the ring: 2 x 1 x 2 MiB. Rank 0's experts touch 120 of rank 1's 128 rows,
+  // rank 1's 125 of rank 0's: 245 rows of 8192 bytes, then 2 MiB gathered.
+  auto b = parallel::expert_combine_bytes(std::vector<int64_t>{128, 120, 125, 128}, 256, 8192, 2);
+  EXPECT_FALSE(b.all_reduce_direct);
+  EXPECT_EQ(b.all_reduce, 4194304u);
+  EXPECT_EQ(b.all_to_all, 245u * 8192 + 2097152);  // 4104192
+  EXPECT_EQ(parallel::choose_expert_combine(b), ExpertCombine::AllToAll);
+  // Every row touched everywhere (shared experts): the scatter is a reduce-scatter, a tie, and a
+  // tie keeps the all-reduce.
+  b = parallel::expert_combine_bytes(std::vector<int64_t>{128, 128, 128, 128}, 256, 8192, 2);
+  EXPECT_EQ(b.all_to_all, 4194304u);
+  EXPECT_EQ(parallel::choose_expert_combine(b), ExpertCombine::AllReduce);
+  // 3 ranks, 600 rows of 1024 bytes: 614400 bytes, 2 x 614400 > 1 MiB, so the ring moves
+  // 2 x 2 x 614400 = 2457600. Each rank touches 150 of each other owner's 200 rows: 6 x 150
+  // rows of 1024 bytes, then 2 x 614400 gathered = 2150400.
+  std::vector<int64_t> touched(9, 150);
+  b = parallel::expert_combine_bytes(touched, 600, 1024, 3);
+  EXPECT_EQ(b.all_reduce, 2457600u);
+  EXPECT_EQ(b.all_to_all, 2150400u);
+  EXPECT_EQ(parallel::choose_expert_combine(b), ExpertCombine::AllToAll);
+  std::fill(touched.begin(), touched.end(), 200);
+  EXPECT_EQ(parallel::expert_combine_bytes(touched, 600, 1024, 3).all_to_all, 2457600u);
+  // A decode-sized step: 12 rows of 256 bytes on 3 ranks is exchanged directly (3 x 2 x 3072 =
+  // 18432 bytes, one message latency); the all-to-all would move 12288 but take two, so the
+  // all-reduce stays.
+  b = parallel::expert_combine_bytes(std::vector<int64_t>(9, 4), 12, 256, 3);
+  EXPECT_TRUE(b.all_reduce_direct);
+  EXPECT_EQ(b.all_reduce, 18432u);
+  EXPECT_EQ(b.all_to_all, 12288u);
+  EXPECT_EQ(parallel::choose_expert_combine(b), ExpertCombine::AllReduce);
+  // One rank moves nothing.
+  b = parallel::expert_combine_bytes(std::vector<int64_t>{5}, 5, 64, 1);
+  EXPECT_EQ(b.all_reduce + b.all_to_all, 0u);
+  EXPECT_EQ(parallel::parse_expert_combine("all-to-all"), ExpertCombine::AllToAll);
+  EXPECT_NE(error_of([] { parallel::parse_expert_combine("alltoall"); })
+                .find("unknown expert combine 'alltoall'; known: auto, all-reduce, all-to-all"),
+            std::string::npos);
 }
 
 TEST(ExpertStats, RecordsAddsUpAndRoundTrips) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 
 #include <cmath>
@@ -26,12 +27,17 @@ struct Case {
   std::string arch, shape, type, strategy;
   int world = 1;
   int tp = 0;
+  // Expert splits: how mixture-of-experts outputs are combined (parse_expert_combine's names;
+  // empty: auto), and over which transport the ranks talk (shm unless "ring").
+  std::string combine = "", backend = "";
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string n = c.arch + "_" + c.shape + "_" + c.type + "_" + c.strategy + "_" + std::to_string(c.world);
   if (c.tp) n += "_tp" + std::to_string(c.tp);
+  if (!c.combine.empty()) n += "_" + c.combine;
+  if (!c.backend.empty()) n += "_" + c.backend;
   for (char& ch : n)
     if (ch == '-' || ch == '.') ch = '_';
   return n;
@@ -96,28 +102,42 @@ TEST_P(SplitMatchesSingleRank, SameTokensAndLogits) {
 
   const std::string out = ::testing::TempDir() + "/split-" + std::to_string(getpid()) + ".bin";
   comm::Config base;
-  base.backend = comm::Backend::Shm;
+  base.backend = c.backend == "ring" ? comm::Backend::Ring : comm::Backend::Shm;
   base.timeout = std::chrono::milliseconds(20000);
   auto exits = comm::spawn_local_ranks(c.world, base, [&](comm::Group& group) {
     parallel::EngineOptions o = engine_options(path);
     o.layout = parallel::Layout::make(parallel::parse_strategy(c.strategy), group.size(), c.tp);
+    if (!c.combine.empty()) o.expert_combine = parallel::parse_expert_combine(c.combine);
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
     if (group.rank() != 0) return;
+    std::array<int64_t, 2> combines{};
+    if (engine.partial_sums()) combines = engine.partial_sums()->expert_combines();
     std::ofstream f(out, std::ios::binary);
     f.write(reinterpret_cast<const char*>(got.tokens.data()), static_cast<std::streamsize>(got.tokens.size() * 4));
     f.write(reinterpret_cast<const char*>(got.first_logits.data()),
             static_cast<std::streamsize>(got.first_logits.size() * 4));
+    f.write(reinterpret_cast<const char*>(combines.data()), sizeof combines);
   });
   for (const auto& e : exits) ASSERT_TRUE(e.ok()) << e.describe();
 
   std::ifstream f(out, std::ios::binary);
   std::vector<int32_t> tokens(kTokens);
   std::vector<float> logits(single.first_logits.size());
+  std::array<int64_t, 2> combines{};
   f.read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
   f.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+  f.read(reinterpret_cast<char*>(combines.data()), sizeof combines);
   ASSERT_TRUE(f.good()) << "rank 0 wrote no result";
   std::remove(out.c_str());
+  // A forced way of combining experts' outputs is the one every mixture-of-experts layer took.
+  if (c.combine == "all-to-all") {
+    EXPECT_EQ(combines[0], 0);
+    EXPECT_GT(combines[1], 0);
+  } else if (c.combine == "all-reduce") {
+    EXPECT_GT(combines[0], 0);
+    EXPECT_EQ(combines[1], 0);
+  }
 
   // Logits after the prompt. Pipeline stages compute exactly what one rank computes. Tensor
   // ranks add partial sums in another order (float32: ≈1e-7 relative per addition); with
@@ -193,6 +213,19 @@ std::vector<Case> all_cases() {
   // Shared experts under an expert split: split by rows like a dense FFN, counted once.
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 2});
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 4, 2});
+  // Each way of combining the experts' outputs, forced (a prompt's chunks and every decode
+  // step), over 2 and 3 ranks (3 owners of uneven row runs, some of one row's owners holding
+  // none of it) and both transports; with shared experts (every row touched everywhere) and
+  // gpt-oss's down biases (added after the combine).
+  for (std::string combine : {"all-reduce", "all-to-all"})
+    for (int world : {2, 3}) {
+      cases.push_back({"qwen3moe", "tiny", "f32", "expert", world, 0, combine});
+      cases.push_back({"qwen3moe", "tiny", "f32", "expert", world, 0, combine, "ring"});
+    }
+  cases.push_back({"qwen3moe", "tiny", "q8_0", "expert", 3, 0, "all-to-all"});
+  cases.push_back({"mixtral", "tiny", "f32", "expert", 3, 0, "all-to-all", "ring"});
+  cases.push_back({"deepseek2", "tiny", "f32", "expert", 3, 0, "all-to-all"});
+  cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all"});
   // gpt-oss: the sinks split with their heads, the experts' gate/up biases with their rows; the
   // attention output and expert down biases added once to the summed products.
   for (std::string type : {"f32", "q8_0", "mxfp4"}) {

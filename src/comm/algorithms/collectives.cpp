@@ -231,6 +231,33 @@ void P2PGroup::broadcast(void* data, size_t bytes, int root) {
   all_gather_ring(data, sizes, WireOp::Broadcast);
 }
 
+// Every non-empty segment in one concurrent transfer: one message latency, and each byte
+// crosses one link once.
+void P2PGroup::all_to_allv(const void* send, std::span<const size_t> send_bytes, void* recv,
+                           std::span<const size_t> recv_bytes) {
+  check_usable("all_to_all");
+  ORCHARD_CHECK(send_bytes.size() == static_cast<size_t>(size_) && recv_bytes.size() == static_cast<size_t>(size_),
+                "all_to_allv: {} send and {} receive sizes for {} ranks", send_bytes.size(), recv_bytes.size(), size_);
+  ORCHARD_CHECK(send_bytes[rank_] == recv_bytes[rank_], "all_to_allv: rank {} sends itself {} bytes but takes {}",
+                rank_, send_bytes[rank_], recv_bytes[rank_]);
+  const auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  sends_.clear();
+  recvs_.clear();
+  size_t sent = 0, received = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      if (send_bytes[p] > 0) std::memcpy(out + received, in + sent, send_bytes[p]);
+    } else {
+      if (send_bytes[p] > 0) sends_.push_back({p, in + sent, send_bytes[p]});
+      if (recv_bytes[p] > 0) recvs_.push_back({p, out + received, recv_bytes[p]});
+    }
+    sent += send_bytes[p];
+    received += recv_bytes[p];
+  }
+  if (!sends_.empty() || !recvs_.empty()) transfer(WireOp::AllToAll, 0, sends_, recvs_);
+}
+
 void P2PGroup::send(const void* data, size_t bytes, int peer, uint32_t tag) {
   check_usable("send");
   check_peer(peer, "send");

@@ -28,6 +28,8 @@ class P2PGroup final : public GroupImpl {
   void all_gatherv(const void* send, void* recv, std::span<const size_t> bytes_per_rank) override;
   void reduce_scatter(const void* send, void* recv, std::span<const size_t> counts, DType dtype) override;
   void broadcast(void* data, size_t bytes, int root) override;
+  void all_to_allv(const void* send, std::span<const size_t> send_bytes, void* recv,
+                   std::span<const size_t> recv_bytes) override;
   void send(const void* data, size_t bytes, int peer, uint32_t tag) override;
   void recv(void* data, size_t bytes, int peer, uint32_t tag) override;
   void barrier() override;

@@ -43,6 +43,8 @@ class MpiGroup final : public GroupImpl {
     MPI_Op_create(&sum_op<DType::BF16>, 1, &bf16_sum_);
     counts_.resize(static_cast<size_t>(size_));
     displs_.resize(static_cast<size_t>(size_));
+    recv_counts_.resize(static_cast<size_t>(size_));
+    recv_displs_.resize(static_cast<size_t>(size_));
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -74,6 +76,22 @@ class MpiGroup final : public GroupImpl {
   void broadcast(void* data, size_t bytes, int root) override {
     check(MPI_Bcast(data, as_int(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
   }
+  void all_to_allv(const void* send, std::span<const size_t> send_bytes, void* recv,
+                   std::span<const size_t> recv_bytes) override {
+    int sent = 0, received = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto i = static_cast<size_t>(r);
+      counts_[i] = as_int(send_bytes[i], "all_to_all");
+      displs_[i] = sent;
+      recv_counts_[i] = as_int(recv_bytes[i], "all_to_all");
+      recv_displs_[i] = received;
+      sent += counts_[i];
+      received += recv_counts_[i];
+    }
+    check(MPI_Alltoallv(send, counts_.data(), displs_.data(), MPI_BYTE, recv, recv_counts_.data(),
+                        recv_displs_.data(), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+  }
   void send(const void* data, size_t bytes, int peer, uint32_t tag) override {
     check(MPI_Send(data, as_int(bytes, "send"), MPI_BYTE, peer, static_cast<int>(tag & 0x7fff), MPI_COMM_WORLD),
           "MPI_Send");
@@ -104,6 +122,8 @@ class MpiGroup final : public GroupImpl {
   MPI_Op bf16_sum_;
   std::vector<int> counts_;
   std::vector<int> displs_;
+  std::vector<int> recv_counts_;
+  std::vector<int> recv_displs_;
 };
 
 void finalize_at_exit() {
