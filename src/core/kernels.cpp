@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 
 #include <sys/mman.h>
 
@@ -199,8 +200,24 @@ WeightMatrix WeightMatrix::view(TensorType type, const void* data, int64_t rows,
   return w;
 }
 
+struct WeightMatrix::PendingCopy {
+  const void* source;  // the GGUF rows the copy is made from
+  std::once_flag once;
+  std::atomic<bool> done{false};
+};
+
 WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack,
                                    CopyArena* arena) {
+  return prepare_copy(type, data, rows, cols, allow_repack, arena, false);
+}
+
+WeightMatrix WeightMatrix::prepare_on_first_use(TensorType type, const void* data, int64_t rows, int64_t cols,
+                                                bool allow_repack, CopyArena* arena) {
+  return prepare_copy(type, data, rows, cols, allow_repack, arena, true);
+}
+
+WeightMatrix WeightMatrix::prepare_copy(TensorType type, const void* data, int64_t rows, int64_t cols,
+                                        bool allow_repack, CopyArena* arena, bool on_first_use) {
   WeightMatrix w = view(type, data, rows, cols);
   const KernelSet& set = active_kernels();
   Layout layout = interleaved_layout(type);
@@ -211,14 +228,45 @@ WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t ro
     return w;
   int64_t n_blocks = cols / type_traits(type).block_elements;
   size_t bytes = kernels::interleaved_bytes(layout, rows, n_blocks);
+  // The place is taken now either way, so a copy made later sits where an eager one would
+  // (beside the others, on the arena's huge pages); its pages stay untouched until it is made.
   w.owned_ = arena ? arena->allocate(bytes) : allocate_huge_page_aligned(bytes);
   if (!w.owned_)
     throw Error(error_message("kernels", "cannot allocate {} bytes to repack a {} x {} matrix", bytes, rows, cols));
   void* copy = w.owned_.get();
-  kernels::repack(layout, data, rows, n_blocks, copy);
   w.data_ = copy;
   w.layout_ = layout;
+  if (on_first_use) {
+    w.pending_ = std::make_shared<PendingCopy>();
+    w.pending_->source = data;
+  } else {
+    kernels::repack(layout, data, rows, n_blocks, copy);
+  }
   return w;
+}
+
+bool WeightMatrix::pending() const { return pending_ && !pending_->done.load(std::memory_order_acquire); }
+
+void WeightMatrix::fill(ThreadPool* pool) const {
+  if (!pending()) return;
+  std::call_once(pending_->once, [&] {
+    const auto layout = static_cast<Layout>(layout_);
+    const int64_t n_blocks = cols_ / type_traits(type_).block_elements;
+    const int64_t groups = (rows_ + kernels::kInterleave - 1) / kernels::kInterleave;
+    // The copy is written through a pointer this matrix holds as const: it is the caller's
+    // to fill, and no reader sees it before `done`.
+    void* copy = const_cast<void*>(data_);
+    if (!pool) {
+      kernels::repack(layout, pending_->source, rows_, n_blocks, copy);
+    } else {
+      const int64_t tasks = std::min<int64_t>(groups, 4 * int64_t{pool->size()});
+      pool->parallel_for(tasks, [&](int64_t task, int) {
+        kernels::repack_groups(layout, pending_->source, rows_, n_blocks, copy, groups * task / tasks,
+                               groups * (task + 1) / tasks);
+      });
+    }
+    pending_->done.store(true, std::memory_order_release);
+  });
 }
 
 size_t WeightMatrix::bytes() const {
@@ -229,6 +277,7 @@ size_t WeightMatrix::bytes() const {
 
 void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
   ORCHARD_CHECK(r >= 0 && r < rows_, "[kernels] row {} of a matrix with {} rows", r, rows_);
+  fill(nullptr);
   if (layout_ == kernels::kRows) {
     dequantize_row_reference(type_, static_cast<const uint8_t*>(data_) + row_bytes(type_, cols_) * static_cast<size_t>(r), dst, cols_);
     return;
@@ -256,9 +305,11 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   ORCHARD_CHECK(targets.size() <= kMaxTargets, "[kernels] {} matrices in one call, at most {}", targets.size(),
                 kMaxTargets);
   const int64_t cols = targets.front().w->cols_;
-  for (const MatmulTarget& target : targets)
+  for (const MatmulTarget& target : targets) {
     ORCHARD_CHECK(target.w->cols_ == cols, "[kernels] matrices of {} and {} columns read one input", cols,
                   target.w->cols_);
+    target.w->fill(&pool);
+  }
 
   // x [n_tokens, cols] f32 -> activations [n_tokens, stride bytes], quantized once per call for
   // each kind the matrices take (usually one).
