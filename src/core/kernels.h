@@ -74,6 +74,9 @@ class WeightMatrix {
  private:
   friend void matmul_many(std::span<const struct MatmulTarget>, const float*, int64_t, ThreadPool&,
                           struct MatmulScratch&);
+  friend void matmul_heads(std::span<const WeightMatrix>, const float*, int64_t, int64_t, int64_t, float*, int64_t,
+                           int64_t, ThreadPool&, struct MatmulScratch&);
+  friend struct MatmulPart;
   struct PendingCopy;
   static WeightMatrix prepare_copy(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack,
                                    CopyArena* arena, bool on_first_use);
@@ -112,5 +115,14 @@ struct MatmulTarget {
 };
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
                  MatmulScratch& scratch);
+
+// One product per head in a single pass over the pool: for each h, y_h [n_tokens, rows] =
+// x_h [n_tokens, cols] · W_hᵀ, where token t's x_h starts at x + t·x_stride + h·x_head_stride
+// and its y_h at y + t·y_stride + h·y_head_stride (floats). The matrices share type, layout and
+// shape. Latent attention's per-head attn_k_b and attn_v_b: one call per head would wait for
+// the pool 2 × heads times a layer (DeepSeek V3 has 128 heads).
+void matmul_heads(std::span<const WeightMatrix> w, const float* x, int64_t x_stride, int64_t x_head_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride, int64_t y_head_stride, ThreadPool& pool,
+                  MatmulScratch& scratch);
 
 }  // namespace orchard::core

@@ -42,13 +42,10 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   attn_out_.resize(batch * s.n_heads() * std::max(hd, static_cast<size_t>(c.value_head_dim)));
   if (c.latent_attention()) {
     const size_t latent = static_cast<size_t>(c.kv_lora_rank), width = latent + static_cast<size_t>(c.rope_dims);
-    const size_t nope = hd - static_cast<size_t>(c.rope_dims), value = static_cast<size_t>(c.value_head_dim);
     q_a_.resize(batch * static_cast<size_t>(c.q_lora_rank));
     kv_a_.resize(batch * width);
     q_latent_.resize(batch * s.n_heads() * width);
     latent_out_.resize(batch * s.n_heads() * latent);
-    head_in_.resize(batch * std::max(nope, latent));
-    head_out_.resize(batch * std::max(latent, value));
   }
   proj_.resize(batch * c.n_embd);
   const size_t ff_width = std::max({s.n_ff(), s.n_expert_ff() * std::max(c.n_expert_used, 1),
@@ -344,33 +341,18 @@ void Forward::latent_attention_block(int32_t layer, int32_t n) {
   // A head's key is k_bᵀ · latent (k_b: [latent, nope]), so q_nope · key = (k_b · q_nope) · latent:
   // k_b takes each head's query into latent space, and attention reads the cached latents as
   // they are.
-  per_head_product(w.k_b, q_.data(), heads * hd, hd, q_latent_.data(), heads * width, width, n);
+  const auto held = [&](const std::vector<core::WeightMatrix>& per_head) {
+    return std::span(per_head).subspan(static_cast<size_t>(s.head_begin), static_cast<size_t>(heads));
+  };
+  core::matmul_heads(held(w.k_b), q_.data(), int64_t{heads} * hd, hd, n, q_latent_.data(), int64_t{heads} * width,
+                     width, pool_, scratch_);
   attend_latent(local, n);
   // Σ p · (v_b · latent) = v_b · Σ p · latent: each head's latent output through its v_b.
-  per_head_product(w.v_b, latent_out_.data(), heads * latent, latent, attn_out_.data(), heads * c.value_head_dim,
-                   c.value_head_dim, n);
+  core::matmul_heads(held(w.v_b), latent_out_.data(), int64_t{heads} * latent, latent, n, attn_out_.data(),
+                     int64_t{heads} * c.value_head_dim, c.value_head_dim, pool_, scratch_);
   core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
   add_to_residual(n);
-}
-
-void Forward::per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
-                               int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride,
-                               int32_t n) {
-  const Shard& s = weights_.shard();
-  for (int32_t h = 0; h < s.n_heads(); ++h) {
-    const core::WeightMatrix& m = per_head[static_cast<size_t>(s.head_begin + h)];
-    const auto cols = static_cast<size_t>(m.cols()), rows = static_cast<size_t>(m.rows());
-    if (n == 1) {
-      core::matmul(m, in + h * in_head_stride, 1, out + h * out_head_stride, pool_, scratch_);
-      continue;
-    }
-    for (int32_t t = 0; t < n; ++t)
-      std::memcpy(&head_in_[t * cols], in + t * in_stride + h * in_head_stride, sizeof(float) * cols);
-    core::matmul(m, head_in_.data(), n, head_out_.data(), pool_, scratch_);
-    for (int32_t t = 0; t < n; ++t)
-      std::memcpy(out + t * out_stride + h * out_head_stride, &head_out_[t * rows], sizeof(float) * rows);
-  }
 }
 
 void Forward::attend_latent(int32_t local, int32_t n) {

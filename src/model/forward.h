@@ -102,10 +102,6 @@ class Forward {
   // taken into latent space and attend over the cached latents, one KV "head" for all heads.
   void latent_attention_block(int32_t layer, int32_t n);
   void attend_latent(int32_t layer_local, int32_t n);
-  // For each of this rank's heads h: out rows (at out + t·out_stride + h·out_head_stride) =
-  // per_head[head_begin + h] · in rows (at in + t·in_stride + h·in_head_stride), t < n.
-  void per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
-                        int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride, int32_t n);
   // The FFN's gated activation (silu_mul or gpt-oss's clamped SwiGLU) of n values into gate.
   void activate(float* gate, const float* up, int64_t n) const;
   // gpt-oss: adds each row's weighted expert down biases to proj_ (after the sum of a split's parts).
@@ -145,8 +141,6 @@ class Forward {
   std::vector<float> kv_a_;       // F32 [n, kv_lora_rank + rope_dims]
   std::vector<float> q_latent_;   // F32 [n, shard heads, kv_lora_rank + rope_dims]
   std::vector<float> latent_out_; // F32 [n, shard heads, kv_lora_rank]
-  std::vector<float> head_in_;    // F32 [n, max(nope, kv_lora_rank)]
-  std::vector<float> head_out_;   // F32 [n, max(kv_lora_rank, value_head_dim)]
   std::vector<float> proj_;       // F32 [n, n_embd]
   std::vector<float> gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
   std::vector<float> up_;         // F32, as gate_
