@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 
 #include <sys/mman.h>
 
@@ -199,8 +200,24 @@ WeightMatrix WeightMatrix::view(TensorType type, const void* data, int64_t rows,
   return w;
 }
 
+struct WeightMatrix::PendingCopy {
+  const void* source;  // the GGUF rows the copy is made from
+  std::once_flag once;
+  std::atomic<bool> done{false};
+};
+
 WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack,
                                    CopyArena* arena) {
+  return prepare_copy(type, data, rows, cols, allow_repack, arena, false);
+}
+
+WeightMatrix WeightMatrix::prepare_on_first_use(TensorType type, const void* data, int64_t rows, int64_t cols,
+                                                bool allow_repack, CopyArena* arena) {
+  return prepare_copy(type, data, rows, cols, allow_repack, arena, true);
+}
+
+WeightMatrix WeightMatrix::prepare_copy(TensorType type, const void* data, int64_t rows, int64_t cols,
+                                        bool allow_repack, CopyArena* arena, bool on_first_use) {
   WeightMatrix w = view(type, data, rows, cols);
   const KernelSet& set = active_kernels();
   Layout layout = interleaved_layout(type);
@@ -211,14 +228,45 @@ WeightMatrix WeightMatrix::prepare(TensorType type, const void* data, int64_t ro
     return w;
   int64_t n_blocks = cols / type_traits(type).block_elements;
   size_t bytes = kernels::interleaved_bytes(layout, rows, n_blocks);
+  // The place is taken now either way, so a copy made later sits where an eager one would
+  // (beside the others, on the arena's huge pages); its pages stay untouched until it is made.
   w.owned_ = arena ? arena->allocate(bytes) : allocate_huge_page_aligned(bytes);
   if (!w.owned_)
     throw Error(error_message("kernels", "cannot allocate {} bytes to repack a {} x {} matrix", bytes, rows, cols));
   void* copy = w.owned_.get();
-  kernels::repack(layout, data, rows, n_blocks, copy);
   w.data_ = copy;
   w.layout_ = layout;
+  if (on_first_use) {
+    w.pending_ = std::make_shared<PendingCopy>();
+    w.pending_->source = data;
+  } else {
+    kernels::repack(layout, data, rows, n_blocks, copy);
+  }
   return w;
+}
+
+bool WeightMatrix::pending() const { return pending_ && !pending_->done.load(std::memory_order_acquire); }
+
+void WeightMatrix::fill(ThreadPool* pool) const {
+  if (!pending()) return;
+  std::call_once(pending_->once, [&] {
+    const auto layout = static_cast<Layout>(layout_);
+    const int64_t n_blocks = cols_ / type_traits(type_).block_elements;
+    const int64_t groups = (rows_ + kernels::kInterleave - 1) / kernels::kInterleave;
+    // The copy is written through a pointer this matrix holds as const: it is the caller's
+    // to fill, and no reader sees it before `done`.
+    void* copy = const_cast<void*>(data_);
+    if (!pool) {
+      kernels::repack(layout, pending_->source, rows_, n_blocks, copy);
+    } else {
+      const int64_t tasks = std::min<int64_t>(groups, 4 * int64_t{pool->size()});
+      pool->parallel_for(tasks, [&](int64_t task, int) {
+        kernels::repack_groups(layout, pending_->source, rows_, n_blocks, copy, groups * task / tasks,
+                               groups * (task + 1) / tasks);
+      });
+    }
+    pending_->done.store(true, std::memory_order_release);
+  });
 }
 
 size_t WeightMatrix::bytes() const {
@@ -229,6 +277,7 @@ size_t WeightMatrix::bytes() const {
 
 void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
   ORCHARD_CHECK(r >= 0 && r < rows_, "[kernels] row {} of a matrix with {} rows", r, rows_);
+  fill(nullptr);
   if (layout_ == kernels::kRows) {
     dequantize_row_reference(type_, static_cast<const uint8_t*>(data_) + row_bytes(type_, cols_) * static_cast<size_t>(r), dst, cols_);
     return;
@@ -243,6 +292,86 @@ void WeightMatrix::dequantize_row(int64_t r, float* dst) const {
   }
 }
 
+// One matrix of a call as the kernels see it: its weights, its input's activations and where
+// its output goes.
+struct MatmulPart {
+  TileFn tile_fn;
+  const uint8_t* base;
+  size_t w_stride;
+  bool interleaved;
+  const uint8_t* act;
+  size_t x_stride;  // bytes from one token's activations to the next
+  int64_t rows, n_blocks;
+  float* y;
+  int64_t y_stride;  // floats from one token's outputs to the next
+
+  static MatmulPart of(TileFn tile_fn, const WeightMatrix& w, const uint8_t* act, size_t x_stride, float* y,
+                       int64_t y_stride) {
+    const int64_t n_blocks = w.cols_ / type_traits(w.type_).block_elements;
+    const bool interleaved = w.layout_ != kernels::kRows;
+    const size_t w_stride = interleaved
+                                ? kernels::interleaved_bytes(static_cast<Layout>(w.layout_), kRowUnit, n_blocks)
+                                : row_bytes(w.type_, w.cols_);
+    return {tile_fn, static_cast<const uint8_t*>(w.data_), w_stride, interleaved, act, x_stride,
+            w.rows_,  n_blocks, y, y_stride};
+  }
+
+  // Row units [begin, end) of the matrix for tokens [t0, t1).
+  void run(int64_t begin, int64_t end, int64_t t0, int64_t t1) const {
+    const int64_t r0 = begin * kRowUnit, r1 = std::min(rows, end * kRowUnit);
+    kernels::Tile tile;
+    tile.w = base + (interleaved ? static_cast<size_t>(begin) : static_cast<size_t>(r0)) * w_stride;
+    tile.w_stride = w_stride;
+    tile.n_rows = r1 - r0;
+    tile.n_blocks = n_blocks;
+    tile.x = act + static_cast<size_t>(t0) * x_stride;
+    tile.x_stride = x_stride;
+    tile.n_tokens = t1 - t0;
+    tile.y = y + t0 * y_stride + r0;
+    tile.y_stride = y_stride;
+    tile_fn(tile);
+  }
+};
+
+namespace {
+
+TileFn tile_for(TensorType type, int layout) {
+  TileFn tile_fn = find_tile_or_fallback(active_kernels(), type, layout);
+  ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(type), layout);
+  return tile_fn;
+}
+
+void quantize_activations(Activations kind, const float* src, int64_t cols, uint8_t* dst) {
+  if (kind == Activations::kQ8_0)
+    kernels::quantize_act_q8_0(src, reinterpret_cast<kernels::ActQ8_0*>(dst), cols / 32);
+  else
+    kernels::quantize_act_q8_k(src, reinterpret_cast<BlockQ8_K*>(dst), cols / kQK_K);
+}
+
+// Splits `units` row units × n_tokens tokens over the pool in one pass; run(u0, u1, t0, t1)
+// computes units [u0, u1) for tokens [t0, t1).
+template <typename Run>
+void split_over_pool(int64_t units, int64_t n_tokens, ThreadPool& pool, Run&& run) {
+  if (units == 0) return;
+  if (n_tokens <= kTokenChunk) {
+    // Few tokens (a decode step): the weights' reading is the cost, so each thread streams
+    // through its own share of the rows in order.
+    const int64_t grain = n_tokens == 1 ? kDecodeGrain : kBatchGrain;
+    pool.parallel_shares(units, grain, [&](int64_t u0, int64_t u1, int) { run(u0, u1, 0, n_tokens); });
+    return;
+  }
+  const int64_t token_chunks = (n_tokens + kTokenChunk - 1) / kTokenChunk;
+  const int64_t wanted = std::max<int64_t>(1, (kTasksPerThread * pool.size() + token_chunks - 1) / token_chunks);
+  const int64_t row_tasks = std::min(units, wanted);
+  pool.parallel_for(row_tasks * token_chunks, [&](int64_t task, int) {
+    const int64_t chunk = task / row_tasks, part = task % row_tasks;
+    const int64_t t0 = chunk * kTokenChunk;
+    run(units * part / row_tasks, units * (part + 1) / row_tasks, t0, std::min(n_tokens, t0 + kTokenChunk));
+  });
+}
+
+}  // namespace
+
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch) {
   const MatmulTarget target{&w, y};
   matmul_many(std::span<const MatmulTarget>(&target, 1), x, n_tokens, pool, scratch);
@@ -256,9 +385,11 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   ORCHARD_CHECK(targets.size() <= kMaxTargets, "[kernels] {} matrices in one call, at most {}", targets.size(),
                 kMaxTargets);
   const int64_t cols = targets.front().w->cols_;
-  for (const MatmulTarget& target : targets)
+  for (const MatmulTarget& target : targets) {
     ORCHARD_CHECK(target.w->cols_ == cols, "[kernels] matrices of {} and {} columns read one input", cols,
                   target.w->cols_);
+    target.w->fill(&pool);
+  }
 
   // x [n_tokens, cols] f32 -> activations [n_tokens, stride bytes], quantized once per call for
   // each kind the matrices take (usually one).
@@ -286,85 +417,71 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
     uint8_t* out = scratch.activations.data() + offset_of[k];
     const size_t stride = stride_of[k];
     pool.parallel_for(n_tokens, [&](int64_t t, int) {
-      const float* src = x + t * cols;
-      uint8_t* dst = out + static_cast<size_t>(t) * stride;
-      if (kind == Activations::kQ8_0)
-        kernels::quantize_act_q8_0(src, reinterpret_cast<kernels::ActQ8_0*>(dst), cols / 32);
-      else
-        kernels::quantize_act_q8_k(src, reinterpret_cast<BlockQ8_K*>(dst), cols / kQK_K);
+      quantize_activations(kind, x + t * cols, cols, out + static_cast<size_t>(t) * stride);
     });
     act_of[k] = out;
   }
 
   // The matrices' row units laid end to end: a range of that sequence may cover parts of
   // several matrices, each run by its own kernel.
-  struct Part {
-    TileFn tile_fn;
-    const uint8_t* base;
-    size_t w_stride;
-    bool interleaved;
-    const uint8_t* act;
-    size_t x_stride;
-    int64_t rows, n_blocks, first_unit, end_unit;
-    float* y;
-  };
-  std::array<Part, kMaxTargets> parts;
-  int64_t total_units = 0;
-  const KernelSet& set = active_kernels();
+  std::array<MatmulPart, kMaxTargets> parts;
+  std::array<int64_t, kMaxTargets + 1> first_unit{};
   for (size_t i = 0; i < targets.size(); ++i) {
     const WeightMatrix& w = *targets[i].w;
-    TileFn tile_fn = find_tile_or_fallback(set, w.type_, w.layout_);
-    ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(w.type_), w.layout_);
-    const int64_t n_blocks = cols / type_traits(w.type_).block_elements;
-    const bool interleaved = w.layout_ != kernels::kRows;
-    const size_t w_stride = interleaved
-                                ? kernels::interleaved_bytes(static_cast<Layout>(w.layout_), kRowUnit, n_blocks)
-                                : row_bytes(w.type_, cols);
-    const int64_t units = (w.rows_ + kRowUnit - 1) / kRowUnit;
     const auto k = static_cast<size_t>(activations_for(w.type_));
-    parts[i] = Part{tile_fn, static_cast<const uint8_t*>(w.data_), w_stride, interleaved, act_of[k], stride_of[k],
-                    w.rows_, n_blocks, total_units, total_units + units, targets[i].y};
-    total_units += units;
+    parts[i] = MatmulPart::of(tile_for(w.type_, w.layout_), w, act_of[k], stride_of[k], targets[i].y, w.rows_);
+    first_unit[i + 1] = first_unit[i] + (w.rows_ + kRowUnit - 1) / kRowUnit;
   }
-  if (total_units == 0) return;
-
-  // Units [u0, u1) of the sequence for tokens [t0, t1).
-  auto run_units = [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
+  split_over_pool(first_unit[targets.size()], n_tokens, pool, [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
     for (size_t i = 0; i < targets.size(); ++i) {
-      const Part& part = parts[i];
-      const int64_t begin = std::max(u0, part.first_unit) - part.first_unit;
-      const int64_t end = std::min(u1, part.end_unit) - part.first_unit;
-      if (begin >= end) continue;
-      const int64_t r0 = begin * kRowUnit, r1 = std::min(part.rows, end * kRowUnit);
-      kernels::Tile tile;
-      tile.w = part.base + (part.interleaved ? static_cast<size_t>(begin) : static_cast<size_t>(r0)) * part.w_stride;
-      tile.w_stride = part.w_stride;
-      tile.n_rows = r1 - r0;
-      tile.n_blocks = part.n_blocks;
-      tile.x = part.act + static_cast<size_t>(t0) * part.x_stride;
-      tile.x_stride = part.x_stride;
-      tile.n_tokens = t1 - t0;
-      tile.y = part.y + t0 * part.rows + r0;
-      tile.y_stride = part.rows;
-      part.tile_fn(tile);
+      const int64_t begin = std::max(u0, first_unit[i]) - first_unit[i];
+      const int64_t end = std::min(u1, first_unit[i + 1]) - first_unit[i];
+      if (begin < end) parts[i].run(begin, end, t0, t1);
     }
-  };
+  });
+}
 
-  if (n_tokens <= kTokenChunk) {
-    // Few tokens (a decode step): the weights' reading is the cost, so each thread streams
-    // through its own share of the rows in order.
-    const int64_t grain = n_tokens == 1 ? kDecodeGrain : kBatchGrain;
-    pool.parallel_shares(total_units, grain, [&](int64_t u0, int64_t u1, int) { run_units(u0, u1, 0, n_tokens); });
-    return;
+void matmul_heads(std::span<const WeightMatrix> w, const float* x, int64_t x_stride, int64_t x_head_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride, int64_t y_head_stride, ThreadPool& pool,
+                  MatmulScratch& scratch) {
+  ORCHARD_CHECK(n_tokens >= 0, "[kernels] matmul with {} tokens", n_tokens);
+  if (n_tokens == 0 || w.empty()) return;
+  const WeightMatrix& first = w.front();
+  for (const WeightMatrix& m : w) {
+    ORCHARD_CHECK(m.type_ == first.type_ && m.layout_ == first.layout_ && m.rows_ == first.rows_ &&
+                      m.cols_ == first.cols_,
+                  "[kernels] per-head matrices of one call differ: {} {} x {} and {} {} x {}", type_name(first.type_),
+                  first.rows_, first.cols_, type_name(m.type_), m.rows_, m.cols_);
+    m.fill(&pool);
   }
-  const int64_t token_chunks = (n_tokens + kTokenChunk - 1) / kTokenChunk;
-  const int64_t wanted = std::max<int64_t>(1, (kTasksPerThread * pool.size() + token_chunks - 1) / token_chunks);
-  const int64_t row_tasks = std::min(total_units, wanted);
-  pool.parallel_for(row_tasks * token_chunks, [&](int64_t task, int) {
-    const int64_t chunk = task / row_tasks, part = task % row_tasks;
-    const int64_t t0 = chunk * kTokenChunk;
-    run_units(total_units * part / row_tasks, total_units * (part + 1) / row_tasks, t0,
-              std::min(n_tokens, t0 + kTokenChunk));
+  const auto heads = static_cast<int64_t>(w.size());
+  const int64_t cols = first.cols_;
+  // Each head's input quantized once, token by token: [token][head][activation row].
+  const Activations kind = activations_for(first.type_);
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  size_t token_bytes = sizeof(float) * static_cast<size_t>(x_stride);
+  size_t head_bytes = sizeof(float) * static_cast<size_t>(x_head_stride);
+  if (kind != Activations::kF32) {
+    head_bytes = activation_row_bytes(kind, cols);
+    token_bytes = head_bytes * static_cast<size_t>(heads);
+    if (scratch.activations.size() < token_bytes * static_cast<size_t>(n_tokens))
+      scratch.activations.resize(token_bytes * static_cast<size_t>(n_tokens));
+    uint8_t* out = scratch.activations.data();
+    pool.parallel_for(n_tokens, [&](int64_t t, int) {
+      for (int64_t h = 0; h < heads; ++h)
+        quantize_activations(kind, x + t * x_stride + h * x_head_stride, cols,
+                             out + static_cast<size_t>(t) * token_bytes + static_cast<size_t>(h) * head_bytes);
+    });
+    act = out;
+  }
+  const TileFn tile_fn = tile_for(first.type_, first.layout_);
+  const int64_t units = (first.rows_ + kRowUnit - 1) / kRowUnit;
+  split_over_pool(heads * units, n_tokens, pool, [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
+    for (int64_t h = u0 / units; h * units < u1; ++h) {
+      const MatmulPart part = MatmulPart::of(tile_fn, w[static_cast<size_t>(h)], act + static_cast<size_t>(h) * head_bytes,
+                                             token_bytes, y + h * y_head_stride, y_stride);
+      part.run(std::max(u0, h * units) - h * units, std::min(u1, (h + 1) * units) - h * units, t0, t1);
+    }
   });
 }
 

@@ -53,11 +53,19 @@ class WeightMatrix {
   // on its own. Throws FormatError when cols is not a positive whole number of blocks.
   static WeightMatrix prepare(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack = true,
                               CopyArena* arena = nullptr);
+  // Like prepare, but a copy is only given its place (address space: none of its pages is
+  // touched, no byte of `data` read) and filled by the first matmul that reads the matrix, once,
+  // whichever thread gets there first, split over that call's pool. For a mixture's experts: one
+  // never chosen is never read from the file nor copied. `data` must outlive the matrix.
+  static WeightMatrix prepare_on_first_use(TensorType type, const void* data, int64_t rows, int64_t cols,
+                                           bool allow_repack = true, CopyArena* arena = nullptr);
 
   TensorType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   bool repacked() const { return layout_ != 0; }
+  // Whether the copy of a prepare_on_first_use matrix is still to be made (no matmul has read it).
+  bool pending() const;
   // Bytes read from memory by one full pass over the matrix.
   size_t bytes() const;
   // Dequantizes row r into dst[cols] (any layout).
@@ -66,12 +74,21 @@ class WeightMatrix {
  private:
   friend void matmul_many(std::span<const struct MatmulTarget>, const float*, int64_t, ThreadPool&,
                           struct MatmulScratch&);
+  friend void matmul_heads(std::span<const WeightMatrix>, const float*, int64_t, int64_t, int64_t, float*, int64_t,
+                           int64_t, ThreadPool&, struct MatmulScratch&);
+  friend struct MatmulPart;
+  struct PendingCopy;
+  static WeightMatrix prepare_copy(TensorType type, const void* data, int64_t rows, int64_t cols, bool allow_repack,
+                                   CopyArena* arena, bool on_first_use);
+  // Makes a pending copy (on `pool` when given); returns at once when there is none to make.
+  void fill(ThreadPool* pool) const;
   TensorType type_ = TensorType::F32;
   const void* data_ = nullptr;
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   int layout_ = 0;  // 0: GGUF row-major; others: kernel-specific interleavings
   std::shared_ptr<void> owned_;
+  std::shared_ptr<PendingCopy> pending_;  // shared by copies of the matrix, so one fill serves all
 };
 
 // Reusable buffers for matmul's quantized activations: grows to the largest call and stays,
@@ -98,5 +115,14 @@ struct MatmulTarget {
 };
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
                  MatmulScratch& scratch);
+
+// One product per head in a single pass over the pool: for each h, y_h [n_tokens, rows] =
+// x_h [n_tokens, cols] · W_hᵀ, where token t's x_h starts at x + t·x_stride + h·x_head_stride
+// and its y_h at y + t·y_stride + h·y_head_stride (floats). The matrices share type, layout and
+// shape. Latent attention's per-head attn_k_b and attn_v_b: one call per head would wait for
+// the pool 2 × heads times a layer (DeepSeek V3 has 128 heads).
+void matmul_heads(std::span<const WeightMatrix> w, const float* x, int64_t x_stride, int64_t x_head_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride, int64_t y_head_stride, ThreadPool& pool,
+                  MatmulScratch& scratch);
 
 }  // namespace orchard::core

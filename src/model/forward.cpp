@@ -19,13 +19,21 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   ORCHARD_CHECK(n_sequences > 0, "{} sequences", n_sequences);
   if (s.splits_layers(c)) ORCHARD_CHECK(partial != nullptr, "a shard that splits layers needs PartialSums");
   caches_.reserve(static_cast<size_t>(n_sequences));
+  bool sliding = false;
+  for (int32_t l = 0; l < c.n_layers; ++l) sliding = sliding || c.sliding_layer(l);
+  // A ring keeps twice its positions (KvCache), so it pays below half the context.
+  if (sliding && int64_t{c.sliding_window} + max_batch - 1 <= n_ctx / 2) ring_ = c.sliding_window + max_batch - 1;
+  std::vector<int32_t> rings;
+  if (ring_ > 0)
+    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) rings.push_back(c.sliding_layer(l) ? ring_ : 0);
+  held_.resize(static_cast<size_t>(n_sequences));
   // Latent attention keeps one latent per position for all heads (every rank of a split keeps
   // it whole): keys [latent | rotated part], values the latent.
   for (int32_t i = 0; i < n_sequences; ++i) {
     if (c.latent_attention())
       caches_.emplace_back(s.n_layers(), n_ctx, 1, c.kv_lora_rank + c.rope_dims, c.kv_lora_rank, cache_type);
     else
-      caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim, c.head_dim, cache_type);
+      caches_.emplace_back(s.n_layers(), n_ctx, s.n_kv_heads(), c.head_dim, c.head_dim, cache_type, rings);
   }
   const auto batch = static_cast<size_t>(max_batch);
   const size_t hd = static_cast<size_t>(c.head_dim);
@@ -42,13 +50,10 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   attn_out_.resize(batch * s.n_heads() * std::max(hd, static_cast<size_t>(c.value_head_dim)));
   if (c.latent_attention()) {
     const size_t latent = static_cast<size_t>(c.kv_lora_rank), width = latent + static_cast<size_t>(c.rope_dims);
-    const size_t nope = hd - static_cast<size_t>(c.rope_dims), value = static_cast<size_t>(c.value_head_dim);
     q_a_.resize(batch * static_cast<size_t>(c.q_lora_rank));
     kv_a_.resize(batch * width);
     q_latent_.resize(batch * s.n_heads() * width);
     latent_out_.resize(batch * s.n_heads() * latent);
-    head_in_.resize(batch * std::max(nope, latent));
-    head_out_.resize(batch * std::max(latent, value));
   }
   proj_.resize(batch * c.n_embd);
   const size_t ff_width = std::max({s.n_ff(), s.n_expert_ff() * std::max(c.n_expert_used, 1),
@@ -73,6 +78,10 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   block_start_.resize(batch + 1);
   key_counts_.resize(batch);
   first_keys_.resize(batch);
+  if (ring_ > 0) {
+    ring_first_.resize(batch);
+    ring_keys_.resize(batch);
+  }
   // Latent attention: every query head reads the one latent "KV head", a task's share at a time.
   const int32_t group = c.latent_attention() ? std::min(c.n_heads, kLatentHeadsPerTask) : c.n_heads / c.n_kv_heads;
   scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(kAttentionBlockRows, group, n_ctx));
@@ -89,8 +98,37 @@ const float* Forward::logits(int32_t i) const {
   return logits_.data() + static_cast<size_t>(i) * weights_.shard().n_vocab();
 }
 
+int32_t Forward::resumable(int32_t sequence, int32_t pos) const {
+  if (ring_ == 0 || pos == 0) return pos;
+  const Held& held = held_.at(static_cast<size_t>(sequence));
+  // The window of position pos starts sliding_window - 1 before it.
+  const int32_t first_needed = std::max(0, pos - weights_.config().sliding_window + 1);
+  return pos <= held.end && first_needed >= held.begin ? pos : 0;
+}
+
+void Forward::hold(int32_t sequence, int32_t pos, int32_t n) {
+  if (ring_ == 0) return;
+  Held& held = held_[static_cast<size_t>(sequence)];
+  if (pos == 0) held.begin = 0;
+  held.end = pos + n;
+  // Storing [pos, pos + n) overwrote the slots of the positions a ring before them.
+  held.begin = std::max(held.begin, held.end - ring_);
+}
+
+void Forward::copy_prefix(int32_t from, int32_t to, int32_t n) {
+  cache(to).copy_prefix(cache(from), n);
+  if (ring_ == 0 || from == to) return;
+  held_.at(static_cast<size_t>(to)) = held_.at(static_cast<size_t>(from));
+  held_[static_cast<size_t>(to)].end = std::min(n, held_[static_cast<size_t>(to)].end);
+}
+
 void Forward::check_positions(int32_t sequence, int32_t pos, int32_t n) const {
-  if (pos >= 0 && n <= n_ctx() - pos) return;
+  if (pos >= 0 && n <= n_ctx() - pos && resumable(sequence, pos) == pos) return;
+  if (pos >= 0 && n <= n_ctx() - pos)
+    throw Error(error_message("model",
+                              "position {} of sequence {}: its sliding-window layers no longer hold the {} positions "
+                              "before it (the sequence went on past them); evaluate it again from position 0",
+                              pos, sequence, weights_.config().sliding_window - 1));
   if (n_sequences() == 1)
     throw Error(error_message("model", "positions {}..{} do not fit the context of {} tokens", pos, int64_t{pos} + n,
                               n_ctx()));
@@ -134,6 +172,7 @@ void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32
   }
   const int32_t n_logits = logits_for_all ? n : 1;
   for (int32_t i = 0; i < n_logits; ++i) logit_rows_[static_cast<size_t>(i)] = n - n_logits + i;
+  hold(0, pos, n);
   run_rows(n, n_logits);
 }
 
@@ -165,6 +204,7 @@ void Forward::run_batch(std::span<const SequenceStep> steps, const float* hidden
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto n = static_cast<int32_t>(steps[i].tokens.size());
     place(steps[i].sequence, embed ? steps[i].tokens : std::span<const TokenId>{}, steps[i].pos, row, n);
+    hold(steps[i].sequence, steps[i].pos, n);
     row += n;
     logit_rows_[i] = row - 1;
   }
@@ -255,6 +295,18 @@ void Forward::attend(int32_t local, int32_t n) {
   const bool sliding = c.sliding_layer(s.layer_begin + local);
   if (sliding)
     for (int32_t t = 0; t < n; ++t) first_keys_[t] = std::max(0, row_pos_[t] + 1 - c.sliding_window);
+  // A ring (every sequence's cache has the same): a block's keys are the `ring` slots from its
+  // first visible position's, which hold positions from there on, so its rows' key ranges
+  // become slot ranges by one shift.
+  const int32_t ring = caches_.front().ring(local);
+  if (ring > 0)
+    for (int32_t block = 0; block < n_blocks; ++block) {
+      const int32_t t0 = block_start_[block], shift = first_keys_[t0] - first_keys_[t0] % ring;
+      for (int32_t t = t0; t < block_start_[block + 1]; ++t) {
+        ring_first_[t] = first_keys_[t] - shift;
+        ring_keys_[t] = key_counts_[t] - shift;
+      }
+    }
   // One task per (KV head, block). When that leaves threads idle (a decode step has only as
   // many tasks as KV heads), each KV head's query heads are spread over `parts` tasks; every
   // query head is computed on its own either way, so results are the same.
@@ -282,9 +334,9 @@ void Forward::attend(int32_t local, int32_t n) {
     b.n_rows = block_start_[block + 1] - t0;
     b.group = h1 - h0;
     b.head_dim = hd;
-    b.n_keys = &key_counts_[static_cast<size_t>(t0)];
+    b.n_keys = ring > 0 ? &ring_keys_[static_cast<size_t>(t0)] : &key_counts_[static_cast<size_t>(t0)];
     b.keys = cache.keys(local, kv);
-    b.key_stride = n_ctx();
+    b.key_stride = cache.key_stride(local);
     b.values = cache.values(local, kv);
     b.value_stride = cache.value_stride();
     b.type = cache.type();
@@ -292,7 +344,7 @@ void Forward::attend(int32_t local, int32_t n) {
     b.value_scales = cache.value_scales(local, kv);
     b.value_scale_stride = cache.value_scale_stride();
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
-    if (sliding) b.first_key = &first_keys_[static_cast<size_t>(t0)];
+    if (sliding) b.first_key = ring > 0 ? &ring_first_[static_cast<size_t>(t0)] : &first_keys_[static_cast<size_t>(t0)];
     if (!w.attn_sinks.empty()) b.sinks = &w.attn_sinks[static_cast<size_t>(h0)];
     ops::attend_block(b);
   });
@@ -344,33 +396,18 @@ void Forward::latent_attention_block(int32_t layer, int32_t n) {
   // A head's key is k_bᵀ · latent (k_b: [latent, nope]), so q_nope · key = (k_b · q_nope) · latent:
   // k_b takes each head's query into latent space, and attention reads the cached latents as
   // they are.
-  per_head_product(w.k_b, q_.data(), heads * hd, hd, q_latent_.data(), heads * width, width, n);
+  const auto held = [&](const std::vector<core::WeightMatrix>& per_head) {
+    return std::span(per_head).subspan(static_cast<size_t>(s.head_begin), static_cast<size_t>(heads));
+  };
+  core::matmul_heads(held(w.k_b), q_.data(), int64_t{heads} * hd, hd, n, q_latent_.data(), int64_t{heads} * width,
+                     width, pool_, scratch_);
   attend_latent(local, n);
   // Σ p · (v_b · latent) = v_b · Σ p · latent: each head's latent output through its v_b.
-  per_head_product(w.v_b, latent_out_.data(), heads * latent, latent, attn_out_.data(), heads * c.value_head_dim,
-                   c.value_head_dim, n);
+  core::matmul_heads(held(w.v_b), latent_out_.data(), int64_t{heads} * latent, latent, n, attn_out_.data(),
+                     int64_t{heads} * c.value_head_dim, c.value_head_dim, pool_, scratch_);
   core::matmul(w.wo, attn_out_.data(), n, proj_.data(), pool_, scratch_);
   if (partial_) partial_->all_reduce(proj_.data(), static_cast<int64_t>(n) * d);
   add_to_residual(n);
-}
-
-void Forward::per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
-                               int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride,
-                               int32_t n) {
-  const Shard& s = weights_.shard();
-  for (int32_t h = 0; h < s.n_heads(); ++h) {
-    const core::WeightMatrix& m = per_head[static_cast<size_t>(s.head_begin + h)];
-    const auto cols = static_cast<size_t>(m.cols()), rows = static_cast<size_t>(m.rows());
-    if (n == 1) {
-      core::matmul(m, in + h * in_head_stride, 1, out + h * out_head_stride, pool_, scratch_);
-      continue;
-    }
-    for (int32_t t = 0; t < n; ++t)
-      std::memcpy(&head_in_[t * cols], in + t * in_stride + h * in_head_stride, sizeof(float) * cols);
-    core::matmul(m, head_in_.data(), n, head_out_.data(), pool_, scratch_);
-    for (int32_t t = 0; t < n; ++t)
-      std::memcpy(out + t * out_stride + h * out_head_stride, &head_out_[t * rows], sizeof(float) * rows);
-  }
 }
 
 void Forward::attend_latent(int32_t local, int32_t n) {
@@ -399,7 +436,7 @@ void Forward::attend_latent(int32_t local, int32_t n) {
     b.head_dim = width;
     b.n_keys = &key_counts_[static_cast<size_t>(t0)];
     b.keys = cache.keys(local, 0);
-    b.key_stride = n_ctx();
+    b.key_stride = cache.key_stride(local);
     b.values = cache.values(local, 0);
     b.value_stride = cache.value_stride();
     b.type = cache.type();

@@ -72,12 +72,22 @@ class Forward {
   KvCache& cache(int32_t sequence) { return caches_.at(static_cast<size_t>(sequence)); }
   const KvCache& cache(int32_t sequence) const { return caches_.at(static_cast<size_t>(sequence)); }
   int32_t n_sequences() const { return static_cast<int32_t>(caches_.size()); }
+  // Where sequence `sequence` can go on from when asked for position pos: pos, or 0 when its
+  // sliding layers' rings (KvCache) no longer hold the window before pos (it went on further
+  // than its rings reach past it), and it must be computed again from its start. run and
+  // run_batch refuse such a position with an Error rather than attend to what is gone.
+  int32_t resumable(int32_t sequence, int32_t pos) const;
+  // Makes sequence `to` hold sequence `from`'s first n positions (KvCache::copy_prefix), and
+  // what its rings hold with them.
+  void copy_prefix(int32_t from, int32_t to, int32_t n);
   int32_t max_batch() const { return max_batch_; }
   const ModelConfig& config() const { return weights_.config(); }
   const ModelWeights& weights() const { return weights_; }
 
  private:
   void check_positions(int32_t sequence, int32_t pos, int32_t n) const;
+  // The sequence's rings now hold positions [pos, pos + n) too, and none after.
+  void hold(int32_t sequence, int32_t pos, int32_t n);
   void check_tokens(std::span<const TokenId> tokens) const;
   // Rows [row, row + n) become positions pos.. of `sequence`, embedding `tokens` when given.
   void place(int32_t sequence, std::span<const TokenId> tokens, int32_t pos, int32_t row, int32_t n);
@@ -102,10 +112,6 @@ class Forward {
   // taken into latent space and attend over the cached latents, one KV "head" for all heads.
   void latent_attention_block(int32_t layer, int32_t n);
   void attend_latent(int32_t layer_local, int32_t n);
-  // For each of this rank's heads h: out rows (at out + t·out_stride + h·out_head_stride) =
-  // per_head[head_begin + h] · in rows (at in + t·in_stride + h·in_head_stride), t < n.
-  void per_head_product(const std::vector<core::WeightMatrix>& per_head, const float* in, int64_t in_stride,
-                        int64_t in_head_stride, float* out, int64_t out_stride, int64_t out_head_stride, int32_t n);
   // The FFN's gated activation (silu_mul or gpt-oss's clamped SwiGLU) of n values into gate.
   void activate(float* gate, const float* up, int64_t n) const;
   // gpt-oss: adds each row's weighted expert down biases to proj_ (after the sum of a split's parts).
@@ -127,6 +133,16 @@ class Forward {
   PartialSums* partial_;
   int32_t max_batch_;
   std::vector<KvCache> caches_;  // one per sequence
+  // Positions a sliding layer's ring holds: its window and a batch (a batch stores every row's
+  // key before any attends, and its first row sees window - 1 earlier ones). 0: no rings (no
+  // sliding layer, or a context too short for a ring to save memory). From the whole model's
+  // config, so every rank of a split agrees on what can be resumed.
+  int32_t ring_ = 0;
+  struct Held {
+    int32_t begin = 0, end = 0;  // the positions every ring of the sequence holds
+  };
+  std::vector<Held> held_;                       // per sequence, with rings
+  std::vector<int32_t> ring_first_, ring_keys_;  // [max_batch]: first_keys_ / key_counts_ as ring slots
   core::MatmulScratch scratch_;
   // Per row of the current call: its sequence and position. [max_batch]
   std::vector<int32_t> row_sequence_;
@@ -145,8 +161,6 @@ class Forward {
   std::vector<float> kv_a_;       // F32 [n, kv_lora_rank + rope_dims]
   std::vector<float> q_latent_;   // F32 [n, shard heads, kv_lora_rank + rope_dims]
   std::vector<float> latent_out_; // F32 [n, shard heads, kv_lora_rank]
-  std::vector<float> head_in_;    // F32 [n, max(nope, kv_lora_rank)]
-  std::vector<float> head_out_;   // F32 [n, max(kv_lora_rank, value_head_dim)]
   std::vector<float> proj_;       // F32 [n, n_embd]
   std::vector<float> gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
   std::vector<float> up_;         // F32, as gate_

@@ -26,6 +26,11 @@ class TokenModel {
   virtual int32_t max_batch() const = 0;
   virtual int32_t n_ctx() const = 0;
   virtual int32_t vocab_size() const = 0;
+  // Where eval can go on from when asked for pos: pos, or 0 when the model's sliding-window
+  // layers no longer hold the window before pos (Forward::resumable), and every position from
+  // 0 must be evaluated again. A rewind (a prompt cache's reuse, a benchmark's repetitions)
+  // asks first; eval refuses what it cannot serve.
+  virtual int32_t resumable(int32_t pos) const { return pos; }
 };
 
 // The model on this rank alone.
@@ -39,6 +44,7 @@ class LocalModel : public TokenModel {
   int32_t max_batch() const override { return forward_.max_batch(); }
   int32_t n_ctx() const override { return forward_.n_ctx(); }
   int32_t vocab_size() const override { return forward_.config().vocab_size; }
+  int32_t resumable(int32_t pos) const override { return forward_.resumable(0, pos); }
 
  private:
   Forward& forward_;

@@ -22,17 +22,32 @@ KvType parse_kv_type(std::string_view name) {
   throw Error(error_message("model", "KV cache type '{}': expected f32, f16 or q8_0", name));
 }
 
-KvCache::KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim, KvType type)
+KvCache::KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim, KvType type,
+                 std::vector<int32_t> ring)
     : n_layers_(n_layers), n_ctx_(n_ctx), n_kv_heads_(n_kv_heads), key_dim_(key_dim), value_dim_(value_dim), type_(type) {
   ORCHARD_CHECK(n_layers >= 0 && n_ctx > 0 && n_kv_heads > 0 && key_dim > 0 && value_dim > 0,
                 "KV cache of {} layers, {} positions, {} heads of {}/{}", n_layers, n_ctx, n_kv_heads, key_dim, value_dim);
+  ORCHARD_CHECK(ring.empty() || static_cast<int32_t>(ring.size()) == n_layers, "{} rings for {} layers", ring.size(),
+                n_layers);
   if (type == KvType::Q8_0 && (key_dim % kKvQ8Block != 0 || value_dim % kKvQ8Block != 0))
     throw Error(error_message("model",
                               "a q8_0 KV cache quantizes heads in blocks of {}; this model's keys are {} wide and its "
                               "values {}: use --cache-type f16",
                               kKvQ8Block, key_dim, value_dim));
-  const size_t keys = static_cast<size_t>(n_layers) * n_kv_heads * key_dim * n_ctx;
-  const size_t values = static_cast<size_t>(n_layers) * n_kv_heads * value_dim * n_ctx;
+  layers_.resize(static_cast<size_t>(n_layers));
+  size_t slots = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = layers_[l];
+    layer.ring = ring.empty() ? 0 : ring[l];
+    ORCHARD_CHECK(layer.ring >= 0 && layer.ring <= n_ctx / 2, "a ring of {} positions in a context of {}", layer.ring,
+                  n_ctx);
+    layer.slots = layer.ring > 0 ? 2 * layer.ring : n_ctx;
+    layer.first_key = slots * n_kv_heads * key_dim;
+    layer.first_value = slots * n_kv_heads * value_dim;
+    slots += static_cast<size_t>(layer.slots);
+  }
+  const size_t keys = slots * n_kv_heads * key_dim;
+  const size_t values = slots * n_kv_heads * value_dim;
   keys_ = reserve(keys * element_bytes());
   values_ = reserve(values * element_bytes());
   if (type == KvType::Q8_0) {
@@ -66,10 +81,22 @@ double kv_value_bytes(KvType type) {
   return sizeof(float);
 }
 
-size_t KvCache::bytes_per_position() const {
-  const size_t elements = static_cast<size_t>(n_layers_) * n_kv_heads_ * (key_dim_ + value_dim_);
+size_t KvCache::bytes_per_slot() const {
+  const size_t elements = static_cast<size_t>(n_kv_heads_) * (key_dim_ + value_dim_);
   // Exact: a Q8_0 cache's widths are multiples of its block.
   return static_cast<size_t>(static_cast<double>(elements) * kv_value_bytes(type_));
+}
+
+size_t KvCache::bytes_per_position() const {
+  size_t full = 0;
+  for (const Layer& l : layers_) full += l.ring == 0 ? 1 : 0;
+  return full * bytes_per_slot();
+}
+
+size_t KvCache::bytes() const {
+  size_t slots = 0;
+  for (const Layer& l : layers_) slots += static_cast<size_t>(l.slots);
+  return slots * bytes_per_slot();
 }
 
 const core::Half* KvCache::key_scales(int32_t layer, int32_t kv_head) const {
@@ -83,14 +110,22 @@ const core::Half* KvCache::value_scales(int32_t layer, int32_t kv_head) const {
 }
 
 void KvCache::store(int32_t layer, int32_t pos, const float* k, const float* v) {
+  const int32_t r = ring(layer);
+  if (r == 0) return store_slot(layer, pos, k, v);
+  store_slot(layer, pos % r, k, v);
+  store_slot(layer, pos % r + r, k, v);
+}
+
+void KvCache::store_slot(int32_t layer, int32_t index, const float* k, const float* v) {
   const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
-  const size_t value_row = (static_cast<size_t>(layer) * n_ctx_ + static_cast<size_t>(pos)) * kv_dim;
+  const size_t slots = static_cast<size_t>(key_stride(layer));  // per key row
+  const size_t value_row = layers_[static_cast<size_t>(layer)].first_value + static_cast<size_t>(index) * kv_dim;
   switch (type_) {
     case KvType::F32: {
       auto* keys = reinterpret_cast<float*>(keys_.get());
       for (int32_t h = 0; h < n_kv_heads_; ++h)
         for (int32_t d = 0; d < key_dim_; ++d)
-          keys[key_offset(layer, h) + static_cast<size_t>(d) * n_ctx_ + pos] = k[h * key_dim_ + d];
+          keys[key_offset(layer, h) + static_cast<size_t>(d) * slots + index] = k[h * key_dim_ + d];
       std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row, v, kv_dim * sizeof(float));
       return;
     }
@@ -98,7 +133,7 @@ void KvCache::store(int32_t layer, int32_t pos, const float* k, const float* v) 
       auto* keys = reinterpret_cast<core::Half*>(keys_.get());
       for (int32_t h = 0; h < n_kv_heads_; ++h)
         for (int32_t d = 0; d < key_dim_; ++d)
-          keys[key_offset(layer, h) + static_cast<size_t>(d) * n_ctx_ + pos] = core::float_to_half(k[h * key_dim_ + d]);
+          keys[key_offset(layer, h) + static_cast<size_t>(d) * slots + index] = core::float_to_half(k[h * key_dim_ + d]);
       auto* values = reinterpret_cast<core::Half*>(values_.get()) + value_row;
       for (size_t i = 0; i < kv_dim; ++i) values[i] = core::float_to_half(v[i]);
       return;
@@ -111,9 +146,9 @@ void KvCache::store(int32_t layer, int32_t pos, const float* k, const float* v) 
       for (int32_t h = 0; h < n_kv_heads_; ++h)
         for (int32_t d0 = 0; d0 < key_dim_; d0 += kKvQ8Block) {
           core::quantize_row_reference(core::TensorType::Q8_0, k + h * key_dim_ + d0, &block, kKvQ8Block);
-          const size_t column = key_offset(layer, h) + static_cast<size_t>(d0) * n_ctx_ + pos;
-          for (int32_t i = 0; i < kKvQ8Block; ++i) keys[column + static_cast<size_t>(i) * n_ctx_] = block.qs[i];
-          key_scales[key_offset(layer, h) / kKvQ8Block + static_cast<size_t>(d0 / kKvQ8Block) * n_ctx_ + pos] = block.d;
+          const size_t column = key_offset(layer, h) + static_cast<size_t>(d0) * slots + index;
+          for (int32_t i = 0; i < kKvQ8Block; ++i) keys[column + static_cast<size_t>(i) * slots] = block.qs[i];
+          key_scales[key_offset(layer, h) / kKvQ8Block + static_cast<size_t>(d0 / kKvQ8Block) * slots + index] = block.d;
         }
       auto* values = reinterpret_cast<int8_t*>(values_.get()) + value_row;
       auto* value_scales = reinterpret_cast<core::Half*>(value_scales_.get()) + value_row / kKvQ8Block;
@@ -131,24 +166,32 @@ void KvCache::copy_prefix(const KvCache& from, int32_t n) {
   ORCHARD_CHECK(from.n_layers_ == n_layers_ && from.n_ctx_ == n_ctx_ && from.n_kv_heads_ == n_kv_heads_ &&
                     from.key_dim_ == key_dim_ && from.value_dim_ == value_dim_ && from.type_ == type_,
                 "copying between KV caches of different shapes");
+  for (int32_t l = 0; l < n_layers_; ++l)
+    ORCHARD_CHECK(from.ring(l) == ring(l), "copying between KV caches of different rings");
   ORCHARD_CHECK(n >= 0 && n <= n_ctx_, "copying {} positions of {}", n, n_ctx_);
   if (&from == this || n == 0) return;
-  const size_t e = element_bytes(), count = static_cast<size_t>(n);
-  // Key rows: one per layer, head and dimension, each n_ctx long.
-  const size_t key_rows = static_cast<size_t>(n_layers_) * n_kv_heads_ * key_dim_;
-  for (size_t r = 0; r < key_rows; ++r)
-    std::memcpy(keys_.get() + r * n_ctx_ * e, from.keys_.get() + r * n_ctx_ * e, count * e);
+  const size_t e = element_bytes(), h = sizeof(core::Half);
   const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
-  for (size_t layer = 0; layer < static_cast<size_t>(n_layers_); ++layer)
-    std::memcpy(values_.get() + layer * n_ctx_ * kv_dim * e, from.values_.get() + layer * n_ctx_ * kv_dim * e, count * kv_dim * e);
-  if (type_ != KvType::Q8_0) return;
-  const size_t h = sizeof(core::Half);
-  for (size_t r = 0; r < key_rows / kKvQ8Block; ++r)
-    std::memcpy(key_scales_.get() + r * n_ctx_ * h, from.key_scales_.get() + r * n_ctx_ * h, count * h);
-  const size_t scale_row = kv_dim / kKvQ8Block;
-  for (size_t layer = 0; layer < static_cast<size_t>(n_layers_); ++layer)
-    std::memcpy(value_scales_.get() + layer * n_ctx_ * scale_row * h, from.value_scales_.get() + layer * n_ctx_ * scale_row * h,
-                count * scale_row * h);
+  for (int32_t l = 0; l < n_layers_; ++l) {
+    // A ring is copied whole; a full layer's first n positions.
+    const size_t slots = static_cast<size_t>(key_stride(l));
+    const size_t count = ring(l) > 0 ? slots : static_cast<size_t>(n);
+    // Key rows: one per head and dimension, each `slots` long.
+    const size_t key_rows = static_cast<size_t>(n_kv_heads_) * key_dim_;
+    for (size_t r = 0; r < key_rows; ++r) {
+      const size_t at = key_offset(l, 0) + r * slots;
+      std::memcpy(keys_.get() + at * e, from.keys_.get() + at * e, count * e);
+      if (type_ == KvType::Q8_0 && r % kKvQ8Block == 0) {
+        const size_t scale_at = key_offset(l, 0) / kKvQ8Block + r / kKvQ8Block * slots;
+        std::memcpy(key_scales_.get() + scale_at * h, from.key_scales_.get() + scale_at * h, count * h);
+      }
+    }
+    const size_t value_at = value_offset(l, 0);
+    std::memcpy(values_.get() + value_at * e, from.values_.get() + value_at * e, count * kv_dim * e);
+    if (type_ == KvType::Q8_0)
+      std::memcpy(value_scales_.get() + value_at / kKvQ8Block * h, from.value_scales_.get() + value_at / kKvQ8Block * h,
+                  count * kv_dim / kKvQ8Block * h);
+  }
 }
 
 }  // namespace orchard::model

@@ -15,10 +15,17 @@
 // The memory is reserved zeroed and untouched (calloc): pages become resident as positions are
 // stored, so a context sized for the model's trained length costs what is used of it, to a page
 // per key row.
+//
+// A layer that attends through a sliding window may keep a ring of the last `ring` positions
+// instead of every one: position p goes to slot p mod ring and, mirrored, to slot p mod ring +
+// ring, so any `ring` consecutive positions are consecutive slots (from the first one's slot
+// below ring) and attention reads them as one run. Its memory is then 2 × ring slots whatever the
+// context. What the ring still holds is the caller's to know (Forward tracks it).
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "core/quant.h"
 
@@ -41,21 +48,33 @@ class KvCache {
   // values may differ in width per KV head (latent attention keeps one "head": keys [latent |
   // rotated part], values the latent). Throws Error when a Q8_0 cache's widths are not
   // multiples of kKvQ8Block.
+  // ring: empty, or per layer 0 (every position kept) or the positions its ring holds (below
+  // n_ctx / 2, else a ring saves nothing).
   KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t key_dim, int32_t value_dim,
-          KvType type = KvType::F32);
+          KvType type = KvType::F32, std::vector<int32_t> ring = {});
   KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t head_dim)
       : KvCache(n_layers, n_ctx, n_kv_heads, head_dim, head_dim) {}
 
   int32_t n_ctx() const { return n_ctx_; }
   KvType type() const { return type_; }
+  // Positions the layer's ring holds; 0 when it keeps every position.
+  int32_t ring(int32_t layer) const { return layers_[static_cast<size_t>(layer)].ring; }
+  // The slot a position's key and value are read from: the position itself, or in a ring the
+  // slot below `ring` (a run of positions from there continues in the mirror above).
+  int32_t slot(int32_t layer, int32_t pos) const {
+    const int32_t r = ring(layer);
+    return r > 0 ? pos % r : pos;
+  }
   // Stores k (F32 [n_kv_heads * key_dim]) and v (F32 [n_kv_heads * value_dim]) for `layer`
   // (counted from the shard's first) at pos, converted to the cache's type.
   void store(int32_t layer, int32_t pos, const float* k, const float* v);
-  // [key_dim][n_ctx] elements of type(): the keys of one KV head, position-contiguous.
+  // [key_dim][key_stride(layer)] elements of type(): the keys of one KV head, slot-contiguous.
   const void* keys(int32_t layer, int32_t kv_head) const { return keys_.get() + key_offset(layer, kv_head) * element_bytes(); }
-  // Q8_0: F16 [key_dim / 32][n_ctx], the keys' block scales; null otherwise.
+  // Slots per key row: n_ctx, or 2 × ring.
+  int64_t key_stride(int32_t layer) const { return layers_[static_cast<size_t>(layer)].slots; }
+  // Q8_0: F16 [key_dim / 32][key_stride(layer)], the keys' block scales; null otherwise.
   const core::Half* key_scales(int32_t layer, int32_t kv_head) const;
-  // [n_ctx][kv_dim] elements from this KV head's first: row stride value_stride() elements.
+  // [slots][kv_dim] elements from this KV head's first: row stride value_stride() elements.
   const void* values(int32_t layer, int32_t kv_head) const {
     return values_.get() + value_offset(layer, kv_head) * element_bytes();
   }
@@ -64,12 +83,14 @@ class KvCache {
   // null otherwise.
   const core::Half* value_scales(int32_t layer, int32_t kv_head) const;
   int64_t value_scale_stride() const { return value_stride() / kKvQ8Block; }
-  // Makes positions [0, n) hold what `from` holds there (same shape and type): a prompt shared
-  // by two sequences is computed once.
+  // Makes positions [0, n) hold what `from` holds there (same shape, type and rings; a ring is
+  // copied whole, so it holds what `from`'s does): a prompt shared by two sequences is computed once.
   void copy_prefix(const KvCache& from, int32_t n);
-  // Bytes of keys and values (scales included) per position, all layers, and reserved in all.
+  // Bytes of keys and values (scales included) per position of context: the layers that keep
+  // every position (a ring's take none more per position).
   size_t bytes_per_position() const;
-  size_t bytes() const { return bytes_per_position() * static_cast<size_t>(n_ctx_); }
+  // Bytes reserved in all.
+  size_t bytes() const;
 
  private:
   struct FreeDeleter {
@@ -78,13 +99,24 @@ class KvCache {
   using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
   static Buffer reserve(size_t bytes);
   size_t element_bytes() const;
+  // Bytes of keys and values (scales included) of one slot of one layer.
+  size_t bytes_per_slot() const;
   // In elements (codes for Q8_0).
   size_t key_offset(int32_t layer, int32_t kv_head) const {
-    return ((static_cast<size_t>(layer) * n_kv_heads_ + static_cast<size_t>(kv_head)) * key_dim_) * n_ctx_;
+    const Layer& l = layers_[static_cast<size_t>(layer)];
+    return l.first_key + static_cast<size_t>(kv_head) * key_dim_ * l.slots;
   }
   size_t value_offset(int32_t layer, int32_t kv_head) const {
-    return static_cast<size_t>(layer) * n_ctx_ * n_kv_heads_ * value_dim_ + static_cast<size_t>(kv_head) * value_dim_;
+    return layers_[static_cast<size_t>(layer)].first_value + static_cast<size_t>(kv_head) * value_dim_;
   }
+  // Stores one position into slot `index` of the layer.
+  void store_slot(int32_t layer, int32_t index, const float* k, const float* v);
+
+  struct Layer {
+    int32_t ring = 0;   // 0: every position
+    int32_t slots = 0;  // n_ctx, or 2 × ring
+    size_t first_key = 0, first_value = 0;  // element offsets of the layer's keys and values
+  };
 
   int32_t n_layers_;
   int32_t n_ctx_;
@@ -92,6 +124,7 @@ class KvCache {
   int32_t key_dim_;
   int32_t value_dim_;
   KvType type_;
+  std::vector<Layer> layers_;
   Buffer keys_;
   Buffer values_;
   Buffer key_scales_;    // Q8_0 only

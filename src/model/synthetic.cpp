@@ -1,5 +1,7 @@
 #include "model/synthetic.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -74,6 +76,9 @@ constexpr LatentShape kLatentShapes[] = {
     {"deepseek2", "tiny", 256, 256, 64, 32, 64, 1, 1, true, 4, 2, 2.5f, 4.0f, 128, false},
     {"deepseek2-lite", "tiny", 0, 256, 64, 32, 64, 2, 1, false, 0, 0, 1.0f, 0.0f, 0, false},
     {"deepseek2-kvb", "tiny", 256, 256, 64, 32, 64, 1, 1, true, 4, 2, 2.5f, 4.0f, 128, true},
+    // V3's attention widths and routing kind on the moe-3b layer (32 heads, 32 experts in 8
+    // groups), to benchmark latent attention on one machine.
+    {"deepseek2", "moe-3b", 1536, 512, 128, 64, 128, 1, 1, true, 8, 4, 2.5f, 40.0f, 4096, false},
 };
 
 uint64_t mix(uint64_t x) {
@@ -252,8 +257,13 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   const LatentShape* latent = nullptr;
   for (const auto& l : kLatentShapes)
     if (l.arch == spec.arch && l.shape == spec.shape) latent = &l;
-  if (arch->file_arch == "deepseek2" && !latent)
-    throw Error(error_message("make-model", "{} is made in shape tiny only, not '{}'", spec.arch, s.name));
+  if (arch->file_arch == "deepseek2" && !latent) {
+    std::vector<std::string_view> shapes;
+    for (const auto& l : kLatentShapes)
+      if (l.arch == spec.arch) shapes.push_back(l.shape);
+    throw Error(error_message("make-model", "{} is made in shape {}, not '{}'", spec.arch, fmt::join(shapes, " or "),
+                              s.name));
+  }
   if (arch->experts && s.n_expert == 0)
     throw Error(error_message("make-model", "shape '{}' has no experts; {} takes tiny, small or moe-3b", s.name,
                               spec.arch));

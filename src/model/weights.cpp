@@ -84,14 +84,15 @@ class WeightBinder {
   WeightBinder(const LoadOptions& options, std::vector<std::vector<uint8_t>>& owned)
       : options_(options), owned_(owned) {}
 
-  // Matrix `index` of tensor t (0 unless t is a stack of experts), as `split` divides it.
-  core::WeightMatrix matrix(const TensorInfo& t, int64_t index, Split split, Range range) {
+  // Matrix `index` of tensor t (0 unless t is a stack of experts), as `split` divides it. An
+  // expert's copy is made on first use (`on_first_use`): experts never chosen are never read.
+  core::WeightMatrix matrix(const TensorInfo& t, int64_t index, Split split, Range range, bool on_first_use = false) {
     const uint8_t* data = t.data + matrix_bytes(t) * static_cast<size_t>(index);
     const int64_t rows = t.shape.size() > 1 ? t.shape[1] : 1, cols = t.shape[0];
     switch (split) {
-      case Split::Whole: return this->rows(t.type, data, cols, 0, rows);
-      case Split::Rows: return this->rows(t.type, data, cols, range.begin, range.end);
-      case Split::Columns: return columns(t.type, data, rows, cols, range);
+      case Split::Whole: return this->rows(t.type, data, cols, 0, rows, on_first_use);
+      case Split::Rows: return this->rows(t.type, data, cols, range.begin, range.end, on_first_use);
+      case Split::Columns: return columns(t.type, data, rows, cols, range, on_first_use);
     }
     ORCHARD_CHECK(false, "unknown split");
     return {};
@@ -125,18 +126,23 @@ class WeightBinder {
 
  private:
   // Rows [row_begin, row_end) of a matrix: contiguous bytes, no copy needed.
-  core::WeightMatrix rows(TensorType type, const uint8_t* data, int64_t cols, int64_t row_begin, int64_t row_end) {
-    const size_t stride = core::row_bytes(type, cols);
-    return core::WeightMatrix::prepare(type, data + stride * static_cast<size_t>(row_begin), row_end - row_begin, cols,
-                                       options_.allow_repack, &arena_);
+  core::WeightMatrix rows(TensorType type, const uint8_t* data, int64_t cols, int64_t row_begin, int64_t row_end,
+                          bool on_first_use = false) {
+    const uint8_t* first = data + core::row_bytes(type, cols) * static_cast<size_t>(row_begin);
+    if (on_first_use)
+      return core::WeightMatrix::prepare_on_first_use(type, first, row_end - row_begin, cols, options_.allow_repack,
+                                                      &arena_);
+    return core::WeightMatrix::prepare(type, first, row_end - row_begin, cols, options_.allow_repack, &arena_);
   }
 
   // Columns [range) of every row, gathered into a compact copy. A split that falls inside a
   // quantization block (e.g. two 64-wide heads of a Q4_K matrix, whose blocks hold 256) cannot
   // keep the blocks, so that slice is dequantized to F32: the same weight values, at the cost of
   // memory and of float (not 8-bit) activations for this one product.
-  core::WeightMatrix columns(TensorType type, const uint8_t* data, int64_t rows, int64_t cols, Range range) {
-    if (range.begin == 0 && range.end == cols) return this->rows(type, data, cols, 0, rows);
+  // Only whole rows are made on first use: a slice's copy is gathered here.
+  core::WeightMatrix columns(TensorType type, const uint8_t* data, int64_t rows, int64_t cols, Range range,
+                             bool on_first_use) {
+    if (range.begin == 0 && range.end == cols) return this->rows(type, data, cols, 0, rows, on_first_use);
     const int64_t block = core::type_traits(type).block_elements;
     const int64_t width = range.end - range.begin;
     const size_t stride = core::row_bytes(type, cols);
@@ -213,11 +219,13 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
                      [&](std::vector<float> LayerWeights::*v) { w.*v = floats(*t, spec); },
                      [&](std::vector<core::WeightMatrix> LayerWeights::*stack) {
                        // Indexed by expert (or head); experts another rank holds stay empty.
+                       // Every head is read on every step; an expert only once chosen.
                        auto& matrices = w.*stack;
                        matrices.resize(static_cast<size_t>(spec.experts()));
                        const auto [first, last] = held_entries(spec, shard, l);
+                       const bool experts = spec.axis == ShardAxis::ExpertRows;
                        for (int64_t e = first; e < last; ++e)
-                         matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range);
+                         matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range, experts);
                      },
                  },
                  spec.slot);

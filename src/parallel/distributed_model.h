@@ -124,6 +124,7 @@ class DistributedModel : public model::TokenModel {
   int32_t max_batch() const override { return pass_.forward().n_ctx(); }
   int32_t n_ctx() const override { return pass_.forward().n_ctx(); }
   int32_t vocab_size() const override { return pass_.forward().config().vocab_size; }
+  int32_t resumable(int32_t pos) const override { return pass_.forward().resumable(sequence_, pos); }
   float* logits() { return logits_.data(); }  // where a batched pass leaves this slot's
 
  private:

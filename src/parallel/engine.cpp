@@ -62,6 +62,7 @@ class SequenceModel : public model::TokenModel {
   int32_t max_batch() const override { return forward_.max_batch(); }
   int32_t n_ctx() const override { return forward_.n_ctx(); }
   int32_t vocab_size() const override { return forward_.config().vocab_size; }
+  int32_t resumable(int32_t pos) const override { return forward_.resumable(sequence_, pos); }
 
  private:
   model::Forward& forward_;

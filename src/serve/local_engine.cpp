@@ -26,6 +26,7 @@ class LocalEngine::Slot : public model::TokenModel {
   int32_t max_batch() const override { return owner_.forward_->max_batch(); }
   int32_t n_ctx() const override { return owner_.forward_->n_ctx(); }
   int32_t vocab_size() const override { return owner_.config_.vocab_size; }
+  int32_t resumable(int32_t pos) const override { return owner_.forward_->resumable(index_, pos); }
 
  private:
   friend class LocalEngine;
@@ -109,7 +110,7 @@ void LocalEngine::eval_batch(std::span<const model::SequenceStep> steps) {
 
 bool LocalEngine::copy_prefix(int32_t from, int32_t to, int32_t n) {
   ORCHARD_CHECK(from >= 0 && from < n_slots() && to >= 0 && to < n_slots(), "copy from slot {} to {} of {}", from, to, n_slots());
-  forward_->cache(to).copy_prefix(forward_->cache(from), n);
+  forward_->copy_prefix(from, to, n);
   return true;
 }
 

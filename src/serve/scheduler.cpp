@@ -137,6 +137,10 @@ void Scheduler::admit() {
     waiting_.pop_front();
     const std::vector<model::TokenId>& prompt = job->request_.prompt;
     PromptCache::Choice choice = prompt_cache_.choose(prompt, busy, true);
+    // A prefix is reusable only where the slot's sliding-window layers still hold the window
+    // before it (TokenModel::resumable); a slot that went on too far starts over.
+    if (choice.copy_from >= 0 && engine_.slot(choice.copy_from).resumable(choice.reused) < choice.reused)
+      choice = prompt_cache_.choose(prompt, busy, false);
     if (choice.copy_from >= 0) {
       bool copied = false;
       try {
@@ -147,6 +151,7 @@ void Scheduler::admit() {
       if (copied) prompt_cache_.copied(choice.copy_from, choice.slot, choice.reused);
       else choice = prompt_cache_.choose(prompt, busy, false);
     }
+    choice.reused = engine_.slot(choice.slot).resumable(choice.reused);
     try {
       occupy(slots_[static_cast<size_t>(choice.slot)], job, choice.reused);
     } catch (const std::exception& e) {  // sampling options the sampler refuses

@@ -67,6 +67,7 @@ class SplitEngine::CommandedSlot : public model::TokenModel {
   int32_t max_batch() const override { return model().max_batch(); }
   int32_t n_ctx() const override { return model().n_ctx(); }
   int32_t vocab_size() const override { return model().vocab_size(); }
+  int32_t resumable(int32_t pos) const override { return model().resumable(pos); }
 
  private:
   model::TokenModel& model() const { return owner_.engine_.model(index_); }
@@ -203,7 +204,7 @@ bool SplitEngine::copy_prefix(int32_t from, int32_t to, int32_t n) {
   on_group_thread([&] {
     Command command{kCommandMagic, kCopy, to, n, 0, from};
     group_.broadcast(&command, sizeof command, 0);
-    engine_.forward().cache(to).copy_prefix(engine_.forward().cache(from), n);
+    engine_.forward().copy_prefix(from, to, n);
   });
   return true;
 }
@@ -275,7 +276,7 @@ void follow_split_engine(parallel::Engine& engine, comm::Group& group) {
           command.pos > engine.forward().n_ctx())
         throw FormatError(error_message("serve", "rank {}: rank 0 sent a bad copy (slot {} to {}, {} positions)",
                                         group.rank(), from, command.slot, command.pos));
-      engine.forward().cache(command.slot).copy_prefix(engine.forward().cache(from), command.pos);
+      engine.forward().copy_prefix(from, command.slot, command.pos);
       continue;
     }
     if (command.op == kEvalBatch) {

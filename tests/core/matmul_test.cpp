@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -284,6 +285,109 @@ TEST(MatmulContract, ManyMatricesOfOneInputMatchTheirOwnProducts) {
         matmul(matrices[i], x.data(), n_tokens, alone.data(), pool, scratch);
         ASSERT_EQ(0, std::memcmp(alone.data(), outputs[i].data(), alone.size() * sizeof(float))) << what;
       }
+    }
+  }
+}
+
+TEST(MatmulContract, PerHeadProductsMatchTheReference) {
+  // matmul_heads: each head's input and output at its own stride (padded, so a wrong stride
+  // reads or writes the padding), tokens on both sides of the few-token path and its 64-token
+  // chunks; every head must match the reference and be bit for bit what matmul gives it alone.
+  const int64_t heads = 5, cols = 256;
+  const std::vector<std::pair<TensorType, int64_t>> shapes = {
+      {TensorType::Q8_0, 17}, {TensorType::Q4_K, 50}, {TensorType::F32, 33}, {TensorType::Q4_0, 16}};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    MatmulScratch scratch;
+    for (auto [type, rows] : shapes)
+      for (int64_t n_tokens : {1, 3, 70}) {
+        const int64_t x_head = cols + 32, x_stride = heads * x_head + 8;
+        const int64_t y_head = rows + 3, y_stride = heads * y_head + 5;
+        std::vector<float> x(static_cast<size_t>(n_tokens * x_stride), NAN);
+        std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -7.0f);
+        std::vector<Problem> problems;
+        std::vector<WeightMatrix> matrices;
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<float> xh(static_cast<size_t>(n_tokens * cols));
+          for (auto& v : xh) v = uniform(rng);
+          for (int64_t t = 0; t < n_tokens; ++t)
+            std::copy_n(&xh[static_cast<size_t>(t * cols)], cols, &x[static_cast<size_t>(t * x_stride + h * x_head)]);
+          problems.push_back(make_problem(type, rows, cols, n_tokens, static_cast<uint32_t>(h + 1), &xh));
+        }
+        for (const Problem& p : problems) matrices.push_back(WeightMatrix::prepare(type, p.weights.data(), rows, cols));
+        matmul_heads(matrices, x.data(), x_stride, x_head, n_tokens, y.data(), y_stride, y_head, pool, scratch);
+        const std::string what = std::string(type_name(type)) + " threads=" + std::to_string(threads) +
+                                 " tokens=" + std::to_string(n_tokens);
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<float> got(static_cast<size_t>(n_tokens * rows));
+          for (int64_t t = 0; t < n_tokens; ++t)
+            std::copy_n(&y[static_cast<size_t>(t * y_stride + h * y_head)], rows, &got[static_cast<size_t>(t * rows)]);
+          check(problems[static_cast<size_t>(h)], got, what + " head " + std::to_string(h));
+          // Float kernels need not give the same bits for another split of the work (as
+          // QuantizedOutputsDoNotDependOnTheBatch says): only the quantized ones promise them.
+          if (type == TensorType::F32) continue;
+          std::vector<float> alone(got.size(), NAN);
+          matmul(matrices[static_cast<size_t>(h)], problems[static_cast<size_t>(h)].x.data(), n_tokens, alone.data(),
+                 pool, scratch);
+          ASSERT_EQ(0, std::memcmp(alone.data(), got.data(), got.size() * sizeof(float))) << what << " head " << h;
+        }
+        // The padding between heads and after the last is never written.
+        for (int64_t t = 0; t < n_tokens; ++t)
+          for (int64_t i = 0; i < y_stride; ++i) {
+            if (i >= heads * y_head || i % y_head >= rows) {
+              ASSERT_EQ(y[static_cast<size_t>(t * y_stride + i)], -7.0f) << what;
+            }
+          }
+      }
+  }
+}
+
+TEST(MatmulContract, PerHeadMatricesMustShareTheirShape) {
+  Problem a = make_problem(TensorType::Q8_0, 16, 64, 1, 1), b = make_problem(TensorType::Q8_0, 32, 64, 1, 2);
+  const std::vector<WeightMatrix> w = {WeightMatrix::prepare(TensorType::Q8_0, a.weights.data(), 16, 64),
+                                       WeightMatrix::prepare(TensorType::Q8_0, b.weights.data(), 32, 64)};
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  std::vector<float> x(128), y(64);
+  EXPECT_THROW(matmul_heads(w, x.data(), 128, 64, 1, y.data(), 64, 32, pool, scratch), std::exception);
+}
+
+TEST(MatmulContract, CopiesMadeOnFirstUseMatchCopiesMadeAtOnce) {
+  // The copy is made by the first matmul (or row read), once, even when threads race to it.
+  const int64_t rows = 50, cols = 512;
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::F16}) {
+    Problem p = make_problem(type, rows, cols, 3, 9);
+    const WeightMatrix eager = WeightMatrix::prepare(type, p.weights.data(), rows, cols);
+    std::vector<float> want(static_cast<size_t>(3 * rows));
+    matmul(eager, p.x.data(), 3, want.data(), pool, scratch);
+    for (int round = 0; round < 2; ++round) {
+      const WeightMatrix lazy = WeightMatrix::prepare_on_first_use(type, p.weights.data(), rows, cols);
+      EXPECT_EQ(lazy.repacked(), eager.repacked());
+      EXPECT_EQ(lazy.pending(), lazy.repacked());
+      EXPECT_EQ(lazy.bytes(), eager.bytes());
+      if (round == 0) {
+        // Two callers at once, each with its own pool.
+        std::vector<float> a(want.size()), b(want.size());
+        std::thread other([&] {
+          ThreadPool own(2);
+          MatmulScratch own_scratch;
+          matmul(lazy, p.x.data(), 3, b.data(), own, own_scratch);
+        });
+        matmul(lazy, p.x.data(), 3, a.data(), pool, scratch);
+        other.join();
+        EXPECT_EQ(a, want) << type_name(type);
+        EXPECT_EQ(b, want) << type_name(type);
+      } else {
+        std::vector<float> row(static_cast<size_t>(cols)), eager_row(row.size());
+        lazy.dequantize_row(rows - 1, row.data());
+        eager.dequantize_row(rows - 1, eager_row.data());
+        EXPECT_EQ(row, eager_row) << type_name(type);
+      }
+      EXPECT_FALSE(lazy.pending());
     }
   }
 }

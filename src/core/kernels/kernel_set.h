@@ -95,6 +95,8 @@ void quantize_act_q8_k(const float* x, BlockQ8_K* out, int64_t n_blocks);
 // rows padded to a multiple of 16 with zero blocks; repacking; and reading one GGUF block back out.
 size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
+// Groups [g0, g1) of 16 rows of that copy, so callers can split a repack their own way.
+void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1);
 // Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K, or one F32/F16/BF16
 // value) of row r, block b from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);

@@ -137,7 +137,8 @@ void transpose_groups(const Value* in, int64_t rows, int64_t cols, Value* out, i
   }
 }
 
-// Groups [g0, g1) of the interleaved copy.
+}  // namespace
+
 void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1) {
   switch (float_bytes(layout)) {  // floats move as opaque values of their width
     case 4: transpose_groups(static_cast<const uint32_t*>(src), rows, n_blocks, static_cast<uint32_t*>(dst), g0, g1); return;
@@ -159,8 +160,6 @@ void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_block
     }
   }
 }
-
-}  // namespace
 
 size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks) {
   int64_t groups = (rows + kInterleave - 1) / kInterleave;
