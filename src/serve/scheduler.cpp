@@ -339,9 +339,11 @@ void Scheduler::end(Slot& slot, FinishReason reason, std::string error) {
   const auto prompt_end = slot.generated > 0 ? slot.first_sampled : now;
   usage.prompt_seconds = std::chrono::duration<double>(prompt_end - slot.admitted).count();
   usage.generation_seconds = std::chrono::duration<double>(now - prompt_end).count();
-  slot.job->finish(reason, usage, std::move(error));
-  slot.job.reset();
+  // The slot is free before the client can see the end: a client that reads /metrics after its
+  // answer finds it counted as neither active nor waiting.
+  std::shared_ptr<Job> job = std::move(slot.job);
   --active_;
+  job->finish(reason, usage, std::move(error));
 }
 
 }  // namespace orchard::serve

@@ -75,6 +75,8 @@ class EmptyEngine : public Engine {
 
 class HttpApiTest : public ::testing::Test {
  protected:
+  void keep_answering_through(orchard::testing::SlowLoris& loris, int port);
+
   void SetUp() override {
     store_ = std::make_unique<Store>(Store::open(":memory:"));
     coordinator_ = std::make_unique<Coordinator>(*store_, options());
@@ -740,6 +742,27 @@ TEST_F(HttpApiTest, BadInputGetsA4xxInOneErrorShape) {
   }
 }
 
+// For three seconds of trickling by `loris`: /health and a client's request are answered within a
+// second each time; then every trickler has been closed by the server.
+void HttpApiTest::keep_answering_through(orchard::testing::SlowLoris& loris, int port) {
+  for (int second = 0; second < 3; ++second) {
+    auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_LT(health->seconds, 1.0);
+    httplib::Client client("127.0.0.1", port);
+    client.set_bearer_token_auth(secret_.c_str());
+    const auto start = std::chrono::steady_clock::now();
+    auto models = client.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    loris.trickle();
+  }
+  EXPECT_EQ(loris.closed_by_server(), 200);
+}
+
 // The coordinator under a slow-loris: 200 sockets trickling headers (more than a small server's
 // 16 handler threads) wait in its poller, so /health and a client's request are answered at once
 // all along, and each trickler is closed when its head is not in after head_timeout. A second
@@ -754,22 +777,7 @@ TEST_F(HttpApiTest, SlowClientsStarveNoOneAndAPortInUseIsAnError) {
   std::thread serving([&] { api.serve(); });
   {
     orchard::testing::SlowLoris loris(port, 200);
-    for (int second = 0; second < 3; ++second) {
-      auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
-      ASSERT_TRUE(health);
-      EXPECT_EQ(health->status, 200);
-      EXPECT_LT(health->seconds, 1.0);
-      httplib::Client c("127.0.0.1", port);
-      c.set_bearer_token_auth(secret_.c_str());
-      const auto start = std::chrono::steady_clock::now();
-      auto models = c.Get("/v1/models");
-      ASSERT_TRUE(models);
-      EXPECT_EQ(models->status, 200);
-      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      loris.trickle();
-    }
-    EXPECT_EQ(loris.closed_by_server(), 200);
+    keep_answering_through(loris, port);
   }
   HttpApi second(*coordinator_);
   EXPECT_THROW(second.bind("127.0.0.1", port), Error);
@@ -896,22 +904,7 @@ TEST_F(HttpApiTest, SlowBodiesStarveNoOneAndASlowLargeBodyIsRead) {
   });
   {
     orchard::testing::SlowLoris loris(port, 200, orchard::testing::SlowLoris::Part::kBody);
-    for (int second = 0; second < 3; ++second) {
-      auto health = orchard::testing::timed_get("127.0.0.1", port, "/health", 5);
-      ASSERT_TRUE(health);
-      EXPECT_EQ(health->status, 200);
-      EXPECT_LT(health->seconds, 1.0);
-      httplib::Client fast("127.0.0.1", port);
-      fast.set_bearer_token_auth(secret_.c_str());
-      const auto start = std::chrono::steady_clock::now();
-      auto models = fast.Get("/v1/models");
-      ASSERT_TRUE(models);
-      EXPECT_EQ(models->status, 200);
-      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      loris.trickle();
-    }
-    EXPECT_EQ(loris.closed_by_server(), 200);
+    keep_answering_through(loris, port);
   }
   const std::string got = submitted.get();
   EXPECT_TRUE(got.starts_with("HTTP/1.1 201 ")) << got;
