@@ -76,6 +76,15 @@ class EmptyEngine : public Engine {
 class HttpApiTest : public ::testing::Test {
  protected:
   void keep_answering_through(orchard::testing::SlowLoris& loris, int port);
+  // A node's completion as the coordinator answers it: {200, ""} or the refusal's {status, message}.
+  std::pair<int, std::string> try_complete(const NodeKey& node, const std::string& job_id, const json& attempt, const json& result) {
+    try {
+      signed_call(node, url_, "POST", "/v1/nodes/complete", {{"job", job_id}, {"attempt", attempt}, {"result", result}}, 5000);
+      return {200, ""};
+    } catch (const ApiError& e) {
+      return {e.status(), e.what()};
+    }
+  }
 
   void SetUp() override {
     store_ = std::make_unique<Store>(Store::open(":memory:"));
@@ -443,15 +452,7 @@ TEST_F(HttpApiTest, PayFollowsCountedTokensNotClaims) {
   const std::string id = json::parse(res->body)["id"];
   json job = signed_call(attacker, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
   ASSERT_TRUE(job.is_object());
-  auto complete = [&](const json& result) {
-    try {
-      signed_call(attacker, url_, "POST", "/v1/nodes/complete", {{"job", id}, {"attempt", job["attempt"]}, {"result", result}},
-                  5000);
-      return std::make_pair(200, std::string());
-    } catch (const ApiError& e) {
-      return std::make_pair(e.status(), std::string(e.what()));
-    }
-  };
+  auto complete = [&](const json& result) { return try_complete(attacker, id, job["attempt"], result); };
   const json ids3 = {1, 2, 3}, ids4 = {5, 6, 7, 8};
   struct Lie {
     json result;
@@ -813,15 +814,7 @@ TEST_F(VocabHttpApiTest, PaddedOutputIdsAreRefusedOnEveryJob) {
   const std::string id = json::parse(res->body)["id"];
   json job = signed_call(attacker, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 2000}}, 5000)["job"];
   ASSERT_TRUE(job.is_object());
-  auto complete = [&](const json& result) {
-    try {
-      signed_call(attacker, url_, "POST", "/v1/nodes/complete", {{"job", id}, {"attempt", job["attempt"]}, {"result", result}},
-                  5000);
-      return std::make_pair(200, std::string());
-    } catch (const ApiError& e) {
-      return std::make_pair(e.status(), std::string(e.what()));
-    }
-  };
+  auto complete = [&](const json& result) { return try_complete(attacker, id, job["attempt"], result); };
   const model::Tokenizer& tok = *tokenizer();
   // What a node running the model would report: the prompt as the engine reads it (the same
   // function every engine uses), and ids whose decoding is the text it streamed.
