@@ -4,6 +4,7 @@
 // GMAC/s reads as that model's prompt tokens/s at this matrix's speed). Run: bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "core/kernels/kernel_set.h"
 #include "core/quant.h"
 #include "membw.h"
 
@@ -56,6 +58,34 @@ std::vector<float> random_activations(int64_t n) {
 
 // Decode reads each matrix once per token, and the whole model is far larger than L3: cycle
 // through enough prepared copies (≥ 128 MiB together) that every pass comes from DRAM.
+// A decode step of several sequences, the small-batch kernels (range 2: 1) against the
+// KernelSet's own few-token kernels (0), on the repacked copy. Process CPU time (what the
+// table's time column and rows_per_s are per) reads through a loaded host better than wall
+// time, and the least of several repetitions better still: compare the two settings' rows
+// within one run (--benchmark_repetitions=N --benchmark_enable_random_interleaving=true).
+void small_batch(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t tokens = state.range(1);
+  kernels::use_small_batch_kernels(state.range(2) != 0);
+  std::vector<uint8_t> source = random_matrix(type, rows, cols);
+  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
+  std::vector<std::vector<uint8_t>> sources(copies, source);
+  std::vector<WeightMatrix> matrices;
+  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(tokens * cols), y(static_cast<size_t>(tokens * rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(matrices[next], x.data(), tokens, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % matrices.size();
+  }
+  kernels::use_small_batch_kernels(true);
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+}
+
 // Range 1 chooses the layout, as for gemm below.
 void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
   const int threads = static_cast<int>(state.range(0));
@@ -169,6 +199,17 @@ ORCHARD_DECODE_BATCH(Q4_0)
 ORCHARD_DECODE_BATCH(Q8_0)
 ORCHARD_DECODE_BATCH(Q4_K)
 ORCHARD_DECODE_BATCH(Q6_K)
+
+#define ORCHARD_SMALL_BATCH(type)                                                                   \
+  BENCHMARK_CAPTURE(small_batch, type##_5632x2048, TensorType::type, 5632, 2048)                          \
+      ->ArgsProduct({{1}, {1, 2, 4, 8, 16}, {0, 1}})->ArgNames({"threads", "rows", "small"})               \
+      ->Unit(benchmark::kMicrosecond)->MeasureProcessCPUTime()                                            \
+      ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+
+ORCHARD_SMALL_BATCH(Q4_0)
+ORCHARD_SMALL_BATCH(Q8_0)
+ORCHARD_SMALL_BATCH(Q4_K)
+ORCHARD_SMALL_BATCH(Q6_K)
 
 #define ORCHARD_GEMM(type)                                                                      \
   BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)                                 \

@@ -35,6 +35,20 @@ const KernelSet& active_kernels() {
   return chosen ? *chosen : best_kernels();
 }
 
+std::atomic<bool> g_small_batch{true};
+
+TileFn small_batch_tile(const KernelSet& set, int layout) {
+  const kernels::SmallBatchSet* small = kernels::small_batch_kernels(set);
+  if (!small) return nullptr;
+  switch (layout) {
+    case kernels::kQ4_0x16: return small->q4_0x16;
+    case kernels::kQ8_0x16: return small->q8_0x16;
+    case kernels::kQ4_Kx16: return small->q4_kx16;
+    case kernels::kQ6_Kx16: return small->q6_kx16;
+    default: return nullptr;
+  }
+}
+
 TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
   switch (layout) {
     case kernels::kQ4_0x16: return set.q4_0x16;
@@ -183,6 +197,8 @@ std::shared_ptr<void> CopyArena::allocate(size_t bytes) {
 void force_generic_kernels(bool on) { kernels::use_kernel_set(on ? &kernels::generic_kernels() : nullptr); }
 
 void kernels::use_kernel_set(const KernelSet* set) { g_chosen.store(set, std::memory_order_relaxed); }
+
+void kernels::use_small_batch_kernels(bool on) { g_small_batch.store(on, std::memory_order_relaxed); }
 
 WeightMatrix WeightMatrix::view(TensorType type, const void* data, int64_t rows, int64_t cols) {
   if (type == TensorType::Q8_K)
@@ -335,7 +351,11 @@ struct MatmulPart {
 
 namespace {
 
-TileFn tile_for(TensorType type, int layout) {
+// The kernel for a call of n_tokens tokens: a decode step of several sequences takes the
+// small-batch kernels where the active set has them.
+TileFn tile_for(TensorType type, int layout, int64_t n_tokens) {
+  if (n_tokens >= 2 && n_tokens <= kernels::kSmallBatch && g_small_batch.load(std::memory_order_relaxed))
+    if (TileFn small = small_batch_tile(active_kernels(), layout)) return small;
   TileFn tile_fn = find_tile_or_fallback(active_kernels(), type, layout);
   ORCHARD_CHECK(tile_fn, "[kernels] no kernel for {} layout {}", type_name(type), layout);
   return tile_fn;
@@ -429,7 +449,7 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   for (size_t i = 0; i < targets.size(); ++i) {
     const WeightMatrix& w = *targets[i].w;
     const auto k = static_cast<size_t>(activations_for(w.type_));
-    parts[i] = MatmulPart::of(tile_for(w.type_, w.layout_), w, act_of[k], stride_of[k], targets[i].y, w.rows_);
+    parts[i] = MatmulPart::of(tile_for(w.type_, w.layout_, n_tokens), w, act_of[k], stride_of[k], targets[i].y, w.rows_);
     first_unit[i + 1] = first_unit[i] + (w.rows_ + kRowUnit - 1) / kRowUnit;
   }
   split_over_pool(first_unit[targets.size()], n_tokens, pool, [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
@@ -474,7 +494,7 @@ void matmul_heads(std::span<const WeightMatrix> w, const float* x, int64_t x_str
     });
     act = out;
   }
-  const TileFn tile_fn = tile_for(first.type_, first.layout_);
+  const TileFn tile_fn = tile_for(first.type_, first.layout_, n_tokens);
   const int64_t units = (first.rows_ + kRowUnit - 1) / kRowUnit;
   split_over_pool(heads * units, n_tokens, pool, [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {
     for (int64_t h = u0 / units; h * units < u1; ++h) {

@@ -422,6 +422,46 @@ TEST(MatmulContract, QuantizedOutputsDoNotDependOnTheBatch) {
   kernels::use_kernel_set(nullptr);
 }
 
+TEST(MatmulContract, SmallBatchKernelsMatchTheReferenceAndOneTokenSteps) {
+  // A decode step of 2..16 sequences takes the small-batch kernels where the set has them
+  // (AVX2): against the float64 reference, and bit for bit each token's one-token step and the
+  // set's own few-token kernels. Partial groups (50 rows), runs of 8 tokens with a remainder
+  // (9, 13) and a row wider than a run's activations stay in L1 for (Q4_0 at 4096).
+  const int64_t rows = 50;
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  int small_sets = 0;
+  for (const kernels::KernelSet* set : all_sets()) small_sets += kernels::small_batch_kernels(*set) != nullptr;
+  for (const TypeCase c : {TypeCase{TensorType::Q4_0, 512}, TypeCase{TensorType::Q4_0, 4096}, TypeCase{TensorType::Q8_0, 512},
+                           TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 768}}) {
+    for (int64_t n_tokens : {2, 3, 5, 8, 9, 13, 16}) {
+      Problem p = make_problem(c.type, rows, c.cols, n_tokens, static_cast<uint32_t>(31 + n_tokens));
+      for (const kernels::KernelSet* set : all_sets()) {
+        kernels::use_kernel_set(set);
+        WeightMatrix w = WeightMatrix::prepare(c.type, p.weights.data(), rows, c.cols);
+        const std::string what = std::string(type_name(c.type)) + " " + std::to_string(c.cols) + " " + set->name +
+                                 (w.repacked() ? " repacked" : " rows") + " tokens=" + std::to_string(n_tokens);
+        std::vector<float> batch(static_cast<size_t>(n_tokens * rows), NAN), own(batch.size(), NAN),
+            alone(static_cast<size_t>(rows), NAN);
+        matmul(w, p.x.data(), n_tokens, batch.data(), pool, scratch);
+        check(p, batch, what);
+        kernels::use_small_batch_kernels(false);
+        matmul(w, p.x.data(), n_tokens, own.data(), pool, scratch);
+        kernels::use_small_batch_kernels(true);
+        ASSERT_EQ(0, std::memcmp(own.data(), batch.data(), batch.size() * sizeof(float))) << what;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          matmul(w, p.x.data() + t * c.cols, 1, alone.data(), pool, scratch);
+          ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, alone.size() * sizeof(float)))
+              << what << " token " << t;
+        }
+      }
+    }
+  }
+  kernels::use_kernel_set(nullptr);
+  // On an AVX2 machine the kernels above were the small-batch ones; elsewhere this says so.
+  if (small_sets == 0) GTEST_SKIP() << "no kernel set of this CPU has small-batch kernels: only the fallback ran";
+}
+
 TEST(MatmulContract, Q6_KExtremeQuantsDoNotOverflow) {
   // The AVX2 kernels add two words' u8 × s8 pair sums in int16 before the scale (at most
   // 2 × 2 × 63 × 127 = 32004): every quant at 63 (or 0) against activations all at ±127, with the

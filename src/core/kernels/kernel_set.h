@@ -77,6 +77,24 @@ struct KernelSet {
   TileFn q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, mxfp4;
 };
 
+// Kernels for a decode step of several sequences, 2 to kSmallBatch tokens, on the interleaved
+// copies: between the one-token stream and the prompt GEMM, they walk a 16-row group's columns
+// once for all the tokens (both halves of a column together, the copy prefetched ahead as a
+// one-token step does), so the step reads the weights from memory once at the pace of one
+// token's stream while the arithmetic of the tokens runs from L1. A token's outputs are bit for
+// bit those of its one-token step. Null entries (or no set at all) leave those calls to the
+// KernelSet's own kernels.
+constexpr int64_t kSmallBatch = 16;
+struct SmallBatchSet {
+  TileFn q4_0x16, q8_0x16, q4_kx16, q6_kx16;
+};
+// The small-batch kernels that go with `set`, or null where there are none. One definition per
+// architecture, beside supported_simd_kernels().
+const SmallBatchSet* small_batch_kernels(const KernelSet& set);
+// Off: few-token calls take the KernelSet's kernels, as before these existed. For tests and
+// benchmarks that compare the two; not thread-safe, call before any matmul.
+void use_small_batch_kernels(bool on);
+
 const KernelSet& generic_kernels();
 // The SIMD sets this CPU runs, best first; empty when it runs none. One definition per
 // architecture (x86/, arm/, or generic/no_simd.cpp), chosen by CMake, so the driver has no #ifdef.

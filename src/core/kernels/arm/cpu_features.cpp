@@ -32,4 +32,7 @@ std::vector<const KernelSet*> supported_simd_kernels() {
   return sets;
 }
 
+// None written for NEON yet: its own kernels take the few-token calls.
+const SmallBatchSet* small_batch_kernels(const KernelSet&) { return nullptr; }
+
 }  // namespace orchard::core::kernels

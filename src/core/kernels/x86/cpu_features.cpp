@@ -45,4 +45,9 @@ std::vector<const KernelSet*> supported_simd_kernels() {
   return sets;
 }
 
+// AVX-512's VNNI kernels keep a 16-row group's outputs for several tokens in registers already.
+const SmallBatchSet* small_batch_kernels(const KernelSet& set) {
+  return &set == &avx2_kernels() ? &avx2_small_batch_kernels() : nullptr;
+}
+
 }  // namespace orchard::core::kernels

@@ -6,6 +6,7 @@
 namespace orchard::core::kernels {
 
 const KernelSet& avx2_kernels();    // AVX2 + FMA + F16C
-const KernelSet& avx512_kernels();  // AVX-512 F/BW/VL + VNNI (plus the AVX2 features)
+const KernelSet& avx512_kernels();
+const SmallBatchSet& avx2_small_batch_kernels();  // 2..kSmallBatch tokens on AVX2's interleaved copies  // AVX-512 F/BW/VL + VNNI (plus the AVX2 features)
 
 }  // namespace orchard::core::kernels
