@@ -15,7 +15,9 @@
 #        ORCHARD_BENCH_CONCURRENCY ("1 2 4 8 16"), ORCHARD_BENCH_TOKENS (64), ORCHARD_BENCH_ROUNDS (2),
 #        ORCHARD_BENCH_SPLIT (1; 0 skips the split server), ORCHARD_BENCH_SPLIT_STRATEGY (tensor),
 #        ORCHARD_BENCH_ENGINE (1; 0 skips bench_batch_decode),
-#        LLAMA_SERVER (default /work/llama-src/build/bin/llama-server when it exists; empty: skip).
+#        LLAMA_SERVER (default /work/llama-src/build/bin/llama-server when it exists; empty: skip),
+#        ORCHARD_BENCH_BASELINE (another build directory: its orchard serves each N just before this
+#        build's, so a change reads as a ratio from alternated runs on a loaded host; empty: skip).
 # llama-server (2026-12 sources) answers 500 "The model produced output that does not match the
 # expected Content-only format" to most requests on the synthetic file (its random text), chat or
 # not, --no-jinja or not: its column needs a real model's file (ORCHARD_BENCH_MODEL).
@@ -29,6 +31,7 @@ rounds=${ORCHARD_BENCH_ROUNDS:-2}
 split=${ORCHARD_BENCH_SPLIT:-1}
 engine=${ORCHARD_BENCH_ENGINE:-1}
 split_strategy=${ORCHARD_BENCH_SPLIT_STRATEGY:-tensor}
+baseline=${ORCHARD_BENCH_BASELINE:-}
 default_llama=/work/llama-src/build/bin/llama-server
 llama=${LLAMA_SERVER-$([ -x "$default_llama" ] && echo "$default_llama" || true)}
 ctx=512
@@ -103,9 +106,9 @@ steps = max(v.get("orchard_steps_total", 0), 1)
 print("%.1f %.1f" % (100 * other / max(forward + other, 1e-9), v.get("orchard_step_sequences_total", 0) / steps))'
 }
 
-run_orchard() {  # n threads [extra flags...]
+run_orchard() {  # n threads [extra flags...]   (env orchard_dir: the build to run, default $build)
   local n=$1 t=$2; shift 2
-  "$build/orchard" serve -m "$model" --port "$port" --parallel "$n" -c "$ctx" -t "$t" "$@" >"$log" 2>&1 &
+  "${orchard_dir:-$build}/orchard" serve -m "$model" --port "$port" --parallel "$n" -c "$ctx" -t "$t" "$@" >"$log" 2>&1 &
   server_pid=$!
   wait_ready "http://127.0.0.1:$port"
   local result split_line
@@ -129,26 +132,34 @@ run_llama() {  # n
 if [ "$engine" = 1 ]; then
   echo "# engine: bench_batch_decode, $threads threads, 32 tokens per sequence, best of 2"
   "$build/bench/bench_batch_decode" "$model" "$threads" 32 2 16
+  if [ -n "$baseline" ]; then
+    echo "# engine, baseline build $baseline"
+    "$baseline/bench/bench_batch_decode" "$model" "$threads" 32 2 16
+  fi
   echo
 fi
 echo "# HTTP: $tokens tokens per request, $threads threads, best of $rounds rounds (load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))"
 for n in $concurrency; do
+  base=-
+  if [ -n "$baseline" ]; then read -r base _ <<<"$(orchard_dir=$baseline run_orchard "$n" "$threads")"; fi
   read -r ours _ other mean_batch <<<"$(run_orchard "$n" "$threads")"
   theirs=-
   if [ -n "$llama" ]; then read -r theirs _ <<<"$(run_llama "$n")"; fi
-  echo "$n $ours $theirs $other $mean_batch"
+  echo "$n $ours $theirs $other $mean_batch $base"
 done | python3 -c '
 import sys
-print("%-9s %14s %7s %16s %7s %14s %8s %11s" % ("requests", "orchard tok/s", "x one", "llama.cpp tok/s", "x one",
-                                                "orchard/llama", "other %", "mean batch"))
+print("%-9s %14s %7s %16s %7s %14s %8s %11s %14s %11s" % ("requests", "orchard tok/s", "x one", "llama.cpp tok/s", "x one",
+                                                         "orchard/llama", "other %", "mean batch", "baseline tok/s",
+                                                         "x baseline"))
 first = None
 for line in sys.stdin:
-    n, ours, theirs, other, batch = line.split()
+    n, ours, theirs, other, batch, base = line.split()
     ours = float(ours)
     theirs = None if theirs == "-" else float(theirs)
     first = first or (ours, theirs)
     t = "%16.2f %6.2fx %13.2fx" % (theirs, theirs / first[1], ours / theirs) if theirs else "%16s %7s %14s" % ("-", "-", "-")
-    print("%-9s %14.2f %6.2fx %s %8s %11s" % (n, ours, ours / first[0], t, other, batch))
+    b = "%14.2f %10.2fx" % (float(base), ours / float(base)) if base != "-" else "%14s %11s" % ("-", "-")
+    print("%-9s %14.2f %6.2fx %s %8s %11s %s" % (n, ours, ours / first[0], t, other, batch, b))
     sys.stdout.flush()'
 
 if [ "$split" = 1 ]; then

@@ -79,9 +79,9 @@ struct KernelSet {
 
 // Kernels for a decode step of several sequences, 2 to kSmallBatch tokens, on the interleaved
 // copies: between the one-token stream and the prompt GEMM, they walk a 16-row group's columns
-// once for all the tokens (both halves of a column together, the copy prefetched ahead as a
-// one-token step does), so the step reads the weights from memory once at the pace of one
-// token's stream while the arithmetic of the tokens runs from L1. A token's outputs are bit for
+// once for a run of up to 8 tokens (every row of a column before the next, which is prefetched
+// meanwhile), so the step reads the weights from memory once at the pace of one token's
+// stream while the tokens' arithmetic runs from L1. A token's outputs are bit for
 // bit those of its one-token step. Null entries (or no set at all) leave those calls to the
 // KernelSet's own kernels.
 constexpr int64_t kSmallBatch = 16;

@@ -438,8 +438,8 @@ inline void column_run(const uint8_t* column, int64_t b, int h, const typename K
 }
 
 // Walks the groups of a tile and, in each, its tokens in runs of kSmallBatchRun:
-// `Run::group(tile, g, halves, t0, n, acc)` adds every column of group g for tokens
-// [t0, t0 + n) into acc.
+// `run(g, halves, t0, n, acc)` adds every column of group g's first `halves` halves for tokens
+// [t0, t0 + n) into acc (zeroed before, stored after).
 template <class Run>
 void small_batch_walk(const Tile& tile, Run&& run) {
   alignas(32) RunAcc acc;
