@@ -50,16 +50,20 @@ void store_half(const Tile& tile, int64_t group, int h, int64_t t0, const __m256
 }
 
 // Asks for a whole column's lines before computing on it, so a decode step has many cache
-// misses in flight at once (as the AVX-512 kernels do, where the current column measured best).
-// A column under 1 KiB (Q4_0's 288 bytes, Q8_0's 544) gives too few for the memory latency
-// when the 256-bit kernels spend this many instructions per byte: those ask for the column at
-// least 1 KiB ahead instead (the lines past a tile's end are the next group's, or unused: a
-// prefetch never faults). Measured on the 2-core AVX2 EPYC, 2 threads, runs alternated on a
-// host at load 13: gemv 32000 × 2048 Q4_0 19.8–21.6 → 14.9–17.8 ms, Q8_0 37.9–39.5 → 22.5–26.2
-// ms; moe-3b Q4_0 decode 2.67–2.99 → 3.05–3.30 tok/s.
+// misses in flight at once. The column asked for is the first at least 1 KiB ahead (the lines
+// past a tile's end are the next group's, or unused: a prefetch never faults), so its misses
+// have a column's computing, or several, to arrive in: the 256-bit kernels spend enough
+// instructions per byte that the current column's lines (what the AVX-512 kernels ask for) come
+// too late. Measured on the 2-core AVX2 EPYC, 2 threads, runs alternated on a host at load 13,
+// where the current column was asked for before: gemv 32000 × 2048 Q4_0 19.8–21.6 → 14.9–17.8
+// ms, Q8_0 37.9–39.5 → 22.5–26.2 ms; moe-3b Q4_0 decode 2.67–2.99 → 3.05–3.30 tok/s. Q4_K's and
+// Q6_K's columns (2368, 3392 bytes) are asked for one column ahead as well: on that host at
+// load 13–14, one core, a 2048 × 2048 copy in L3 (the latency a column has to hide), medians of
+// 8–16 alternated runs: Q6_K 12.6 → 13.6 and 11.8 → 12.3 GB/s, Q4_K 18.6 → 19.6 and 15.5 →
+// 16.5 GB/s per CPU-second; from DRAM the host's load hid any difference.
 template <size_t kColumn>
 inline void prefetch_column(const uint8_t* column) {
-  constexpr size_t kAhead = kColumn < 1024 ? (1024 + kColumn - 1) / kColumn * kColumn : 0;
+  constexpr size_t kAhead = (1024 + kColumn - 1) / kColumn * kColumn;
   const uintptr_t first = reinterpret_cast<uintptr_t>(column) + kAhead;
   for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(first + line), _MM_HINT_T0);
 }
