@@ -66,14 +66,21 @@ void store_half(const Tile& tile, int64_t group, int h, int64_t t0, const __m256
 // burst of a whole column (37 lines of Q4_K, 53 of Q6_K) is likely more misses than the core
 // tracks at once, and its tail then holds up the loads behind it. Same host and copies, sets of
 // 12 alternated runs against the whole column at once: Q6_K 12.7 → 14.1 and 11.6 → 13.2 GB/s
-// per CPU-second, Q4_K 17.0 → 18.7.
+// per CPU-second, Q4_K 17.0 → 18.7. From DRAM (bench_kernels, one thread, alternated pairs at
+// load 12–19) gemv Q6_K 32000 × 2048 was faster in 9 of 10 pairs (one set's medians 42.2 → 34.3
+// ms), moe_decode Q4_K with Q6_K down in 9 of 14 (8.0 → 7.0 ms in one set, 5.5 → 6.9 in
+// another): to be confirmed on a quiet host. A column under 1 KiB (Q4_0, Q8_0) is a few
+// lines, still asked for at once before its first half (split, moe_decode Q4_0 was slower in 9
+// of 12 pairs).
 template <size_t kColumn>
 inline void prefetch_half_column(const uint8_t* column, int half) {
   constexpr size_t kAhead = (1024 + kColumn - 1) / kColumn * kColumn;
   constexpr size_t kLines = (kColumn + 63) / 64;
+  constexpr bool kSplit = kColumn >= 1024;
+  const size_t begin = kSplit ? half * kLines / 2 : (half == 0 ? 0 : kLines);
+  const size_t end = kSplit ? (half + 1) * kLines / 2 : kLines;
   const uintptr_t first = reinterpret_cast<uintptr_t>(column) + kAhead;
-  for (size_t line = half * kLines / 2; line < (half + 1) * kLines / 2; ++line)
-    _mm_prefetch(reinterpret_cast<const char*>(first + 64 * line), _MM_HINT_T0);
+  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(first + 64 * line), _MM_HINT_T0);
 }
 
 // Four bytes of x in every lane (one vpbroadcastd from memory).
