@@ -139,6 +139,56 @@ void decode_batch(benchmark::State& state, TensorType type, int64_t rows, int64_
   state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
 }
 
+// A decode step's mixture of experts on moe-3b's layer (Qwen3-30B-A3B: 2048 wide, experts 768
+// wide, 4 of 32 chosen), the way Forward runs it: the chosen experts' gate and up products in
+// one matmul_many, then one matmul per down projection. Each pass takes the next 4 of 32 experts
+// and the next of enough layers that the chosen bytes come from DRAM. of_bw is against the
+// bytes the 4 experts read; moe-3b's Q4_K_M gives them Q4_K gate/up and, in half the layers,
+// Q6_K down (range 1: the down projections' type, 0 Q4_K, 1 Q6_K; Q4_0 files use Q4_0 for all).
+// The experts are repacked copies of one random matrix each (the kernels' speed does not depend
+// on the values); a set without repacking would read that one matrix from cache.
+void moe_decode(benchmark::State& state, TensorType type) {
+  constexpr int64_t kWidth = 2048, kExpertWidth = 768, kExperts = 32, kChosen = 4;
+  const int threads = static_cast<int>(state.range(0));
+  const TensorType down_type = type == TensorType::Q4_K && state.range(1) != 0 ? TensorType::Q6_K : type;
+  const double bw = bandwidth(threads);
+  const std::vector<uint8_t> gate_up = random_matrix(type, kExpertWidth, kWidth);
+  const std::vector<uint8_t> down = random_matrix(down_type, kWidth, kExpertWidth);
+  const size_t layer_bytes = kExperts * (2 * gate_up.size() + down.size());
+  const size_t layers = std::max<size_t>(1, ((size_t{256} << 20) + layer_bytes - 1) / layer_bytes);
+  struct Expert {
+    WeightMatrix gate, up, down;
+  };
+  std::vector<Expert> experts;
+  for (size_t i = 0; i < layers * kExperts; ++i)
+    experts.push_back({WeightMatrix::prepare(type, gate_up.data(), kExpertWidth, kWidth),
+                       WeightMatrix::prepare(type, gate_up.data(), kExpertWidth, kWidth),
+                       WeightMatrix::prepare(down_type, down.data(), kWidth, kExpertWidth)});
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(kWidth), hidden(static_cast<size_t>(2 * kChosen * kExpertWidth)),
+                     out(static_cast<size_t>(kWidth));
+  size_t next = 0;
+  for (auto _ : state) {
+    MatmulTarget targets[2 * kChosen];
+    for (int64_t i = 0; i < kChosen; ++i) {
+      const Expert& e = experts[(next + static_cast<size_t>(i)) % experts.size()];
+      targets[2 * i] = {&e.gate, &hidden[static_cast<size_t>(2 * i * kExpertWidth)]};
+      targets[2 * i + 1] = {&e.up, &hidden[static_cast<size_t>((2 * i + 1) * kExpertWidth)]};
+    }
+    matmul_many(targets, x.data(), 1, pool, scratch);
+    for (int64_t i = 0; i < kChosen; ++i)
+      matmul(experts[(next + static_cast<size_t>(i)) % experts.size()].down,
+             &hidden[static_cast<size_t>(2 * i * kExpertWidth)], 1, out.data(), pool, scratch);
+    benchmark::DoNotOptimize(out.data());
+    next = (next + kChosen) % experts.size();
+  }
+  const double bytes = static_cast<double>(kChosen * (2 * experts[0].gate.bytes() + experts[0].down.bytes()));
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernel_isa_name() + (experts[0].down.repacked() ? " repacked" : ""));
+}
+
 // Range 1 chooses the layout (0: GGUF rows, 1: the repacked copy where the kernel set has one),
 // so a new interleaved kernel is measured against the row kernel in the same run.
 void gemm(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) {
@@ -210,6 +260,11 @@ ORCHARD_SMALL_BATCH(Q4_0)
 ORCHARD_SMALL_BATCH(Q8_0)
 ORCHARD_SMALL_BATCH(Q4_K)
 ORCHARD_SMALL_BATCH(Q6_K)
+
+BENCHMARK_CAPTURE(moe_decode, Q4_0, TensorType::Q4_0)
+    ->ArgsProduct({{1, 2}, {0}})->ArgNames({"threads", "q6_k_down"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(moe_decode, Q4_K, TensorType::Q4_K)
+    ->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "q6_k_down"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 #define ORCHARD_GEMM(type)                                                                      \
   BENCHMARK_CAPTURE(gemm, type##_5632x2048, TensorType::type, 5632, 2048)                                 \

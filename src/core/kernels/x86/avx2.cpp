@@ -51,18 +51,37 @@ void store_half(const Tile& tile, int64_t group, int h, int64_t t0, const __m256
 }
 
 // Asks for a whole column's lines before computing on it, so a decode step has many cache
-// misses in flight at once (as the AVX-512 kernels do, where the current column measured best).
-// A column under 1 KiB (Q4_0's 288 bytes, Q8_0's 544) gives too few for the memory latency
-// when the 256-bit kernels spend this many instructions per byte: those ask for the column at
-// least 1 KiB ahead instead (the lines past a tile's end are the next group's, or unused: a
-// prefetch never faults). Measured on the 2-core AVX2 EPYC, 2 threads, runs alternated on a
-// host at load 13: gemv 32000 × 2048 Q4_0 19.8–21.6 → 14.9–17.8 ms, Q8_0 37.9–39.5 → 22.5–26.2
-// ms; moe-3b Q4_0 decode 2.67–2.99 → 3.05–3.30 tok/s.
+// misses in flight at once. The column asked for is the first at least 1 KiB ahead (the lines
+// past a tile's end are the next group's, or unused: a prefetch never faults), so its misses
+// have a column's computing, or several, to arrive in: the 256-bit kernels spend enough
+// instructions per byte that the current column's lines (what the AVX-512 kernels ask for) come
+// too late. Measured on the 2-core AVX2 EPYC, 2 threads, runs alternated on a host at load 13,
+// where the current column was asked for before: gemv 32000 × 2048 Q4_0 19.8–21.6 → 14.9–17.8
+// ms, Q8_0 37.9–39.5 → 22.5–26.2 ms; moe-3b Q4_0 decode 2.67–2.99 → 3.05–3.30 tok/s. Q4_K's and
+// Q6_K's columns (2368, 3392 bytes) are asked for one column ahead as well: on that host at
+// load 13–14, one core, a 2048 × 2048 copy in L3 (the latency a column has to hide), medians of
+// 8–16 alternated runs: Q6_K 12.6 → 13.6 and 11.8 → 12.3 GB/s, Q4_K 18.6 → 19.6 and 15.5 →
+// 16.5 GB/s per CPU-second; from DRAM the host's load hid any difference.
+//
+// The lines are asked for half before each half of the column is computed, not all at once: a
+// burst of a whole column (37 lines of Q4_K, 53 of Q6_K) is likely more misses than the core
+// tracks at once, and its tail then holds up the loads behind it. Same host and copies, sets of
+// 12 alternated runs against the whole column at once: Q6_K 12.7 → 14.1 and 11.6 → 13.2 GB/s
+// per CPU-second, Q4_K 17.0 → 18.7. From DRAM (bench_kernels, one thread, alternated pairs at
+// load 12–19) gemv Q6_K 32000 × 2048 was faster in 9 of 10 pairs (one set's medians 42.2 → 34.3
+// ms), moe_decode Q4_K with Q6_K down in 9 of 14 (8.0 → 7.0 ms in one set, 5.5 → 6.9 in
+// another): to be confirmed on a quiet host. A column under 1 KiB (Q4_0, Q8_0) is a few
+// lines, still asked for at once before its first half (split, moe_decode Q4_0 was slower in 9
+// of 12 pairs).
 template <size_t kColumn>
-inline void prefetch_column(const uint8_t* column) {
-  constexpr size_t kAhead = kColumn < 1024 ? (1024 + kColumn - 1) / kColumn * kColumn : 0;
+inline void prefetch_half_column(const uint8_t* column, int half) {
+  constexpr size_t kAhead = (1024 + kColumn - 1) / kColumn * kColumn;
+  constexpr size_t kLines = (kColumn + 63) / 64;
+  constexpr bool kSplit = kColumn >= 1024;
+  const size_t begin = kSplit ? half * kLines / 2 : (half == 0 ? 0 : kLines);
+  const size_t end = kSplit ? (half + 1) * kLines / 2 : kLines;
   const uintptr_t first = reinterpret_cast<uintptr_t>(column) + kAhead;
-  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(first + line), _MM_HINT_T0);
+  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(first + 64 * line), _MM_HINT_T0);
 }
 
 // Four bytes of x in every lane (one vpbroadcastd from memory).
@@ -87,8 +106,9 @@ struct HalfGroups {
         for (auto& v : a) v = _mm256_setzero_ps();
       for (int64_t b = 0; b < tile.n_blocks; ++b) {
         const uint8_t* column = w + static_cast<size_t>(b) * K::kColumn;
-        if constexpr (T == 1) prefetch_column<K::kColumn>(column);
+        if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 0);
         K::template column<T>(column, b, 0, x, acc[0]);
+        if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 1);
         K::template column<T>(column, b, 1, x, acc[1]);
       }
       store_half(tile, group, 0, t0, acc[0]);
