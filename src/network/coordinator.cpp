@@ -53,6 +53,34 @@ int64_t context_estimate(const json& request) {
   return prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
 }
 
+// Streamed text goes to the other replicas in notices of at most this many bytes (hex: twice that),
+// within a NOTIFY payload's 8000 with the job id and offset.
+constexpr size_t kTextNoticeBytes = 3000;
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+// nullopt unless `hex` is pairs of hex digits.
+std::optional<std::string> from_hex(std::string_view hex) {
+  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  if (hex.size() % 2) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
 ApiError bad_result(const std::string& what) { return ApiError(400, "[network] a job's result needs " + what); }
 
 bool non_negative(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
@@ -259,6 +287,23 @@ void Coordinator::on_notices(const std::string& payload) {
     if (what == "node") {
       if (leading_) continue;  // it registered here
       if (auto r = store_.get_node(id)) load_node_locked(*r);
+    } else if (what == "text") {
+      // "text:JOB:OFFSET:HEX", streamed on the leader: clients waiting here see it as it comes.
+      if (leading_) continue;
+      const auto a = id.find(':'), b = id.find(':', a == std::string::npos ? a : a + 1);
+      if (b == std::string::npos) continue;
+      const auto text = from_hex(std::string_view(id).substr(b + 1));
+      size_t offset = 0;
+      try {
+        offset = std::stoull(id.substr(a + 1, b - a - 1));
+      } catch (const std::exception&) {
+        continue;
+      }
+      if (!text) continue;
+      Live& live = live_[id.substr(0, a)];
+      if (offset <= live.text.size() && offset + text->size() > live.text.size())
+        live.text += text->substr(live.text.size() - offset);
+      changed_.notify_all();
     } else if (what == "done") {
       if (auto live = live_.find(id); live != live_.end()) {
         live->second.done = true;
@@ -451,12 +496,12 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
     return finished(*job);
   std::unique_lock lock(mu_);
   Live& live = live_[id];
-  // A follower streams no partial text (progress reaches the leader) and hears of the end by a
-  // notice, which may come before this wait: it looks at the store again every so often.
+  // A follower streams the text the leader tells it of, and hears of the end by a notice, which
+  // may come before this wait: it looks at the store again every so often.
   const bool follower = !leading_;
   const auto until = follower ? std::min(deadline, std::chrono::steady_clock::now() + kFollowerRecheck) : deadline;
   changed_.wait_until(lock, until, [&] { return live.done || live.text.size() > offset; });
-  if (live.done || follower) {
+  if (live.done || (follower && live.text.size() <= offset)) {
     lock.unlock();
     auto now = store_.get_job(id);
     if (now && (now->state == JobState::Completed || now->state == JobState::Failed ||
@@ -723,8 +768,13 @@ void Coordinator::progress(const std::string& node_id, const std::string& job_id
   book_.renew(job_id, node_id, attempt);
   Live& live = live_[job_id];
   // A re-run after a lost lease repeats what clients already saw (same seed): only new bytes go out.
-  if (offset + text.size() > live.text.size() && offset <= live.text.size())
-    live.text += text.substr(live.text.size() - offset);
+  if (offset + text.size() > live.text.size() && offset <= live.text.size()) {
+    const size_t from = live.text.size();
+    live.text += text.substr(from - offset);
+    // Clients may wait on another replica (which took the job): it streams what the leader hears.
+    for (size_t at = from; at < live.text.size(); at += kTextNoticeBytes)
+      tell(fmt::format("text:{}:{}:{}", job_id, at, to_hex(std::string_view(live.text).substr(at, kTextNoticeBytes))));
+  }
   changed_.notify_all();
 }
 
