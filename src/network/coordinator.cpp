@@ -42,15 +42,6 @@ constexpr int64_t kDefaultMaxTokens = 256;
 constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
 constexpr auto kFollowerRecheck = std::chrono::seconds(1);
-// Leases a job gets before it fails: enough for nodes that vanish or are called back by their
-// owners, few enough that a job nothing can run ends with a reason instead of circling.
-constexpr int64_t kMaxAttempts = 8;
-// A node's delivered speed is its recent jobs' counted tokens over their time, each older job
-// weighing this much less; its seat premium needs at least kDeliveryFloor of the speed its chip
-// would give (the engine reaches about 0.6 of peak bandwidth, placement's estimate; half of that
-// leaves room for prompt processing and the network).
-constexpr double kDeliveryDecay = 0.8;
-constexpr double kDeliveryFloor = 0.5;
 
 // Drops the completions that left the throughput window.
 void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t now) {
@@ -60,6 +51,34 @@ void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t n
 // A job's context estimate: the most its prompt can be plus max_tokens.
 int64_t context_estimate(const json& request) {
   return prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
+}
+
+// Streamed text goes to the other replicas in notices of at most this many bytes (hex: twice that),
+// within a NOTIFY payload's 8000 with the job id and offset.
+constexpr size_t kTextNoticeBytes = 3000;
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+// nullopt unless `hex` is pairs of hex digits.
+std::optional<std::string> from_hex(std::string_view hex) {
+  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  if (hex.size() % 2) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
 }
 
 ApiError bad_result(const std::string& what) { return ApiError(400, "[network] a job's result needs " + what); }
@@ -178,6 +197,12 @@ Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
       options_(options),
       clock_(std::move(clock)),
       catalog_(HardwareCatalog::shipped()),
+      book_(
+          placement_, clock_, options_.lease_ms, [this](const BookJob& job) { return demand_for(job); },
+          [this](const BookJob& job, const std::unordered_set<std::string>& ruled_out) {
+            return runnable_locked(job, ruled_out);
+          }),
+      settlement_(options_.verify_fraction, options_.seed),
       rng_(options.seed ? options.seed : std::random_device{}()) {
   store_.migrate();
   leading_ = !options_.replica;
@@ -217,16 +242,23 @@ void Coordinator::recover_nodes_locked() {
 void Coordinator::recover_jobs_locked() {
   for (JobRecord& j : store_.jobs_in_state(JobState::Queued)) {
     recovered_.insert(j.id);
-    queue_.push_back({std::move(j), std::nullopt});
+    book_.add(book_job(j));
   }
   for (JobRecord& j : store_.jobs_in_state(JobState::Leased)) {
     // Its holder may still finish it; if not, the lease expires and the job returns. A job that
     // its holder alone cannot hold runs on the pod the holder leads, which stays busy with it.
-    const int64_t need = models_.count(j.model) ? demand_for(j).need_bytes : 0;
-    const std::string unit = placement_.unit_led_by(j.node_id, need);
-    live_[j.id].unit = unit;
-    placement_.job_started(unit);
+    BookJob job = book_job(j);
+    const auto demand = demand_for(job);
+    book_.add_leased(std::move(job), j.node_id, placement_.unit_led_by(j.node_id, demand ? demand->need_bytes : 0),
+                     j.lease_expires);
   }
+}
+
+BookJob Coordinator::book_job(const JobRecord& j) {
+  BookJob job{j.id, j.kind, j.model, j.request, j.attempt, ""};
+  if (!j.verify_of.empty())
+    if (auto original = store_.get_job(j.verify_of)) job.avoid = original->node_id;
+  return job;
 }
 
 void Coordinator::become_leader() {
@@ -255,6 +287,23 @@ void Coordinator::on_notices(const std::string& payload) {
     if (what == "node") {
       if (leading_) continue;  // it registered here
       if (auto r = store_.get_node(id)) load_node_locked(*r);
+    } else if (what == "text") {
+      // "text:JOB:OFFSET:HEX", streamed on the leader: clients waiting here see it as it comes.
+      if (leading_) continue;
+      const auto a = id.find(':'), b = id.find(':', a == std::string::npos ? a : a + 1);
+      if (b == std::string::npos) continue;
+      const auto text = from_hex(std::string_view(id).substr(b + 1));
+      size_t offset = 0;
+      try {
+        offset = std::stoull(id.substr(a + 1, b - a - 1));
+      } catch (const std::exception&) {
+        continue;
+      }
+      if (!text) continue;
+      Live& live = live_[id.substr(0, a)];
+      if (offset <= live.text.size() && offset + text->size() > live.text.size())
+        live.text += text->substr(live.text.size() - offset);
+      changed_.notify_all();
     } else if (what == "done") {
       if (auto live = live_.find(id); live != live_.end()) {
         live->second.done = true;
@@ -273,8 +322,8 @@ void Coordinator::on_notices(const std::string& payload) {
   if (!submitted.empty()) {
     std::vector<JobRecord> jobs = store_.get_jobs(submitted);
     std::sort(jobs.begin(), jobs.end(), [](const JobRecord& a, const JobRecord& b) { return a.created_at < b.created_at; });
-    for (JobRecord& job : jobs)
-      if (job.state == JobState::Queued) queue_.push_back({std::move(job), std::nullopt});
+    for (const JobRecord& job : jobs)
+      if (job.state == JobState::Queued) book_.add(book_job(job));
   }
   dispatch_locked();
 }
@@ -324,7 +373,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   const int64_t max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
   uint64_t seed = 0;
   {
-    std::lock_guard lock(mu_);  // rng_ is shared with completions
+    std::lock_guard lock(mu_);
     seed = rng_() >> 1;
   }
   if (body.contains("seed") && !body["seed"].is_null()) {
@@ -368,10 +417,10 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
     throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name, key.rate_per_min));
   std::lock_guard lock(mu_);
   if (leading) {
-    queue_.push_back({job, std::nullopt});
+    book_.add(book_job(job));
     dispatch_locked();
     // Placed at once when a node was free: its first lease.
-    if (auto live = live_.find(job.id); live != live_.end() && !live->second.unit.empty()) {
+    if (book_.leased(job.id)) {
       job.state = JobState::Leased;
       job.attempt = 1;
     }
@@ -423,16 +472,10 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
 }
 
 void Coordinator::cancelled_locked(const std::string& id) {
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == id; }),
-               queue_.end());
+  book_.finish(id);
   Live& live = live_[id];
-  if (!live.unit.empty()) placement_.job_finished(live.unit);
-  live.unit.clear();
   live.done = true;
   live.finish_reason = "cancelled";
-  for (auto& [nid, n] : nodes_)
-    n.inbox.erase(std::remove_if(n.inbox.begin(), n.inbox.end(), [&](const json& j) { return j["id"] == id; }),
-                  n.inbox.end());
   changed_.notify_all();
   if (leading_) finished_locked(id);
 }
@@ -453,12 +496,12 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
     return finished(*job);
   std::unique_lock lock(mu_);
   Live& live = live_[id];
-  // A follower streams no partial text (progress reaches the leader) and hears of the end by a
-  // notice, which may come before this wait: it looks at the store again every so often.
+  // A follower streams the text the leader tells it of, and hears of the end by a notice, which
+  // may come before this wait: it looks at the store again every so often.
   const bool follower = !leading_;
   const auto until = follower ? std::min(deadline, std::chrono::steady_clock::now() + kFollowerRecheck) : deadline;
   changed_.wait_until(lock, until, [&] { return live.done || live.text.size() > offset; });
-  if (live.done || follower) {
+  if (live.done || (follower && live.text.size() <= offset)) {
     lock.unlock();
     auto now = store_.get_job(id);
     if (now && (now->state == JobState::Completed || now->state == JobState::Failed ||
@@ -515,7 +558,7 @@ json Coordinator::world() {
                  {"jobs_served", served},
                  {"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
                  {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
-                 {"queue", queue_.size()},
+                 {"queue", book_.queued()},
                  {"credits_by_seat", credits},
                  {"pods", placement_.pod_count()},
                  {"models", models_.size()}};
@@ -682,14 +725,7 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
   n.last_seen = clock_();
   n.offering = state.value("offering", true);
   if (!was_online) store_.set_node_online(node_id, true, n.last_seen);
-  if (!n.offering) {
-    // The owner is back: work not yet picked up goes to someone else at once.
-    while (!n.inbox.empty()) {
-      json j = n.inbox.front();
-      n.inbox.pop_front();
-      if (store_.requeue_job(j["id"], node_id, j["attempt"], clock_())) requeue_locked(j["id"], node_id, Requeue::Withdrawn);
-    }
-  }
+  if (!n.offering) withdraw_inbox_locked(node_id);  // the owner is back: work not yet picked up goes elsewhere
   refresh_availability_locked(node_id);
   dispatch_locked();
   return {{"ok", true}, {"online", n.online}, {"offering", n.offering}};
@@ -707,16 +743,20 @@ json Coordinator::poll(const std::string& node_id, std::chrono::steady_clock::ti
     dispatch_locked();
   }
   NodeState& n = it->second;
-  changed_.wait_until(lock, deadline, [&] { return !n.inbox.empty() || n.banned; });
+  changed_.wait_until(lock, deadline, [&] { return book_.has_offer(node_id) || n.banned; });
   n.last_seen = clock_();
-  if (n.inbox.empty()) return nullptr;
-  json j = n.inbox.front();
-  n.inbox.pop_front();
+  if (n.banned) return nullptr;
+  auto lease = book_.take(node_id);
+  if (!lease) return nullptr;
   // The lease counts from pickup: time spent in the inbox is not the node's (nor is it in the
   // speed the node is paid by).
-  store_.renew_lease(j["id"], node_id, j["attempt"], clock_() + options_.lease_ms);
-  live_[j["id"].get<std::string>()].picked_up_at = clock_();
-  return j;
+  store_.renew_lease(lease->job.id, node_id, lease->job.attempt, lease->picked_up_at + options_.lease_ms);
+  return {{"id", lease->job.id},
+          {"attempt", lease->job.attempt},
+          {"kind", lease->job.kind},
+          {"model", lease->job.model},
+          {"request", json::parse(lease->job.request)},
+          {"nodes", lease->nodes}};
 }
 
 void Coordinator::progress(const std::string& node_id, const std::string& job_id, int64_t attempt, size_t offset,
@@ -725,10 +765,16 @@ void Coordinator::progress(const std::string& node_id, const std::string& job_id
     throw ApiError(409, "[network] the lease on this job is not yours any more");
   std::lock_guard lock(mu_);
   nodes_[node_id].last_seen = clock_();
+  book_.renew(job_id, node_id, attempt);
   Live& live = live_[job_id];
   // A re-run after a lost lease repeats what clients already saw (same seed): only new bytes go out.
-  if (offset + text.size() > live.text.size() && offset <= live.text.size())
-    live.text += text.substr(live.text.size() - offset);
+  if (offset + text.size() > live.text.size() && offset <= live.text.size()) {
+    const size_t from = live.text.size();
+    live.text += text.substr(from - offset);
+    // Clients may wait on another replica (which took the job): it streams what the leader hears.
+    for (size_t at = from; at < live.text.size(); at += kTextNoticeBytes)
+      tell(fmt::format("text:{}:{}:{}", job_id, at, to_hex(std::string_view(live.text).substr(at, kTextNoticeBytes))));
+  }
   changed_.notify_all();
 }
 
@@ -749,37 +795,30 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   const ModelInfo& model = models_[job->model];
   // Delivery as the coordinator saw it: counted tokens over the time from pickup to this report.
   NodeState& n = node->second;
-  const int64_t picked_up_at = live_[job_id].picked_up_at;
-  const double seconds = picked_up_at > 0 ? static_cast<double>(std::max<int64_t>(1, clock_() - picked_up_at)) / 1000 : 0;
-  const double delivered_tokens = n.delivered_tokens * kDeliveryDecay + (seconds > 0 ? counted.completion : 0);
-  const double delivered_seconds = n.delivered_seconds * kDeliveryDecay + seconds;
-  c.tok_s = seconds > 0 ? static_cast<double>(counted.completion) / seconds : 0;
-  // A seat's premium over the shared rate is paid while the node delivers at least kDeliveryFloor
-  // of what its claimed chip would for this model: claiming an Ultra earns nothing by itself.
-  const double claimed = expected_tok_s(model.decode_bytes(), n.bandwidth_gbs, 1, 0);
-  const bool delivers = delivered_seconds > 0 && delivered_tokens / delivered_seconds >= kDeliveryFloor * claimed;
-  const double multiplier =
-      delivers ? ledger::seat_multiplier(ledger::parse_seat(n.seat), ledger::parse_tier(n.tier)) : 1.0;
+  const auto lease = book_.lease(job_id, node_id, attempt);
+  const int64_t picked_up_at = lease ? lease->picked_up_at : 0;
+  const CountedJob counted_job{counted.prompt, counted.completion, model.bytes, model.decode_bytes(),
+                               picked_up_at > 0 ? std::max<int64_t>(1, clock_() - picked_up_at) : 0,
+                               counted.verifiable};
+  const Price price = settlement_.price(node_id, seller_locked(n), counted_job);
+  c.tok_s = price.tok_s;
   // The rate goes with the result, so `orchard network audit` can recompute every payment.
   c.result = json{{"text", result.value("text", "")},
                   {"finish_reason", result.value("finish_reason", "stop")},
                   {"model_bytes", model.bytes},
-                  {"multiplier", multiplier}}
+                  {"multiplier", price.multiplier}}
                  .dump();
-  int64_t amount = ledger::job_credits(c.prompt_tokens + c.completion_tokens, model.bytes, multiplier);
-  bool check = counted.verifiable && options_.verify_fraction > 0 &&
-               std::uniform_real_distribution<double>(0, 1)(rng_) < options_.verify_fraction;
+  const int64_t amount = price.amount;
+  const bool check = price.check;
   c.txns = {ledger::settle_job(job_id, job->key_id, node_id, amount, check)};
   if (check) c.verify_state = "pending";
   CompleteOutcome outcome = store_.complete_job(job_id, node_id, attempt, c, clock_());
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this job is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
-    n.delivered_tokens = delivered_tokens;
-    n.delivered_seconds = delivered_seconds;
+    settlement_.settled(node_id, counted_job);
+    book_.finish(job_id);
     Live& live = live_[job_id];
-    if (!live.unit.empty()) placement_.job_finished(live.unit);
-    live.unit.clear();
     live.done = true;
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
@@ -812,7 +851,7 @@ void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& 
   check.verify_of = job.id;
   check.created_at = check.updated_at = clock_();
   store_.insert_job(check);
-  queue_.push_back({check, std::nullopt});
+  book_.add({check.id, check.kind, check.model, check.request, 0, job.node_id});
 }
 
 json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
@@ -828,9 +867,10 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
   bool ok = result["ok"].get<bool>();
   const ModelInfo& model = models_[check.model];
   int64_t held = store_.escrowed(original->id);
-  const double multiplier =
-      ledger::seat_multiplier(ledger::parse_seat(verifier->second.seat), ledger::parse_tier(verifier->second.tier));
-  int64_t pay = ledger::verifier_pay(original->prompt_tokens + original->completion_tokens, model.bytes, multiplier);
+  const Seller seller = seller_locked(verifier->second);
+  const double multiplier = ledger::seat_multiplier(seller.seat, seller.tier);
+  const int64_t pay =
+      Settlement::verifier_pay(original->prompt_tokens + original->completion_tokens, model.bytes, seller);
   Completion c;
   c.result = json{{"ok", ok},
                   {"checked", integer("checked", 0)},
@@ -850,8 +890,7 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
   if (outcome == CompleteOutcome::Completed) {
     credits_by_seat_[verifier->second.seat] += pay;
     if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
-    Live& live = live_[check.id];
-    if (!live.unit.empty()) placement_.job_finished(live.unit);
+    book_.finish(check.id);
     live_.erase(check.id);
     if (!ok) {
       NodeState& producer = nodes_[original->node_id];
@@ -864,12 +903,7 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
       placement_.set_reliability(original->node_id, producer.reliability);
       refresh_availability_locked(original->node_id);
       // A banned node gets nothing more: what waits in its inbox goes to others now.
-      while (producer.banned && !producer.inbox.empty()) {
-        json j = producer.inbox.front();
-        producer.inbox.pop_front();
-        if (store_.requeue_job(j["id"], original->node_id, j["attempt"], clock_()))
-          requeue_locked(j["id"], original->node_id, Requeue::Withdrawn);
-      }
+      if (producer.banned) withdraw_inbox_locked(original->node_id);
     }
     changed_.notify_all();
     dispatch_locked();
@@ -880,73 +914,51 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
 void Coordinator::hand_back(const std::string& node_id, const std::string& job_id, int64_t attempt,
                             const std::string& reason) {
   std::lock_guard lock(mu_);
-  if (store_.requeue_job(job_id, node_id, attempt, clock_())) {
-    if (reason == kModelMissing)
-      if (auto job = store_.get_job(job_id)) nodes_[node_id].lacks.insert(job->model);
-    live_[job_id].hand_backs.push_back(fmt::format("{}: {}", node_id.substr(0, 12), reason.empty() ? "no reason" : reason));
-    const bool cannot = reason == kModelMissing || reason.starts_with(kCannotRun);
-    requeue_locked(job_id, node_id, cannot ? Requeue::Refused : Requeue::HandedBack);
-    dispatch_locked();
-  }
+  if (!store_.requeue_job(job_id, node_id, attempt, clock_())) return;
+  if (reason == kModelMissing)
+    if (auto lease = book_.lease(job_id, node_id, attempt)) nodes_[node_id].lacks.insert(lease->job.model);
+  const bool cannot = reason == kModelMissing || reason.starts_with(kCannotRun);
+  return_locked(job_id, node_id, attempt, cannot ? JobBook::Return::Refused : JobBook::Return::HandedBack, reason);
+  dispatch_locked();
 }
 
-void Coordinator::requeue_locked(const std::string& job_id, const std::string& node_id, Requeue why) {
-  Live& live = live_[job_id];
-  if (!live.unit.empty()) placement_.job_finished(live.unit);
-  live.unit.clear();
+void Coordinator::withdraw_inbox_locked(const std::string& node_id) {
+  for (const Lease& l : book_.inbox(node_id))
+    if (store_.requeue_job(l.job.id, node_id, l.job.attempt, clock_()))
+      return_locked(l.job.id, node_id, l.job.attempt, JobBook::Return::Withdrawn);
+}
+
+void Coordinator::return_locked(const std::string& job_id, const std::string& node_id, int64_t attempt,
+                                JobBook::Return why, const std::string& reason) {
+  const JobBook::Returned returned = book_.give_back(job_id, node_id, attempt, why, reason);
   auto n = nodes_.find(node_id);
-  if (n != nodes_.end()) {
-    n->second.inbox.erase(std::remove_if(n->second.inbox.begin(), n->second.inbox.end(),
-                                         [&](const json& j) { return j["id"] == job_id; }),
-                          n->second.inbox.end());
-    if (why != Requeue::Withdrawn) {
-      // A node that cannot run a job is not offered it again (the next attempt goes elsewhere);
-      // one that gave it up for a passing reason (its owner came back, a pod rank died) may get it
-      // again. Either costs its reputation a little; a lost lease costs more.
-      if (why == Requeue::Refused) live.refused_by.insert(node_id);
-      n->second.reliability =
-          next_reliability(n->second.reliability, why == Requeue::LeaseLost ? Outcome::LostLease : Outcome::HandedBack);
-      n->second.jobs_failed += why == Requeue::LeaseLost;
-      store_.update_node_trust(node_id, n->second.reliability, n->second.mismatches, n->second.banned,
-                               n->second.jobs_failed);
-      placement_.set_reliability(node_id, n->second.reliability);
-    }
+  if (why != JobBook::Return::Withdrawn && n != nodes_.end()) {
+    // Any hand-back costs the node's reputation a little; a lost lease costs more.
+    n->second.reliability = next_reliability(
+        n->second.reliability, why == JobBook::Return::LeaseLost ? Outcome::LostLease : Outcome::HandedBack);
+    n->second.jobs_failed += why == JobBook::Return::LeaseLost;
+    store_.update_node_trust(node_id, n->second.reliability, n->second.mismatches, n->second.banned,
+                             n->second.jobs_failed);
+    placement_.set_reliability(node_id, n->second.reliability);
   }
-  auto job = store_.get_job(job_id);
-  if (!job || job->state != JobState::Queued) return;
-  if (job->kind == "generate") {
-    std::string why_not;
-    if (job->attempt >= kMaxAttempts)
-      why_not = fmt::format("gave up after {} attempts", job->attempt);
-    else if (!runnable_locked(*job))
-      why_not = fmt::format("no node can run it: every node that could hold model '{}' handed it back", job->model);
-    if (!why_not.empty()) {
-      std::string reasons;
-      for (const std::string& h : live.hand_backs) reasons += (reasons.empty() ? "" : "; ") + h;
-      fail_locked(job_id, fmt::format("[network] {} (hand-backs: {})", why_not, reasons.empty() ? "none" : reasons));
-      return;
-    }
-  }
-  // Back at the front: it has waited longest.
-  queue_.push_front({*job, std::nullopt});
+  if (!returned.failure.empty()) fail_locked(job_id, returned.failure);
 }
 
-bool Coordinator::runnable_locked(const JobRecord& job) const {
-  if (!models_.count(job.model)) return false;
-  const int64_t need = demand_for(job).need_bytes;
-  auto live = live_.find(job.id);
+bool Coordinator::runnable_locked(const BookJob& job, const std::unordered_set<std::string>& ruled_out) const {
+  const auto demand = demand_for(job);
+  if (!demand) return false;
   for (const auto& [id, n] : nodes_) {
-    if (n.banned || n.lacks.count(job.model) || (live != live_.end() && live->second.refused_by.count(id))) continue;
+    if (n.banned || n.lacks.count(job.model) || ruled_out.count(id)) continue;
     // A pod's member may run it with its pod, whatever its own memory.
-    if (n.description.value("memory_bytes", int64_t{0}) >= need || n.description.contains("pod")) return true;
+    if (n.description.value("memory_bytes", int64_t{0}) >= demand->need_bytes || n.description.contains("pod"))
+      return true;
   }
   return false;
 }
 
 void Coordinator::fail_locked(const std::string& job_id, const std::string& error) {
+  book_.finish(job_id);
   if (!store_.fail_job(job_id, error, clock_())) return;
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const QueuedJob& q) { return q.job.id == job_id; }),
-               queue_.end());
   Live& live = live_[job_id];
   live.done = true;
   live.finish_reason = "failed";
@@ -954,63 +966,27 @@ void Coordinator::fail_locked(const std::string& job_id, const std::string& erro
   finished_locked(job_id);
 }
 
-Demand Coordinator::demand_for(const JobRecord& job) const {
-  const ModelInfo& m = models_.at(job.model);
+std::optional<Demand> Coordinator::demand_for(const BookJob& job) const {
+  auto model = models_.find(job.model);
+  if (model == models_.end()) return std::nullopt;
+  const ModelInfo& m = model->second;
   json request = json::parse(job.request, nullptr, false);
   int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), context_estimate(request));
   Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}, m.active_bytes_per_token};
-  if (!job.verify_of.empty())
-    if (auto original = store_.get_job(job.verify_of)) d.exclude.insert(original->node_id);
-  if (auto live = live_.find(job.id); live != live_.end()) d.exclude.insert(live->second.refused_by.begin(), live->second.refused_by.end());
   for (const auto& [id, n] : nodes_)
     if (n.lacks.count(job.model)) d.exclude.insert(id);
   return d;
 }
 
+Seller Coordinator::seller_locked(const NodeState& n) const {
+  return {ledger::parse_seat(n.seat), ledger::parse_tier(n.tier), n.bandwidth_gbs};
+}
+
 void Coordinator::dispatch_locked() {
   const int64_t now = clock_();
-  // Whether a job finds a place depends only on the memory it needs (and, for a check, on the
-  // node it must avoid): once a plain job finds none, no larger plain job can, so a long queue
-  // behind a full network costs one comparison per job, not one placement.
-  int64_t smallest_unplaced = std::numeric_limits<int64_t>::max();
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    QueuedJob& queued = *it;
-    const JobRecord* job = &queued.job;
-    if (!queued.demand) {
-      if (!models_.count(job->model)) {
-        ++it;
-        continue;
-      }
-      queued.demand = demand_for(*job);
-    }
-    const bool plain = queued.demand->exclude.empty();
-    if (plain && queued.demand->need_bytes >= smallest_unplaced) {
-      ++it;
-      continue;
-    }
-    auto choice = placement_.place(*queued.demand);
-    if (!choice) {
-      if (plain) smallest_unplaced = queued.demand->need_bytes;
-      ++it;
-      continue;
-    }
-    // A pod's job goes to its first member, which runs it across the pod.
-    const std::string& leader = choice->nodes.front();
-    auto attempt = store_.lease_job(job->id, leader, now + options_.lease_ms, now);
-    if (!attempt) {  // cancelled or failed meanwhile
-      it = queue_.erase(it);
-      continue;
-    }
-    placement_.job_started(choice->unit);
-    live_[job->id].unit = choice->unit;
-    nodes_[leader].inbox.push_back({{"id", job->id},
-                                    {"attempt", *attempt},
-                                    {"kind", job->kind},
-                                    {"model", job->model},
-                                    {"request", json::parse(job->request)},
-                                    {"nodes", choice->nodes}});
-    it = queue_.erase(it);
-  }
+  book_.dispatch([&](const BookJob& job, const std::string& holder, int64_t) {
+    return store_.lease_job(job.id, holder, now + options_.lease_ms, now);
+  });
   changed_.notify_all();
 }
 
@@ -1018,7 +994,12 @@ void Coordinator::tick() {
   std::lock_guard lock(mu_);
   if (!leading_) return;
   const int64_t now = clock_();
-  for (auto& [job_id, node_id] : store_.expire_leases(now)) requeue_locked(job_id, node_id, Requeue::LeaseLost);
+  for (const Lease& l : book_.expired()) {
+    if (store_.requeue_job(l.job.id, l.holder, l.job.attempt, now))
+      return_locked(l.job.id, l.holder, l.job.attempt, JobBook::Return::LeaseLost);
+    else
+      book_.finish(l.job.id);  // it ended in the store meanwhile (completed, cancelled, failed)
+  }
   for (auto& [id, n] : nodes_) {
     if (n.online && n.last_seen < now - options_.offline_after_ms) {
       n.online = false;
@@ -1054,7 +1035,7 @@ json Coordinator::node_status(const std::string& node_id) {
 
 size_t Coordinator::queued() const {
   std::lock_guard lock(mu_);
-  return queue_.size();
+  return book_.queued();
 }
 
 }  // namespace orchard::network

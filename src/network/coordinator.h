@@ -21,7 +21,9 @@
 
 #include "core/error.h"
 #include "network/catalog.h"
+#include "network/job_book.h"
 #include "network/placement.h"
+#include "network/settlement.h"
 #include "network/store/store.h"
 #include "network/token_check.h"
 
@@ -53,8 +55,6 @@ struct CoordinatorOptions {
   // become_leader().
   bool replica = false;
 };
-
-using Clock = std::function<int64_t()>;  // milliseconds since the epoch
 
 // Hand-back reasons that say the node cannot run the job (it is not offered it again): it does
 // not have the job's model; or any other reason that starts "cannot_run" (too little memory, an
@@ -161,24 +161,18 @@ class Coordinator {
     nlohmann::json description;
     std::string seat, tier, chip;
     double bandwidth_gbs = 0;  // the catalog's for its chip, else its claim
-    double delivered_tokens = 0, delivered_seconds = 0;  // recent jobs, decayed: what its seat premium follows
     bool online = false, offering = false, banned = false;
     bool visible = false;      // online && offering && !banned, as last refreshed
     int64_t online_since = 0;  // when it last became visible
     int64_t last_seen = 0;
     double reliability = 1;
     int64_t mismatches = 0, jobs_failed = 0;
-    std::deque<nlohmann::json> inbox;  // leased to this node, not yet picked up
     std::set<std::string> lacks;       // models it handed a job back for not having
   };
-  struct Live {
+  struct Live {  // what clients waiting on a job see
     std::string text;
     bool done = false;
     std::string finish_reason;
-    std::string unit;  // the placement unit holding it while leased
-    int64_t picked_up_at = 0;  // by its holder, on the coordinator's clock (0: before a restart)
-    std::unordered_set<std::string> refused_by;  // nodes that handed it back: not offered it again
-    std::vector<std::string> hand_backs;         // "node: reason", for the error if it fails
   };
   void recover_nodes_locked();  // nodes, models and pods from the store
   void recover_jobs_locked();   // the queue and the leases (the leader's)
@@ -186,15 +180,20 @@ class Coordinator {
   void cancelled_locked(const std::string& job_id);  // cancelled in the store: out of the queue and inboxes
   void finished_locked(const std::string& job_id);   // tells followers' waiting clients
   void dispatch_locked();
-  // The owner came back before pickup; the node cannot run it; it gave it up; it went silent.
-  enum class Requeue { Withdrawn, Refused, HandedBack, LeaseLost };
-  void requeue_locked(const std::string& job_id, const std::string& node_id, Requeue why);
-  bool runnable_locked(const JobRecord& job) const;  // some node not ruled out could hold it
+  // The holder's lease ends without a result (the store has requeued it): back to the book, the
+  // holder's reputation lowered unless the lease was withdrawn, the job failed when the book says.
+  void return_locked(const std::string& job_id, const std::string& node_id, int64_t attempt, JobBook::Return why,
+                     const std::string& reason = "");
+  void withdraw_inbox_locked(const std::string& node_id);  // what it has not picked up goes elsewhere
+  // Some node outside ruled_out could hold the job.
+  bool runnable_locked(const BookJob& job, const std::unordered_set<std::string>& ruled_out) const;
+  BookJob book_job(const JobRecord& job);
+  Seller seller_locked(const NodeState& n) const;
   void fail_locked(const std::string& job_id, const std::string& error);
   void form_pod_locked(const nlohmann::json& pod);  // pod: as checked at registration
   void update_node_locked(const std::string& node_id);
   void refresh_availability_locked(const std::string& node_id);
-  Demand demand_for(const JobRecord& job) const;
+  std::optional<Demand> demand_for(const BookJob& job) const;  // nullopt: no node announced its model
   nlohmann::json job_to_json(const JobRecord& job);
   void maybe_schedule_check_locked(const JobRecord& job, const nlohmann::json& result);
   nlohmann::json complete_check_locked(const std::string& node_id, const JobRecord& job, int64_t attempt,
@@ -209,11 +208,8 @@ class Coordinator {
   Placement placement_;
   std::unordered_map<std::string, NodeState> nodes_;
   std::map<std::string, ModelInfo> models_;
-  struct QueuedJob {
-    JobRecord job;
-    std::optional<Demand> demand;  // worked out once, at the first dispatch that knows the model
-  };
-  std::deque<QueuedJob> queue_;  // queued jobs, oldest first (no database read per dispatch)
+  JobBook book_;  // the queue and the leases (the leader's; no database read per dispatch)
+  Settlement settlement_;
   std::unordered_map<std::string, Live> live_;
   std::atomic<bool> leading_{true};
   void tell(std::string notice);

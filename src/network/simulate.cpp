@@ -11,8 +11,10 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "network/job_book.h"
 #include "network/ledger.h"
 #include "network/placement.h"
+#include "network/settlement.h"
 
 namespace orchard::network {
 namespace {
@@ -94,16 +96,34 @@ struct SimJob {
   double arrival;
   int model;
   int prompt, output;
-  int64_t attempt = 0;
-  std::string unit;
-  std::vector<int> nodes;
+  int64_t attempt = 0;       // its current lease's, as the book numbers them
+  int64_t elapsed_ms = 0;    // of its current run, from pickup
+  std::vector<int> nodes;    // running it, holder first
 };
 
+// The population, the arrivals and the machines' comings and goings are simulated here; the
+// queue, the leases and the pay are the coordinator's own JobBook and Settlement, on a clock of
+// virtual milliseconds.
 class Simulator {
  public:
   Simulator(const SimulationOptions& o, const HardwareCatalog& catalog)
-      : o_(o), catalog_(catalog), rng_(o.seed), placement_(1) {
+      : o_(o),
+        catalog_(catalog),
+        rng_(o.seed),
+        placement_(1),
+        book_(
+            placement_, [this] { return std::llround(now_ * 1000); }, std::llround(o.lease_timeout_s * 1000),
+            [this](const BookJob& j) {
+              const SimModel& m = kModels[model_index_.at(j.model)];
+              return std::optional<Demand>(Demand{m.name, static_cast<int64_t>(m.bytes), need_bytes(m), {}});
+            },
+            // A returned job waits while any unit could ever hold it (simulated nodes never refuse one).
+            [this](const BookJob& j, const std::unordered_set<std::string>&) {
+              return placement_.could_fit(need_bytes(kModels[model_index_.at(j.model)]));
+            }),
+        settlement_(0, o.seed) {
     if (catalog_.chips().empty()) throw Error(error_message("network", "simulate: the hardware catalog is empty"));
+    for (int m = 0; m < static_cast<int>(std::size(kModels)); ++m) model_index_[kModels[m].name] = m;
   }
 
   SimulationReport run() {
@@ -118,27 +138,25 @@ class Simulator {
       handle(e);
     }
     now_ = end_;
-    for (size_t i = 0; i < nodes_.size(); ++i)
-      if (nodes_[i].online) report_.earnings[nodes_[i].cls].machine_hours += (end_ - nodes_[i].online_since) / 3600;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      SeatEarnings& e = report_.earnings[nodes_[i].cls];
+      if (nodes_[i].online) e.machine_hours += (end_ - nodes_[i].online_since) / 3600;
+      e.credits += static_cast<double>(book_ledger_.balance(ledger::node_account(node_id(i)))) / 1e6;
+    }
     double online_hours = 0;
-    for (auto& [cls, e] : report_.earnings) {
-      online_hours += e.machine_hours;
-      e.credits = static_cast<double>(book_.balance(ledger::node_account(cls))) / 1e6;
-    }
+    for (auto& [cls, e] : report_.earnings) online_hours += e.machine_hours;
     report_.utilization = online_hours > 0 ? busy_seconds_ / 3600 / online_hours : 0;
-    for (size_t m = 0; m < waiting_.size(); ++m) {
-      report_.jobs_queued += static_cast<int64_t>(waiting_[m].size());
-      if (!waiting_[m].empty()) report_.queued_by_model[kModels[m].name] = static_cast<int64_t>(waiting_[m].size());
-    }
-    report_.jobs_in_flight = static_cast<int64_t>(jobs_.size()) - report_.jobs_queued;
-    report_.jobs_lost = report_.jobs_submitted - report_.jobs_refused - report_.jobs_completed -
+    report_.queued_by_model = book_.queued_by_model();
+    report_.jobs_queued = static_cast<int64_t>(book_.queued());
+    report_.jobs_in_flight = static_cast<int64_t>(book_.leases());
+    report_.jobs_lost = report_.jobs_submitted - report_.jobs_refused - report_.jobs_failed - report_.jobs_completed -
                         report_.jobs_in_flight - report_.jobs_queued;
     report_.queue_delay_p50_s = delay_.percentile(0.5);
     report_.queue_delay_p99_s = delay_.percentile(0.99);
     report_.placement_p50_us = placement_us_.percentile(0.5);
     report_.placement_p99_us = placement_us_.percentile(0.99);
     report_.placement_max_us = placement_us_.max();
-    report_.ledger_sum = book_.sum();
+    report_.ledger_sum = book_ledger_.sum();
     report_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
     return report_;
   }
@@ -235,8 +253,8 @@ class Simulator {
           break;
         }
         int64_t id = next_job_++;
-        jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450), 0, {}, {}});
-        waiting_[m].push_back(id);
+        jobs_.emplace(id, SimJob{now_, m, 100 + static_cast<int>(rng_() % 900), 50 + static_cast<int>(rng_() % 450), 0, 0, {}});
+        book_.add({std::to_string(id), "generate", kModels[m].name, "", 0, ""});
         dispatch();
         break;
       }
@@ -252,8 +270,13 @@ class Simulator {
         n.online = false;
         report_.earnings[n.cls].machine_hours += (now_ - n.online_since) / 3600;
         placement_.set_available(node_id(e.id), false);
-        // Its job, if any, comes back once the lease runs out.
-        if (n.job >= 0) push({now_ + o_.lease_timeout_s, EvType::LeaseExpire, n.job, jobs_.at(n.job).attempt});
+        // Its job's holder reports for the last time now; the lease runs out lease_timeout_s later
+        // (a pod's job stops when any member leaves).
+        if (n.job >= 0) {
+          const SimJob& j = jobs_.at(n.job);
+          book_.renew(std::to_string(n.job), node_id(j.nodes.front()), j.attempt);
+          push({now_ + o_.lease_timeout_s + kClockTick, EvType::LeaseExpire, n.job, j.attempt});
+        }
         push({now_ + exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, e.id, 0});
         break;
       }
@@ -269,107 +292,123 @@ class Simulator {
       case EvType::LeaseExpire: {
         auto it = jobs_.find(e.id);
         if (it == jobs_.end() || it->second.attempt != e.attempt) break;
+        const auto lease = book_.expired(std::to_string(e.id));
+        if (!lease) break;  // renewed since: a later event ends it
         SimJob& j = it->second;
-        release(j);
-        for (int ni : j.nodes)
-          if (!nodes_[ni].online) {
-            double r = next_reliability(reliability_[ni], Outcome::LostLease);
-            reliability_[ni] = r;
-            placement_.set_reliability(node_id(ni), r);
-          }
-        j.attempt++;  // the old lease's finish event is now stale
-        j.nodes.clear();
+        release(e.id, j);
+        const int holder = j.nodes.front();
+        double r = next_reliability(reliability_[holder], Outcome::LostLease);
+        reliability_[holder] = r;
+        placement_.set_reliability(node_id(holder), r);
         report_.requeued++;
-        waiting_[j.model].push_front(e.id);
+        const auto returned = book_.give_back(lease->job.id, lease->holder, lease->job.attempt, JobBook::Return::LeaseLost);
+        if (!returned.failure.empty()) {
+          report_.jobs_failed++;
+          jobs_.erase(it);
+        }
         dispatch();
         break;
       }
     }
   }
 
-  void release(SimJob& j) {
-    placement_.job_finished(j.unit);
-    for (int ni : j.nodes) nodes_[ni].job = -1;
+  void release(int64_t id, SimJob& j) {
+    for (int ni : j.nodes)
+      if (nodes_[ni].job == id) nodes_[ni].job = -1;
   }
 
+  // Paid as the coordinator pays: whole, to the holder (a pod's leader), by the Settlement.
   void finish(int64_t id, SimJob& j) {
-    release(j);
+    release(id, j);
     const SimModel& m = kModels[j.model];
-    int64_t tokens = j.prompt + j.output;
-    // A pod's members share the credits equally: each posts its own settlement.
-    for (size_t k = 0; k < j.nodes.size(); ++k) {
-      const SimNode& n = nodes_[j.nodes[k]];
-      int64_t amount = ledger::job_credits(tokens, static_cast<int64_t>(m.bytes), n.seat, catalog_.chips()[n.chip].tier) /
-                       static_cast<int64_t>(j.nodes.size());
-      book_.post(ledger::settle_job(fmt::format("{}.{}", id, k), "sim", n.cls, amount, false));
-      report_.earnings[n.cls].jobs++;
-      double r = next_reliability(reliability_[j.nodes[k]], Outcome::Served);
-      if (r != reliability_[j.nodes[k]]) {
-        reliability_[j.nodes[k]] = r;
-        placement_.set_reliability(node_id(j.nodes[k]), r);
-      }
+    const int holder = j.nodes.front();
+    const SimNode& n = nodes_[holder];
+    const ChipInfo& chip = catalog_.chips()[n.chip];
+    const CountedJob counted{j.prompt, j.output, static_cast<int64_t>(m.bytes), static_cast<int64_t>(m.bytes),
+                             j.elapsed_ms, false};
+    const Seller seller{n.seat, chip.tier, chip.memory_bandwidth_gbs};
+    const Price price = settlement_.price(node_id(holder), seller, counted);
+    book_ledger_.post(ledger::settle_job(std::to_string(id), "sim", node_id(holder), price.amount, false));
+    settlement_.settled(node_id(holder), counted);
+    book_.finish(std::to_string(id));
+    report_.earnings[n.cls].jobs++;
+    if (o_.keep_settlements) {
+      SettledJob s{std::to_string(id), {}, chip.name, n.seat, kModels[j.model].name, static_cast<int64_t>(m.bytes),
+                   j.prompt, j.output, j.elapsed_ms, price.multiplier, price.amount};
+      for (int ni : j.nodes) s.nodes.push_back(node_id(ni));
+      report_.settlements.push_back(std::move(s));
+    }
+    double r = next_reliability(reliability_[holder], Outcome::Served);
+    if (r != reliability_[holder]) {
+      reliability_[holder] = r;
+      placement_.set_reliability(node_id(holder), r);
     }
     report_.jobs_completed++;
     jobs_.erase(id);
   }
 
-  // One FIFO per model: a job no unit can hold now (a 405B model waiting for a pod) never
-  // blocks the small jobs behind it.
+  // The book places what waits (the coordinator's dispatch); each lease is picked up at once.
   void dispatch() {
-    for (size_t m = 0; m < waiting_.size(); ++m) {
-      const SimModel& model = kModels[m];
-      Demand d{model.name, static_cast<int64_t>(model.bytes), need_bytes(model), {}};
-      while (!waiting_[m].empty()) {
-        auto t0 = std::chrono::steady_clock::now();
-        auto choice = placement_.place(d);
-        placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-        report_.placements++;
-        if (!choice) break;
-        int64_t id = waiting_[m].front();
-        waiting_[m].pop_front();
-        start(id, jobs_.at(id), *choice, model);
-      }
-    }
+    holders_.clear();
+    auto t0 = std::chrono::steady_clock::now();
+    book_.dispatch([&](const BookJob&, const std::string& holder, int64_t attempt) {
+      holders_.push_back(holder);
+      return std::optional<int64_t>(attempt);
+    });
+    placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    report_.placements++;
+    for (const std::string& holder : holders_)
+      if (auto lease = book_.take(holder)) start(*lease);
   }
 
-  void start(int64_t id, SimJob& j, const Choice& c, const SimModel& m) {
-    j.unit = c.unit;
+  void start(const Lease& lease) {
+    const int64_t id = std::stoll(lease.job.id);
+    SimJob& j = jobs_.at(id);
+    const SimModel& m = kModels[j.model];
+    j.attempt = lease.job.attempt;
     j.nodes.clear();
-    for (const std::string& n : c.nodes) {
+    for (const std::string& n : lease.nodes) {
       int ni = std::stoi(n.substr(1));
       j.nodes.push_back(ni);
       nodes_[ni].job = id;
     }
-    if (c.pod) report_.pod_jobs++;
-    placement_.job_started(c.unit);
+    if (lease.nodes.size() > 1) report_.pod_jobs++;
     delay_.add(now_ - j.arrival);
-    double seconds = j.prompt / (c.expected_tok_s * kPrefillSpeedup) + j.output / c.expected_tok_s;
-    if (!c.on_disk) {
+    double seconds = j.prompt / (lease.expected_tok_s * kPrefillSpeedup) + j.output / lease.expected_tok_s;
+    if (!lease.on_disk) {
       seconds += m.bytes / kDownloadBytesPerS;
-      for (const std::string& n : c.nodes) placement_.add_model(n, m.name);
+      for (const std::string& n : lease.nodes) placement_.add_model(n, m.name);
     }
+    // Whole virtual milliseconds, as the coordinator's clock counts them.
+    j.elapsed_ms = std::max<int64_t>(1, std::llround(seconds * 1000));
     // Busy time counts within the simulated span (a 405B job may outlast it).
     const double busy = std::min(seconds, end_ - now_);
-    busy_seconds_ += busy * static_cast<double>(c.nodes.size());
+    busy_seconds_ += busy * static_cast<double>(lease.nodes.size());
     for (int ni : j.nodes) report_.earnings[nodes_[ni].cls].busy_hours += busy / 3600;
-    push({now_ + seconds, EvType::Finish, id, j.attempt});
+    push({now_ + static_cast<double>(j.elapsed_ms) / 1000, EvType::Finish, id, j.attempt});
   }
 
+  // An expiry event comes this long after the deadline, so rounding to the book's milliseconds
+  // never lands it just before.
+  static constexpr double kClockTick = 1e-3;
   const SimulationOptions& o_;
   const HardwareCatalog& catalog_;
   std::mt19937_64 rng_;
   Placement placement_;
-  ledger::Book book_;
+  double now_ = 0, end_ = 0, busy_seconds_ = 0;
+  JobBook book_;
+  Settlement settlement_;
+  ledger::Book book_ledger_;
+  std::unordered_map<std::string, int> model_index_;
   std::vector<SimNode> nodes_;
   struct Reliability {
     std::unordered_map<int, double> r;
     double& operator[](int i) { return r.try_emplace(i, 1.0).first->second; }
   } reliability_;
   std::unordered_map<int64_t, SimJob> jobs_;
-  std::vector<std::deque<int64_t>> waiting_ = std::vector<std::deque<int64_t>>(std::size(kModels));
+  std::vector<std::string> holders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t next_job_ = 0;
-  double now_ = 0, end_ = 0, busy_seconds_ = 0;
   Histogram delay_, placement_us_;
   SimulationReport report_;
 };
@@ -385,13 +424,13 @@ std::string SimulationReport::to_text() const {
   for (const SimModel& m : kModels) s += fmt::format(" {} {:g}%", m.name, m.share * 100);
   s += "\n";
   s += fmt::format(
-      "jobs: {} submitted, {} refused (no unit can hold them), {} completed, {} running, {} queued, {} lost; {} leases "
-      "lost to churn; {} ran on pods\n"
+      "jobs: {} submitted, {} refused (no unit can hold them), {} failed (after {} leases), {} completed, {} running, {} "
+      "queued, {} lost; {} leases lost to churn; {} ran on pods\n"
       "utilization: {:.1f}% of online machine-time\n"
       "queueing delay of started jobs: p50 {:.3f} s, p99 {:.3f} s\n"
-      "placement decision: p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} decisions\n"
+      "dispatch pass (placing what waits): p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} passes\n"
       "ledger: sum of all balances {} (must be 0)\n",
-      jobs_submitted, jobs_refused, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
+      jobs_submitted, jobs_refused, jobs_failed, kMaxAttempts, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
       queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements,
       ledger_sum);
   if (!queued_by_model.empty()) {

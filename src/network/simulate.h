@@ -2,13 +2,17 @@
 // The network in virtual time: a synthetic population drawn from the hardware catalog (shared
 // and dedicated seats, pods of identical machines), Poisson job arrivals drawn from a stated mix
 // of model sizes (docs/network.md; jobs no unit of the population could hold are refused on
-// arrival), churn of shared seats, run through the real Placement and the real ledger postings.
-// Nothing sleeps; a day of a 100k-node network takes minutes of CPU.
+// arrival), churn of shared seats, run through the coordinator's own JobBook (queue, leases,
+// requeues, bounded attempts), Placement and Settlement (pay) on a virtual clock, so what it
+// reports is what the coordinator does. Nothing sleeps; a day of a 100k-node network takes
+// minutes of CPU.
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "network/catalog.h"
+#include "network/ledger.h"
 
 namespace orchard::network {
 
@@ -21,6 +25,21 @@ struct SimulationOptions {
   double dedicated_fraction = 0.1;
   double lease_timeout_s = 30;   // a vanished node's job returns to the queue after this
   uint64_t seed = 1;
+  bool keep_settlements = false;  // SimulationReport::settlements (small runs)
+};
+
+// One completed job as it was paid.
+struct SettledJob {
+  std::string job;
+  std::vector<std::string> nodes;  // that ran it; the first (a pod's leader) was paid
+  std::string chip;                // the paid node's
+  ledger::Seat seat = ledger::Seat::Shared;
+  std::string model;
+  int64_t model_bytes = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t elapsed_ms = 0;          // from pickup to the result
+  double multiplier = 1;
+  int64_t amount = 0;              // micro-credits
 };
 
 struct SeatEarnings {
@@ -34,17 +53,20 @@ struct SeatEarnings {
 struct SimulationReport {
   int64_t jobs_submitted = 0, jobs_completed = 0, jobs_in_flight = 0, jobs_queued = 0;
   int64_t jobs_refused = 0;   // no unit of the population could ever hold their model
+  int64_t jobs_failed = 0;    // leased kMaxAttempts times without a result
   std::map<std::string, int64_t> refused_by_model;
-  int64_t jobs_lost = 0;      // submitted - refused - completed - in flight - queued: must be 0
+  int64_t jobs_lost = 0;      // submitted - refused - failed - completed - in flight - queued: must be 0
   std::map<std::string, int64_t> queued_by_model;  // still waiting at the end
   int64_t requeued = 0;       // leases lost to churn
   int64_t pod_jobs = 0;
   double utilization = 0;     // busy machine-time / online machine-time
   double queue_delay_p50_s = 0, queue_delay_p99_s = 0;
-  double placement_p50_us = 0, placement_p99_us = 0, placement_max_us = 0;  // wall time of place()
+  // Wall time of one dispatch pass (the job book placing what waits), and how many passes ran.
+  double placement_p50_us = 0, placement_p99_us = 0, placement_max_us = 0;
   int64_t placements = 0;
   int64_t ledger_sum = 0;     // 0
   std::map<std::string, SeatEarnings> earnings;  // "dedicated/ultra", "shared/base", ...
+  std::vector<SettledJob> settlements;  // with keep_settlements, in completion order
   double wall_seconds = 0;
   std::string to_text() const;
 };

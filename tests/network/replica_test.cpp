@@ -29,6 +29,7 @@ using namespace std::chrono_literals;
 // Writes "ok" once per token asked for; token i is id i, so a spot check confirms it.
 class CountingEngine : public Engine {
  public:
+  explicit CountingEngine(std::chrono::milliseconds per_token = 0ms) : per_token_(per_token) {}
   json models() override {
     return json::array({{{"name", "counter"}, {"bytes", 1'000'000'000}, {"kv_bytes_per_token", 1000}, {"context_length", 512}}});
   }
@@ -37,6 +38,7 @@ class CountingEngine : public Engine {
     r.prompt_ids = {1, 2};
     r.prompt_tokens = 2;
     for (int i = 0; i < request.value("max_tokens", 1); ++i) {
+      std::this_thread::sleep_for(per_token_);
       r.text += "ok";
       if (!on_text("ok")) break;
       r.output_ids.push_back(i);
@@ -50,6 +52,9 @@ class CountingEngine : public Engine {
     c.checked = static_cast<int64_t>(request["output_ids"].size());
     return c;
   }
+
+ private:
+  std::chrono::milliseconds per_token_;
 };
 
 // One coordinator process: its own store (connection pool), HTTP server and replica thread.
@@ -126,7 +131,7 @@ class ReplicaTest : public ::testing::Test {
   }
 
   // A node agent told of `url` (a follower sends it on to the leader).
-  void start_agent(const std::string& url, bool offering = true) {
+  void start_agent(const std::string& url, bool offering = true, std::chrono::milliseconds per_token = 0ms) {
     char tmpl[] = "/tmp/orchard-key-XXXXXX";
     ::close(::mkstemp(tmpl));
     ::unlink(tmpl);
@@ -137,8 +142,8 @@ class ReplicaTest : public ::testing::Test {
     o.memory_bytes = 64'000'000'000;
     o.idle.dedicated = offering;
     o.poll_wait_ms = 500;
-    agents_.emplace_back([this, o] {
-      NodeAgent agent(o, std::make_unique<CountingEngine>());
+    agents_.emplace_back([this, o, per_token] {
+      NodeAgent agent(o, std::make_unique<CountingEngine>(per_token));
       try {
         agent.run(stop_agents_);
       } catch (const Error&) {
@@ -228,6 +233,41 @@ TEST_F(ReplicaTest, JobsFromBothArePlacedOncePaidOnceAndNoneLost) {
   auto res = c.Get(("/v1/jobs/" + *all.begin()).c_str());
   ASSERT_TRUE(res);
   EXPECT_EQ(json::parse(res->body)["text"], "okokok");
+}
+
+// A client streaming from the follower that took its job sees the text as the node produces it
+// (the leader passes it on), not only at the end.
+TEST_F(ReplicaTest, AFollowerStreamsTextAsItComes) {
+  start_agent(follower().url, true, 250ms);
+  ASSERT_TRUE(until([&] { return knows_model(*a_) && knows_model(*b_); }));
+  httplib::Client c("127.0.0.1", follower().port);
+  c.set_read_timeout(60);
+  c.set_bearer_token_auth(secret_.c_str());
+  auto res = c.Post("/v1/jobs", R"({"model": "counter", "prompt": "hi", "max_tokens": 16})", "application/json");
+  ASSERT_TRUE(res && res->status == 201) << (res ? res->body : "no answer");
+  const std::string id = json::parse(res->body)["id"];
+  std::string body;
+  bool text_before_end = false;
+  auto streamed = c.Get(("/v1/jobs/" + id + "/stream").c_str(), [&](const char* data, size_t n) {
+    body.append(data, n);
+    // The first "ok" arrives while the job (16 tokens, 4 s) still runs.
+    if (!text_before_end && body.find("ok") != std::string::npos) {
+      auto job = follower().store.get_job(id);
+      text_before_end = job && job->state != JobState::Completed;
+    }
+    return true;
+  });
+  ASSERT_TRUE(streamed) << httplib::to_string(streamed.error());
+  EXPECT_TRUE(text_before_end) << body;
+  std::string text;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos; at += 6) {
+    const std::string line = body.substr(at + 6, body.find('\n', at) - at - 6);
+    json frame = json::parse(line, nullptr, false);
+    if (frame.is_object() && frame.contains("text")) text += frame["text"].get<std::string>();
+  }
+  std::string expected;
+  for (int i = 0; i < 16; ++i) expected += "ok";
+  EXPECT_EQ(text, expected) << body;
 }
 
 TEST_F(ReplicaTest, QuotaAndRateHoldAcrossReplicas) {

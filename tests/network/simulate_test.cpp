@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 
+#include "network/coordinator.h"
 #include "network/simulate.h"
 
 namespace orchard::network {
@@ -86,6 +87,66 @@ TEST(Simulate, JobsNoUnitCanHoldAreRefusedUpFront) {
   // A catalog with no Max or Ultra chip cannot form pods: an error, not a search without end.
   o.pods = 2;
   EXPECT_THROW(simulate(o, HardwareCatalog::load(path)), Error);
+}
+
+// The simulator settles through the coordinator's own job book and Settlement: replaying every job
+// it paid on a real Coordinator (SQLite, a fake clock; the same chip, seat, model, counted tokens
+// and time from pickup to result) pays the same node the same micro-credits, job by job, premium
+// or not. Placement is not under test here: only the node the simulator paid offers its time (with
+// room for any model) while its job is placed.
+TEST(Simulate, PaysWhatTheCoordinatorPaysForTheSameJobs) {
+  SimulationOptions o;
+  o.nodes = 40;
+  o.pods = 4;
+  o.jobs_per_s = 0.2;
+  o.hours = 0.25;
+  o.churn = 0;
+  o.keep_settlements = true;
+  const SimulationReport r = simulate(o, HardwareCatalog::shipped());
+  ASSERT_GT(r.settlements.size(), 50u) << r.to_text();
+
+  Store store = Store::open(":memory:");
+  int64_t now = 1'700'000'000'000;
+  CoordinatorOptions co;
+  co.verify_fraction = 0;  // the simulator checks nothing
+  Coordinator coordinator(store, co, [&] { return now; });
+  const KeyRecord key = coordinator.authenticate(coordinator.add_key("client", 0, 0));
+  std::set<double> multipliers;
+  std::map<std::string, int64_t> paid;
+  for (const SettledJob& s : r.settlements) {
+    const std::string& holder = s.nodes.front();
+    // Registered with the model of this job (a node describes what it holds anew each time).
+    coordinator.register_node(holder, {{"memory_bytes", int64_t{1} << 50},
+                                       {"chip", s.chip},
+                                       {"seat", ledger::seat_name(s.seat)},
+                                       {"offering", false},
+                                       {"models", {{{"name", s.model}, {"bytes", s.model_bytes}}}}});
+    coordinator.heartbeat(holder, {{"offering", true}});
+    const nlohmann::json job =
+        coordinator.submit(key, {{"model", s.model},
+                                 {"prompt", std::string(static_cast<size_t>(s.prompt_tokens), 'x')},
+                                 {"max_tokens", s.completion_tokens}});
+    const nlohmann::json offer = coordinator.poll(holder, std::chrono::steady_clock::now());
+    ASSERT_TRUE(offer.is_object()) << s.job;
+    ASSERT_EQ(offer["id"], job["id"]);
+    now += s.elapsed_ms;
+    const nlohmann::json done = coordinator.complete(
+        holder, offer["id"], offer["attempt"],
+        {{"text", std::string(static_cast<size_t>(s.completion_tokens), 'y')},
+         {"finish_reason", "length"},
+         {"prompt_ids", std::vector<int>(static_cast<size_t>(s.prompt_tokens), 1)},
+         {"output_ids", std::vector<int>(static_cast<size_t>(s.completion_tokens), 2)}});
+    EXPECT_EQ(done["credits"].get<int64_t>(), s.amount) << "job " << s.job << " on " << holder << " (" << s.chip << ")";
+    coordinator.heartbeat(holder, {{"offering", false}});
+    now += 1000;
+    multipliers.insert(s.multiplier);
+    paid[holder] += s.amount;
+  }
+  for (const auto& [node, amount] : paid) EXPECT_EQ(store.balance(ledger::node_account(node)), amount) << node;
+  // Both sides of the delivery rule were exercised: a first job slowed by its model's download
+  // earns no seat premium, later ones do.
+  EXPECT_TRUE(multipliers.count(1.0)) << r.to_text();
+  EXPECT_GE(multipliers.size(), 2u) << r.to_text();
 }
 
 }  // namespace
