@@ -440,16 +440,6 @@ bool Store::requeue_job(const std::string& id, const std::string& node_id, int64
                    {id, node_id, attempt, now}) == 1;
 }
 
-std::vector<std::pair<std::string, std::string>> Store::expire_leases(int64_t now) {
-  Conn db = conn();
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const Row& r : db->query("UPDATE jobs SET state = 'queued', lease_expires = 0, updated_at = $1 "
-                                 "WHERE state = 'leased' AND lease_expires < $1 RETURNING id, node_id",
-                                 {now}))
-    out.emplace_back(r.str(0), r.str(1));
-  return out;
-}
-
 void Store::post_in(Db& db, const ledger::Txn& txn, int64_t now) {
   ORCHARD_CHECK(txn.balanced(), "ledger txn {} does not balance", txn.id);
   db.exec("INSERT INTO ledger_txns (id, job_id, memo, created_at) VALUES ($1, $2, $3, $4)",

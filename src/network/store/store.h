@@ -144,8 +144,6 @@ class Store {
   bool renew_lease(const std::string& id, const std::string& node_id, int64_t attempt, int64_t expires);
   // leased -> queued when the holder hands it back or loses its lease.
   bool requeue_job(const std::string& id, const std::string& node_id, int64_t attempt, int64_t now);
-  // Every lease expired at `now` goes back to the queue; returns (job, node) pairs.
-  std::vector<std::pair<std::string, std::string>> expire_leases(int64_t now);
   // leased by (node, attempt) -> completed, with the ledger postings, in one transaction.
   // Repeating the call for the same node and attempt is AlreadyCompleted (the node retries when
   // the answer was lost); any other holder is Refused.
