@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "network/ledger.h"
 #include "network/placement.h"
+#include "network/world/population.h"
 
 namespace orchard::network {
 namespace {
@@ -82,6 +83,7 @@ struct Event {
 
 struct SimNode {
   int chip;
+  int mem_gb = 0;
   ledger::Seat seat;
   bool online = true;
   double online_since = 0;
@@ -97,6 +99,7 @@ struct SimJob {
   int64_t attempt = 0;
   std::string unit;
   std::vector<int> nodes;
+  double tok_s = 0;  // its unit's expected decode speed
 };
 
 class Simulator {
@@ -111,8 +114,10 @@ class Simulator {
     populate();
     end_ = o_.hours * 3600;
     push({exp(o_.jobs_per_s), EvType::Arrival, 0, 0});
+    double next_tick = 1;
     while (!events_.empty() && events_.top().t <= end_) {
       Event e = events_.top();
+      for (; o_.pace && next_tick <= e.t && next_tick <= end_; next_tick += 1) pace(next_tick);
       events_.pop();
       now_ = e.t;
       handle(e);
@@ -148,6 +153,61 @@ class Simulator {
   double exp(double rate) { return std::exponential_distribution<double>(rate)(rng_); }
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   void push(Event e) { events_.push(e); }
+
+  // The live view (SimulationOptions::world): machine i as it is now.
+  void show(size_t i) {
+    if (!o_.world) return;
+    const SimNode& n = nodes_[i];
+    const auto& regions = o_.world_regions;
+    world::Machine m;
+    m.id = node_id(i);
+    m.chip = catalog_.chips()[n.chip].name;
+    m.memory_bytes = static_cast<int64_t>(n.mem_gb) << 30;
+    m.seat = ledger::seat_name(n.seat);
+    m.pod = n.pod >= 0 ? fmt::format("p{}", n.pod) : "";
+    m.online = n.online;
+    m.online_since = n.online ? o_.world_epoch_ms + static_cast<int64_t>(n.online_since * 1000) : 0;
+    if (!regions.empty()) {
+      // Some places have many more machines than others: weights 1/(rank + 3), picked by a hash
+      // of the index (not the run's generator), a pod's members in one place.
+      // The weights go to the places in an order of their own (a hash of the name), so the
+      // biggest are spread over the world rather than the first of the list.
+      std::vector<double>& cumulative = region_weights_;
+      if (cumulative.size() != regions.size()) {
+        region_order_.resize(regions.size());
+        for (size_t r = 0; r < regions.size(); ++r) region_order_[r] = r;
+        auto scramble = [](const std::string& s) {
+          uint64_t h = 1469598103934665603ull;  // FNV-1a
+          for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+          return h;
+        };
+        std::sort(region_order_.begin(), region_order_.end(),
+                  [&](size_t a, size_t b) { return scramble(regions[a]) < scramble(regions[b]); });
+        cumulative.clear();
+        double acc = 0;
+        for (size_t r = 0; r < regions.size(); ++r) cumulative.push_back(acc += 1.0 / static_cast<double>(r + 3));
+      }
+      uint64_t h = (n.pod >= 0 ? static_cast<uint64_t>(n.pod) + (1ull << 40) : i) + 0x9E3779B97F4A7C15ull;
+      h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+      h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+      h ^= h >> 31;
+      const double u = static_cast<double>(h >> 11) / 9007199254740992.0 * cumulative.back();
+      const auto at = static_cast<size_t>(std::lower_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
+      m.region = regions[region_order_[std::min(at, regions.size() - 1)]];
+    }
+    o_.world->put(std::move(m));
+  }
+
+  void pace(double virtual_s) {
+    SimulationTick t;
+    t.jobs_completed = report_.jobs_completed;
+    t.tokens_generated = tokens_generated_;
+    for (const auto& w : waiting_) t.queued += static_cast<int64_t>(w.size());
+    t.running = static_cast<int64_t>(jobs_.size()) - t.queued;
+    for (const auto& [cls, e] : report_.earnings)
+      t.credits_by_seat[cls.substr(0, cls.find('/'))] += static_cast<double>(book_.balance(ledger::node_account(cls))) / 1e6;
+    o_.pace(virtual_s, t);
+  }
   static std::string node_id(size_t i) { return fmt::format("n{}", i); }
 
   void populate() {
@@ -173,6 +233,7 @@ class Simulator {
       size_t i = nodes_.size();
       SimNode n;
       n.chip = chip;
+      n.mem_gb = mem_gb;
       // Dedicated seats are what Ultra owners buy into most: they earn most there.
       double dedicated = o_.dedicated_fraction * (chips[chip].tier == ledger::Tier::Ultra ? 3 : 1);
       n.seat = uniform() < dedicated ? ledger::Seat::Dedicated : ledger::Seat::Shared;
@@ -215,6 +276,7 @@ class Simulator {
         else push({exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, static_cast<int64_t>(i), 0});
       }
       placement_.set_available(node_id(i), n.online);
+      show(i);
     }
   }
 
@@ -252,6 +314,7 @@ class Simulator {
         n.online = false;
         report_.earnings[n.cls].machine_hours += (now_ - n.online_since) / 3600;
         placement_.set_available(node_id(e.id), false);
+        show(static_cast<size_t>(e.id));
         // Its job, if any, comes back once the lease runs out.
         if (n.job >= 0) push({now_ + o_.lease_timeout_s, EvType::LeaseExpire, n.job, jobs_.at(n.job).attempt});
         push({now_ + exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, e.id, 0});
@@ -262,6 +325,7 @@ class Simulator {
         n.online = true;
         n.online_since = now_;
         placement_.set_available(node_id(e.id), true);
+        show(static_cast<size_t>(e.id));
         push({now_ + exp(o_.churn / 3600), EvType::Leave, e.id, 0});
         dispatch();
         break;
@@ -296,6 +360,7 @@ class Simulator {
     release(j);
     const SimModel& m = kModels[j.model];
     int64_t tokens = j.prompt + j.output;
+    tokens_generated_ += j.output;
     // A pod's members share the credits equally: each posts its own settlement.
     for (size_t k = 0; k < j.nodes.size(); ++k) {
       const SimNode& n = nodes_[j.nodes[k]];
@@ -303,6 +368,7 @@ class Simulator {
                        static_cast<int64_t>(j.nodes.size());
       book_.post(ledger::settle_job(fmt::format("{}.{}", id, k), "sim", n.cls, amount, false));
       report_.earnings[n.cls].jobs++;
+      if (o_.world) o_.world->job_served(node_id(j.nodes[k]), j.tok_s);
       double r = next_reliability(reliability_[j.nodes[k]], Outcome::Served);
       if (r != reliability_[j.nodes[k]]) {
         reliability_[j.nodes[k]] = r;
@@ -343,6 +409,7 @@ class Simulator {
     if (c.pod) report_.pod_jobs++;
     placement_.job_started(c.unit);
     delay_.add(now_ - j.arrival);
+    j.tok_s = c.expected_tok_s;
     double seconds = j.prompt / (c.expected_tok_s * kPrefillSpeedup) + j.output / c.expected_tok_s;
     if (!c.on_disk) {
       seconds += m.bytes / kDownloadBytesPerS;
@@ -369,6 +436,9 @@ class Simulator {
   std::vector<std::deque<int64_t>> waiting_ = std::vector<std::deque<int64_t>>(std::size(kModels));
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t next_job_ = 0;
+  int64_t tokens_generated_ = 0;
+  std::vector<double> region_weights_;  // cumulative, for show()
+  std::vector<size_t> region_order_;     // the places, heaviest first
   double now_ = 0, end_ = 0, busy_seconds_ = 0;
   Histogram delay_, placement_us_;
   SimulationReport report_;
