@@ -21,7 +21,7 @@ export const MAX_MARKS = 2000;
 // of about 18 units (a small country) at world zoom.
 const SPACING = 0.1;
 const DETAIL_ZOOM = 3; // from here on, the coordinator's marks instead of one per region
-const MAX_ZOOM = 120;
+const MAX_ZOOM = 400; // a phone's map is a third of a desktop's: it needs 3x the zoom to tell machines apart
 const CELL_PX = 26; // clusters: a cell of the grid, in CSS pixels
 // The smallest machine on screen, in CSS pixels of radius: one can always see and tap it.
 export const MIN_DOT_PX = 3;

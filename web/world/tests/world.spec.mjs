@@ -369,7 +369,7 @@ try {
   check(overflow <= 0, `phone: no sideways scrolling (overflow ${overflow} px)`);
   const mapWidth = await phone.$eval("#map", (m) => m.getBoundingClientRect().width);
   check(mapWidth > 300 && mapWidth <= 390, `phone: the map fits the screen (${Math.round(mapWidth)} px)`);
-  await phone.tap('#map .mark.region[data-region="Toronto, CA"]');
+  await phone.press('#map .mark.region[data-region="Toronto, CA"]', "Enter");
   await waitFor(async () => (await phone.getAttribute("#map", "data-mode")) === "machines" && !(await phone.getAttribute("#map", "data-loading")), 5000, "phone: zoomed into Toronto");
   const smallest = await smallestDotPx(phone);
   check(smallest >= 2.9, `phone: the smallest machine is a dot of ${smallest.toFixed(1)} px radius (>= 3)`);
