@@ -9,6 +9,7 @@
 #include "network/identity.h"
 #include "network/ledger.h"
 #include "network/regions.h"
+#include "network/world/population.h"
 
 namespace orchard::network {
 
@@ -39,7 +40,7 @@ int64_t wall_clock_ms() {
 namespace {
 
 constexpr int64_t kDefaultMaxTokens = 256;
-constexpr int64_t kThroughputWindowMs = 60000;  // world()'s tok_s and jobs_per_min: over this window
+constexpr int64_t kThroughputWindowMs = 60000;  // world_totals()' tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
 constexpr auto kFollowerRecheck = std::chrono::seconds(1);
 
@@ -266,7 +267,10 @@ void Coordinator::become_leader() {
   if (leading_) return;
   // The nodes may have changed since this replica read them: the previous leader kept their
   // trust in the store.
-  for (const NodeRecord& r : store_.list_nodes()) load_node_locked(r);
+  for (const NodeRecord& r : store_.list_nodes()) {
+    load_node_locked(r);
+    put_to_world_locked(r);  // with the jobs it served for the previous leader
+  }
   recover_jobs_locked();
   leading_ = true;
   dispatch_locked();
@@ -521,53 +525,46 @@ json Coordinator::models() {
   return {{"object", "list"}, {"data", data}};
 }
 
-json Coordinator::world() {
-  std::vector<NodeRecord> records = store_.list_nodes();
+json Coordinator::world_totals() {
   std::lock_guard lock(mu_);
-  const int64_t now = clock_();
-  json nodes = json::array();
-  int64_t online = 0, memory = 0, served = 0;
-  for (const NodeRecord& r : records) {
-    const NodeState& n = nodes_[r.id];
-    const json& d = n.description;
-    bool on = n.online && n.offering && !n.banned;
-    json node = {{"id", r.id},
-                 {"chip", d.value("chip", "")},
-                 {"memory_bytes", d.value("memory_bytes", int64_t{0})},
-                 {"region", r.region},
-                 {"seat", r.seat},
-                 {"pod", d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : ""},
-                 {"online", on},
-                 {"jobs_served", r.jobs_served},
-                 {"tok_s", r.tok_s}};
-    // A time rather than an age, so the document only changes when something happens.
-    if (on) node["online_since"] = n.online_since;
-    nodes.push_back(std::move(node));
-    online += on;
-    if (on) memory += d.value("memory_bytes", int64_t{0});
-    served += r.jobs_served;
-  }
-  expire_window(generated_, now);
+  expire_window(generated_, clock_());
   int64_t tokens = 0;
   for (const auto& g : generated_) tokens += g.second;
   json credits = json::object();
   for (const auto& [seat, micro] : credits_by_seat_) credits[seat] = static_cast<double>(micro) / 1e6;
-  json totals = {{"nodes", records.size()},
-                 {"online", online},
-                 {"memory_bytes", memory},
-                 {"jobs_served", served},
-                 {"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
-                 {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
-                 {"queue", book_.queued()},
-                 {"credits_by_seat", credits},
-                 {"pods", placement_.pod_count()},
-                 {"models", models_.size()}};
-  return {{"nodes", nodes}, {"totals", totals}};
+  return {{"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
+          {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
+          {"queue", book_.queued()},
+          {"credits_by_seat", credits},
+          {"pods", placement_.pod_count()},
+          {"models", models_.size()}};
 }
 
-void Coordinator::on_nodes_changed(std::function<void()> hook) {
+void Coordinator::attach_world(std::shared_ptr<world::Population> population) {
+  std::vector<NodeRecord> records = population ? store_.list_nodes() : std::vector<NodeRecord>{};
   std::lock_guard lock(mu_);
-  nodes_changed_ = std::move(hook);
+  world_ = std::move(population);
+  for (const NodeRecord& r : records) put_to_world_locked(r);
+}
+
+void Coordinator::put_to_world_locked(const NodeRecord& r) {
+  if (!world_) return;
+  const NodeState& n = nodes_[r.id];
+  const json& d = n.description;
+  const bool on = n.online && n.offering && !n.banned;
+  world_->put({r.id, d.value("chip", ""), r.region, r.seat,
+               d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : "",
+               d.value("memory_bytes", int64_t{0}), on, r.jobs_served, r.tok_s, on ? n.online_since : 0});
+}
+
+void Coordinator::describe_to_world_locked(const std::string& node_id) {
+  if (!world_) return;
+  const NodeState& n = nodes_[node_id];
+  const json& d = n.description;
+  const bool on = n.online && n.offering && !n.banned;
+  world_->describe({node_id, d.value("chip", ""), listed_region(d.value("region", "")), n.seat,
+                    d.contains("pod") && d["pod"].is_object() ? d["pod"].value("id", "") : "",
+                    d.value("memory_bytes", int64_t{0}), on, 0, 0, on ? n.online_since : 0});
 }
 
 void Coordinator::register_node(const std::string& node_id, const json& description) {
@@ -618,6 +615,7 @@ void Coordinator::register_node(const std::string& node_id, const json& descript
   n.offering = d.value("offering", true);
   n.last_seen = now;
   update_node_locked(node_id);
+  describe_to_world_locked(node_id);  // a new chip, memory, region or pod, still online
   if (d.contains("pod")) form_pod_locked(d["pod"]);
   changed_.notify_all();
   dispatch_locked();
@@ -709,7 +707,7 @@ void Coordinator::refresh_availability_locked(const std::string& node_id) {
   if (visible == n.visible) return;
   n.visible = visible;
   n.online_since = visible ? clock_() : 0;
-  if (nodes_changed_) nodes_changed_();
+  describe_to_world_locked(node_id);
 }
 
 json Coordinator::heartbeat(const std::string& node_id, const json& state) {
@@ -823,8 +821,9 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
     generated_.emplace_back(clock_(), c.completion_tokens);
-    expire_window(generated_, generated_.back().first);  // bounded even when world() is never asked
+    expire_window(generated_, generated_.back().first);  // bounded even when world_totals() is never asked
     if (!check) credits_by_seat_[node->second.seat] += amount;  // else when the check passes
+    if (world_) world_->job_served(node_id, c.tok_s);
     node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
     placement_.set_reliability(node_id, node->second.reliability);
     if (check) maybe_schedule_check_locked(*store_.get_job(job_id), result);
@@ -888,6 +887,7 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
   if (outcome == CompleteOutcome::Refused)
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
+    if (world_) world_->job_served(node_id, c.tok_s);  // the store counts checks as jobs served
     credits_by_seat_[verifier->second.seat] += pay;
     if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
     book_.finish(check.id);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,6 +29,10 @@
 #include "network/token_check.h"
 
 namespace orchard::network {
+
+namespace world {
+class Population;
+}
 
 // A refusal the client can act on, with the HTTP status it maps to.
 class ApiError : public Error {
@@ -93,15 +98,14 @@ class Coordinator {
   Output wait_output(const KeyRecord& key, const std::string& id, size_t offset,
                      std::chrono::steady_clock::time_point deadline);
   nlohmann::json models();  // OpenAI /v1/models shape
-  // Public: nodes (with online_since, Unix ms, while online) and totals (tok_s generated and
-  // jobs_per_min completed over the last minute, queue, credits_by_seat earned by nodes per seat
-  // class); see docs/world.md.
-  nlohmann::json world();
-  // Called when a machine appears on or leaves the World (registers, starts or stops offering,
-  // falls silent, is banned), so the World feed samples at once instead of at its next tick.
-  // Runs with the coordinator's lock held: it must not call back into the coordinator. nullptr
-  // removes it.
-  void on_nodes_changed(std::function<void()> hook);
+  // Public, for the World page (docs/world.md): what only the coordinator knows, without the
+  // machines: tok_s generated and jobs_per_min completed over the last minute, queue,
+  // credits_by_seat earned by nodes per seat class, pods, models. Cheap: no database read.
+  nlohmann::json world_totals();
+  // The World's machines: every node is put into `population` now, and each change (registers,
+  // starts or stops offering, falls silent, is banned, serves a job) is queued into it as it
+  // happens, under the coordinator's lock (Population only queues). nullptr detaches.
+  void attach_world(std::shared_ptr<world::Population> population);
 
   // Nodes (already authenticated by signature: node_id is the public key).
   void register_node(const std::string& node_id, const nlohmann::json& description);
@@ -217,7 +221,9 @@ class Coordinator {
   std::vector<std::string> outbox_;  // notices for the other replicas, sent in batches by Replica
   std::unordered_set<std::string> recovered_;  // queued jobs loaded on becoming leader, before their notices
   std::mt19937_64 rng_;
-  std::function<void()> nodes_changed_;
+  std::shared_ptr<world::Population> world_;
+  void describe_to_world_locked(const std::string& node_id);  // its state as the World shows it
+  void put_to_world_locked(const NodeRecord& r);               // and the jobs it served
   std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute
   std::map<std::string, int64_t> credits_by_seat_;      // micro-credits nodes earned, per seat class
 };

@@ -75,7 +75,7 @@ struct HttpApi::Impl {
   serve::http::GuardedServer server;
   std::atomic<bool> stopping{false};
   std::atomic<bool> listening{false};  // serve() is running (see stop())
-  // The World page's live feed: samples coordinator.world() once a second for /v1/world/events.
+  // The World page's live feed: ticks once a second over the population the coordinator writes into.
   std::unique_ptr<world::WorldSampler> world_feed;
 
   // Followers send nodes to the leader: its address, read from the store at most this often.
@@ -200,12 +200,10 @@ struct HttpApi::Impl {
                                      : fmt::format("[network] HTTP status {}", res.status));
     });
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"ok", true}}); });
-    server.Get("/v1/world", wrap([this](const httplib::Request&, httplib::Response& res) {
-                 send_json(res, coordinator.world());
-               }));
-    world_feed = world::mount_world_routes(server, [this] { return coordinator.world(); });
-    // A machine that joins or leaves shows on open World pages at once, not at the next tick.
-    coordinator.on_nodes_changed([feed = world_feed.get()] { feed->notify(); });
+    // The World: the coordinator queues each machine's changes into the population as they happen.
+    auto population = std::make_shared<world::Population>();
+    coordinator.attach_world(population);
+    world_feed = world::mount_world_routes(server, population, [this] { return coordinator.world_totals(); });
     server.Get("/v1/models", wrap([this](const httplib::Request& req, httplib::Response& res) {
                  client(req);
                  send_json(res, coordinator.models());
@@ -341,7 +339,7 @@ serve::http::GuardOptions HttpApi::default_connections() {
 
 HttpApi::~HttpApi() {
   stop();
-  impl_->coordinator.on_nodes_changed(nullptr);  // it outlives world_feed, which the hook pokes
+  impl_->coordinator.attach_world(nullptr);  // it outlives the population's feed
 }
 
 int HttpApi::bind(const std::string& host, int port) {

@@ -15,6 +15,7 @@
 #include "network/ledger.h"
 #include "network/placement.h"
 #include "network/settlement.h"
+#include "network/world/population.h"
 
 namespace orchard::network {
 namespace {
@@ -84,6 +85,7 @@ struct Event {
 
 struct SimNode {
   int chip;
+  int mem_gb = 0;
   ledger::Seat seat;
   bool online = true;
   double online_since = 0;
@@ -99,6 +101,7 @@ struct SimJob {
   int64_t attempt = 0;       // its current lease's, as the book numbers them
   int64_t elapsed_ms = 0;    // of its current run, from pickup
   std::vector<int> nodes;    // running it, holder first
+  double tok_s = 0;          // its unit's expected decode speed
 };
 
 // The population, the arrivals and the machines' comings and goings are simulated here; the
@@ -131,8 +134,10 @@ class Simulator {
     populate();
     end_ = o_.hours * 3600;
     push({exp(o_.jobs_per_s), EvType::Arrival, 0, 0});
+    double next_tick = 1;
     while (!events_.empty() && events_.top().t <= end_) {
       Event e = events_.top();
+      for (; o_.pace && next_tick <= e.t && next_tick <= end_; next_tick += 1) pace(next_tick);
       events_.pop();
       now_ = e.t;
       handle(e);
@@ -166,6 +171,60 @@ class Simulator {
   double exp(double rate) { return std::exponential_distribution<double>(rate)(rng_); }
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   void push(Event e) { events_.push(e); }
+
+  // The live view (SimulationOptions::world): machine i as it is now.
+  void show(size_t i) {
+    if (!o_.world) return;
+    const SimNode& n = nodes_[i];
+    const auto& regions = o_.world_regions;
+    world::Machine m;
+    m.id = node_id(i);
+    m.chip = catalog_.chips()[n.chip].name;
+    m.memory_bytes = static_cast<int64_t>(n.mem_gb) << 30;
+    m.seat = ledger::seat_name(n.seat);
+    m.pod = n.pod >= 0 ? fmt::format("p{}", n.pod) : "";
+    m.online = n.online;
+    m.online_since = n.online ? o_.world_epoch_ms + static_cast<int64_t>(n.online_since * 1000) : 0;
+    if (!regions.empty()) {
+      // Some places have many more machines than others: weights 1/(rank + 3), picked by a hash
+      // of the index (not the run's generator), a pod's members in one place.
+      // The weights go to the places in an order of their own (a hash of the name), so the
+      // biggest are spread over the world rather than the first of the list.
+      std::vector<double>& cumulative = region_weights_;
+      if (cumulative.size() != regions.size()) {
+        region_order_.resize(regions.size());
+        for (size_t r = 0; r < regions.size(); ++r) region_order_[r] = r;
+        auto scramble = [](const std::string& s) {
+          uint64_t h = 1469598103934665603ull;  // FNV-1a
+          for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+          return h;
+        };
+        std::sort(region_order_.begin(), region_order_.end(),
+                  [&](size_t a, size_t b) { return scramble(regions[a]) < scramble(regions[b]); });
+        cumulative.clear();
+        double acc = 0;
+        for (size_t r = 0; r < regions.size(); ++r) cumulative.push_back(acc += 1.0 / static_cast<double>(r + 3));
+      }
+      uint64_t h = (n.pod >= 0 ? static_cast<uint64_t>(n.pod) + (1ull << 40) : i) + 0x9E3779B97F4A7C15ull;
+      h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+      h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+      h ^= h >> 31;
+      const double u = static_cast<double>(h >> 11) / 9007199254740992.0 * cumulative.back();
+      const auto at = static_cast<size_t>(std::lower_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
+      m.region = regions[region_order_[std::min(at, regions.size() - 1)]];
+    }
+    o_.world->put(std::move(m));
+  }
+
+  void pace(double virtual_s) {
+    SimulationTick t;
+    t.jobs_completed = report_.jobs_completed;
+    t.tokens_generated = tokens_generated_;
+    t.queued = static_cast<int64_t>(book_.queued());
+    t.running = static_cast<int64_t>(jobs_.size()) - t.queued;
+    for (const auto& [seat, micro] : credits_by_seat_) t.credits_by_seat[seat] = static_cast<double>(micro) / 1e6;
+    o_.pace(virtual_s, t);
+  }
   static std::string node_id(size_t i) { return fmt::format("n{}", i); }
 
   void populate() {
@@ -191,6 +250,7 @@ class Simulator {
       size_t i = nodes_.size();
       SimNode n;
       n.chip = chip;
+      n.mem_gb = mem_gb;
       // Dedicated seats are what Ultra owners buy into most: they earn most there.
       double dedicated = o_.dedicated_fraction * (chips[chip].tier == ledger::Tier::Ultra ? 3 : 1);
       n.seat = uniform() < dedicated ? ledger::Seat::Dedicated : ledger::Seat::Shared;
@@ -233,6 +293,7 @@ class Simulator {
         else push({exp(1 / (kMeanOfflineHours * 3600)), EvType::Return, static_cast<int64_t>(i), 0});
       }
       placement_.set_available(node_id(i), n.online);
+      show(i);
     }
   }
 
@@ -270,6 +331,7 @@ class Simulator {
         n.online = false;
         report_.earnings[n.cls].machine_hours += (now_ - n.online_since) / 3600;
         placement_.set_available(node_id(e.id), false);
+        show(static_cast<size_t>(e.id));
         // Its job's holder reports for the last time now; the lease runs out lease_timeout_s later
         // (a pod's job stops when any member leaves).
         if (n.job >= 0) {
@@ -285,6 +347,7 @@ class Simulator {
         n.online = true;
         n.online_since = now_;
         placement_.set_available(node_id(e.id), true);
+        show(static_cast<size_t>(e.id));
         push({now_ + exp(o_.churn / 3600), EvType::Leave, e.id, 0});
         dispatch();
         break;
@@ -332,6 +395,9 @@ class Simulator {
     settlement_.settled(node_id(holder), counted);
     book_.finish(std::to_string(id));
     report_.earnings[n.cls].jobs++;
+    tokens_generated_ += j.output;
+    credits_by_seat_[ledger::seat_name(n.seat)] += price.amount;
+    if (o_.world) o_.world->job_served(node_id(holder), j.tok_s);
     if (o_.keep_settlements) {
       SettledJob s{std::to_string(id), {}, chip.name, n.seat, kModels[j.model].name, static_cast<int64_t>(m.bytes),
                    j.prompt, j.output, j.elapsed_ms, price.multiplier, price.amount};
@@ -374,6 +440,7 @@ class Simulator {
     }
     if (lease.nodes.size() > 1) report_.pod_jobs++;
     delay_.add(now_ - j.arrival);
+    j.tok_s = lease.expected_tok_s;
     double seconds = j.prompt / (lease.expected_tok_s * kPrefillSpeedup) + j.output / lease.expected_tok_s;
     if (!lease.on_disk) {
       seconds += m.bytes / kDownloadBytesPerS;
@@ -409,6 +476,10 @@ class Simulator {
   std::vector<std::string> holders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t next_job_ = 0;
+  int64_t tokens_generated_ = 0;
+  std::map<std::string, int64_t> credits_by_seat_;  // micro-credits paid, for pace()
+  std::vector<double> region_weights_;  // cumulative, for show()
+  std::vector<size_t> region_order_;     // the places, heaviest first
   Histogram delay_, placement_us_;
   SimulationReport report_;
 };

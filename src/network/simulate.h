@@ -7,7 +7,9 @@
 // reports is what the coordinator does. Nothing sleeps; a day of a 100k-node network takes
 // minutes of CPU.
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,16 @@
 #include "network/ledger.h"
 
 namespace orchard::network {
+
+namespace world {
+class Population;
+}
+
+// The figures so far, once per virtual second, for a live view.
+struct SimulationTick {
+  int64_t jobs_completed = 0, tokens_generated = 0, queued = 0, running = 0;
+  std::map<std::string, double> credits_by_seat;  // credits nodes earned, per seat
+};
 
 struct SimulationOptions {
   int64_t nodes = 100000;
@@ -25,6 +37,14 @@ struct SimulationOptions {
   double dedicated_fraction = 0.1;
   double lease_timeout_s = 30;   // a vanished node's job returns to the queue after this
   uint64_t seed = 1;
+  // A live view (`orchard simulate --world-port`): every machine is put into `world` (in one of
+  // `world_regions`, drawn from its index so the run itself stays the same) and its changes
+  // queued as they happen; `pace` is called once per virtual second and may sleep to hold the run
+  // to a speed. Both from the simulating thread.
+  std::shared_ptr<world::Population> world;
+  std::vector<std::string> world_regions;
+  int64_t world_epoch_ms = 0;  // Unix ms of virtual time 0 (machines' online_since)
+  std::function<void(double virtual_s, const SimulationTick&)> pace;
   bool keep_settlements = false;  // SimulationReport::settlements (small runs)
 };
 

@@ -1,13 +1,16 @@
-// The World page's live feed and routes without a browser: totals completion, history steps,
-// jobs per minute, the stream cap, and that event streams neither outlive a client nor block a
-// server stop.
+// The World's data without a browser: the population's aggregates, table pages and map marks
+// against a population computed by hand; the feed's totals, deltas and history; the routes, the
+// stream cap, and that event streams neither outlive a client nor block a server stop. And the
+// sizes and times at 1,000 / 20,000 / 100,000 machines (printed; bounds asserted).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
+#include "core/error.h"
 #include "network/world/world_assets.h"
 #include "network/world/world_routes.h"
 
@@ -17,79 +20,297 @@ using namespace std::chrono_literals;
 
 namespace {
 
-json node(const std::string& id, bool online, int64_t gb, int64_t jobs, double tok_s = 0) {
-  return {{"id", id}, {"chip", "M2 Max"}, {"memory_bytes", gb << 30}, {"region", "Lisbon, PT"}, {"seat", "shared"},
-          {"pod", ""}, {"online", online}, {"jobs_served", jobs}, {"tok_s", tok_s}};
+constexpr int64_t GiB = int64_t{1} << 30;
+
+world::Machine machine(std::string id, std::string chip, int64_t gb, std::string region, std::string seat,
+                       std::string pod, bool online, int64_t jobs) {
+  return {std::move(id), std::move(chip), std::move(region), std::move(seat), std::move(pod), gb * GiB, online, jobs,
+          1.5, online ? 1'700'000'000'000 : 0};
+}
+
+// Seven machines, by hand:
+//   a, b  M2 Ultra 192 GB  Lisbon  dedicated  pod rack  online  10, 5 jobs
+//   c     M3 Max    64 GB  Lisbon  shared               online   2
+//   d     M1         8 GB  Lisbon  shared               offline  7
+//   e     M4 Pro    24 GB  Tokyo   shared               online   0
+//   f     M4        16 GB  Tokyo   dedicated            online   1
+//   g     M2 Max    32 GB  (not shared) shared          online   3
+std::shared_ptr<world::Population> seven() {
+  auto p = std::make_shared<world::Population>();
+  p->put(machine("a", "M2 Ultra", 192, "Lisbon, PT", "dedicated", "rack", true, 10));
+  p->put(machine("b", "M2 Ultra", 192, "Lisbon, PT", "dedicated", "rack", true, 5));
+  p->put(machine("c", "M3 Max", 64, "Lisbon, PT", "shared", "", true, 2));
+  p->put(machine("d", "M1", 8, "Lisbon, PT", "shared", "", false, 7));
+  p->put(machine("e", "M4 Pro", 24, "Tokyo, JP", "shared", "", true, 0));
+  p->put(machine("f", "M4", 16, "Tokyo, JP", "dedicated", "", true, 1));
+  p->put(machine("g", "M2 Max", 32, "", "shared", "", true, 3));
+  p->commit();
+  return p;
+}
+
+std::vector<std::string> ids(const json& page) {
+  std::vector<std::string> out;
+  for (const auto& m : page["machines"]) out.push_back(m["id"]);
+  return out;
+}
+
+json query(const world::Population& p, std::multimap<std::string, std::string> params) {
+  return p.machines(world::MachineQuery::parse(params));
+}
+
+const json& region(const json& summary, const std::string& name) {
+  for (const auto& r : summary["regions"])
+    if (r["name"] == name) return r;
+  throw std::runtime_error("no region " + name);
 }
 
 }  // namespace
 
-TEST(WorldFeed, CompletesMissingTotalsAndKeepsTheCoordinators) {
-  json doc = {{"nodes", {node("a", true, 64, 3, 10), node("b", false, 32, 4, 5), node("c", true, 16, 0, 2.5)}},
-              {"totals", {{"queue", 7}, {"tok_s", 99.0}}}};
-  world::WorldFeed::complete_totals(doc, 1.5);
-  const auto& t = doc["totals"];
-  EXPECT_EQ(t["online"], 2);
-  EXPECT_EQ(t["nodes"], 3);
-  EXPECT_EQ(t["memory_bytes"], (64LL + 16) << 30);
-  EXPECT_EQ(t["jobs_served"], 7);
-  EXPECT_EQ(t["tok_s"], 99.0);  // the coordinator's figure wins
-  EXPECT_EQ(t["queue"], 7);
-  EXPECT_EQ(t["jobs_per_min"], 1.5);
-  EXPECT_TRUE(t["credits_by_seat"].is_object());
+TEST(WorldPopulation, ChipClassesAndTheSpiral) {
+  EXPECT_EQ(world::chip_class("Apple M2 Ultra"), world::ChipClass::Ultra);
+  EXPECT_EQ(world::chip_class("M3 MAX"), world::ChipClass::Max);
+  EXPECT_EQ(world::chip_class("M4 Pro"), world::ChipClass::Pro);
+  EXPECT_EQ(world::chip_class("M1"), world::ChipClass::Base);
+  EXPECT_EQ(world::chip_class("Maximus"), world::ChipClass::Base);  // a word, not a prefix
 
-  // Without the coordinator's output figure there is none: the nodes' tok_s are the speeds of
-  // their last jobs, not output now.
-  json bare = {{"nodes", {node("a", true, 64, 3, 10), node("c", true, 16, 0, 2.5)}}};
-  world::WorldFeed::complete_totals(bare, 0);
-  EXPECT_FALSE(bare["totals"].contains("tok_s")) << bare["totals"].dump();
-
-  json junk = "not an object";
-  world::WorldFeed::complete_totals(junk, 0);
-  EXPECT_TRUE(junk["nodes"].is_array());
-  EXPECT_EQ(junk["totals"]["online"], 0);
+  // Ring k holds 6k slots at distance between k*sqrt(3)/2 and k; neighbours are one unit apart.
+  EXPECT_EQ(world::spiral_slot(0), std::make_pair(0.0, 0.0));
+  int64_t slot = 1;
+  for (int64_t k = 1; k <= 40; ++k) {
+    for (int64_t j = 0; j < 6 * k; ++j, ++slot) {
+      ASSERT_EQ(world::spiral_ring(slot), k) << slot;
+      auto [x, y] = world::spiral_slot(slot);
+      const double r = std::hypot(x, y);
+      ASSERT_GE(r, k * std::sqrt(3.0) / 2 - 1e-9);
+      ASSERT_LE(r, k + 1e-9);
+      if (j > 0) {
+        auto [px, py] = world::spiral_slot(slot - 1);
+        ASSERT_NEAR(std::hypot(x - px, y - py), 1.0, 1e-9) << slot;
+      }
+    }
+  }
+  auto [x1, y1] = world::spiral_slot(1);
+  EXPECT_NEAR(x1, 1, 1e-12);
+  EXPECT_NEAR(y1, 0, 1e-12);
+  auto [x2, y2] = world::spiral_slot(2);
+  EXPECT_NEAR(x2, 0.5, 1e-12);
+  EXPECT_NEAR(y2, std::sqrt(3.0) / 2, 1e-12);
 }
 
-TEST(WorldFeed, VersionsOnlyOnChangeAndAveragesHistorySteps) {
-  world::WorldFeed feed;
+TEST(WorldPopulation, SummaryAggregatesRegionsByHand) {
+  auto p = seven();
+  json s = p->summary();
+  EXPECT_EQ(s["totals"]["nodes"], 7);
+  EXPECT_EQ(s["totals"]["online"], 6);
+  EXPECT_EQ(s["totals"]["memory_bytes"], (192 + 192 + 64 + 24 + 16 + 32) * GiB);
+  EXPECT_EQ(s["totals"]["jobs_served"], 28);
+  EXPECT_EQ(s["totals"]["pods"], 1);
+  ASSERT_EQ(s["regions"].size(), 3u);
+  const json& lisbon = region(s, "Lisbon, PT");
+  EXPECT_EQ(lisbon["machines"], 4);
+  EXPECT_EQ(lisbon["online"], 3);
+  EXPECT_EQ(lisbon["memory_bytes"], (192 + 192 + 64) * GiB);
+  EXPECT_EQ(lisbon["classes"], json({0, 0, 1, 2}));
+  EXPECT_EQ(lisbon["pods"], 1);
+  EXPECT_EQ(lisbon["seats"], json({{"dedicated", 2}, {"shared", 1}}));
+  EXPECT_EQ(lisbon["jobs_served"], 24);
+  EXPECT_EQ(lisbon["slots"], 4);
+  const json& tokyo = region(s, "Tokyo, JP");
+  EXPECT_EQ(tokyo["classes"], json({1, 1, 0, 0}));
+  EXPECT_EQ(tokyo["memory_bytes"], 40 * GiB);
+  EXPECT_EQ(region(s, "")["classes"], json({0, 0, 1, 0}));
+  EXPECT_EQ(s["seats"], json({{"dedicated", 3}, {"shared", 3}}));
+  EXPECT_EQ(s["chips"][0]["chip"], "M2 Ultra");  // the most common first
+  EXPECT_EQ(s["chips"][0]["machines"], 2);
+  EXPECT_EQ(s["chips"][0]["class"], "ultra");
+
+  // Changes: c serves a job, e goes offline (describe keeps its jobs), g moves to Tokyo, d leaves.
+  p->take_changes();
+  p->job_served("c", 30);
+  auto e = machine("e", "M4 Pro", 24, "Tokyo, JP", "shared", "", false, 999);
+  p->describe(e);
+  p->put(machine("g", "M2 Max", 32, "Tokyo, JP", "shared", "", true, 3));
+  p->remove("d");
+  p->job_served("nobody", 1);  // never put: ignored
+  p->commit();
+  auto changes = p->take_changes();
+  EXPECT_EQ(changes.regions, (std::vector<std::string>{"", "Lisbon, PT", "Tokyo, JP"}));
+  EXPECT_EQ(changes.machines, (std::vector<std::string>{"c", "d", "e", "g"}));
+  EXPECT_EQ(changes.machines_changed, 4);
+  EXPECT_EQ(p->served_events(), 1);
+  s = p->summary();
+  EXPECT_EQ(s["totals"]["nodes"], 6);
+  EXPECT_EQ(s["totals"]["online"], 5);
+  EXPECT_EQ(s["totals"]["jobs_served"], 28 - 7 + 1);
+  EXPECT_EQ(s["regions"].size(), 2u);  // nobody left unshared
+  EXPECT_EQ(region(s, "Tokyo, JP")["online"], 2);
+  EXPECT_EQ(region(s, "Lisbon, PT")["slots"], 3);
+  EXPECT_EQ(p->machine("e")["jobs_served"], 0);
+  EXPECT_FALSE(p->machine("e").contains("online_since"));
+  EXPECT_EQ(p->machine("c")["tok_s"], 30.0);
+  EXPECT_TRUE(p->machine("d").is_null());
+}
+
+TEST(WorldPopulation, MachinePagesFilterAndSortOnTheServer) {
+  auto p = seven();
+  json all = query(*p, {});
+  EXPECT_EQ(all["total"], 7);
+  EXPECT_EQ(all["matched"], 6);  // online only by default
+  EXPECT_EQ(ids(all), (std::vector<std::string>{"a", "b", "c", "g", "e", "f"}));  // memory, then id
+  EXPECT_EQ(all["sort"], "memory");
+  EXPECT_EQ(all["order"], "desc");
+  EXPECT_EQ(ids(query(*p, {{"offset", "2"}, {"limit", "2"}})), (std::vector<std::string>{"c", "g"}));
+  EXPECT_EQ(ids(query(*p, {{"offset", "6"}})), std::vector<std::string>{});
+  EXPECT_EQ(ids(query(*p, {{"online", "any"}, {"sort", "jobs"}})),
+            (std::vector<std::string>{"a", "d", "b", "g", "c", "f", "e"}));
+  EXPECT_EQ(ids(query(*p, {{"online", "any"}, {"sort", "jobs"}, {"order", "asc"}})),
+            (std::vector<std::string>{"e", "f", "c", "g", "b", "d", "a"}));
+  EXPECT_EQ(ids(query(*p, {{"sort", "chip"}})), (std::vector<std::string>{"g", "a", "b", "c", "f", "e"}));
+  EXPECT_EQ(ids(query(*p, {{"class", "ultra"}})), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ids(query(*p, {{"chip", "M4"}})), std::vector<std::string>{"f"});
+  EXPECT_EQ(ids(query(*p, {{"min_memory", std::to_string(32 * GiB)}})), (std::vector<std::string>{"a", "b", "c", "g"}));
+  EXPECT_EQ(ids(query(*p, {{"region", ""}})), std::vector<std::string>{"g"});
+  EXPECT_EQ(ids(query(*p, {{"region", "Tokyo, JP"}})), (std::vector<std::string>{"e", "f"}));
+  EXPECT_EQ(ids(query(*p, {{"seat", "dedicated"}})), (std::vector<std::string>{"a", "b", "f"}));
+  EXPECT_EQ(ids(query(*p, {{"pod", "rack"}, {"sort", "id"}, {"order", "desc"}})), (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(ids(query(*p, {{"online", "false"}})), std::vector<std::string>{"d"});
+  json mixed = query(*p, {{"region", "Lisbon, PT"}, {"online", "any"}, {"min_memory", std::to_string(64 * GiB)}, {"limit", "1"}});
+  EXPECT_EQ(mixed["matched"], 3);
+  EXPECT_EQ(ids(mixed), std::vector<std::string>{"a"});
+
+  for (auto bad : std::vector<std::multimap<std::string, std::string>>{
+           {{"sort", "nope"}}, {{"limit", "0"}}, {{"limit", "501"}}, {{"offset", "-1"}}, {{"class", "huge"}},
+           {{"online", "maybe"}}, {{"order", "up"}}, {{"min_memory", "12x"}}}) {
+    try {
+      world::MachineQuery::parse(bad);
+      ADD_FAILURE() << bad.begin()->first << "=" << bad.begin()->second << " was accepted";
+    } catch (const orchard::FormatError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[world] " + bad.begin()->first + "=", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(WorldPopulation, MapMarksAreMachinesOrClustersWithinTheBudget) {
+  auto p = seven();
+  // Lisbon's spiral: a (ultra) at slot 0, b at 1 = (1, 0), c (max) at 2, d (offline) at 3.
+  auto marks = [&](std::multimap<std::string, std::string> params) { return p->marks(world::MapQuery::parse(params)); };
+  json near = marks({{"v", "Lisbon, PT|-0.2|-0.2|1.2|0.2"}});
+  EXPECT_EQ(near["mode"], "machines");
+  EXPECT_EQ(near["in_view"], 2);
+  ASSERT_EQ(near["regions"].size(), 1u);
+  const json& list = near["regions"][0]["machines"];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0], json({0.0, 0.0, "a", "M2 Ultra", 192 * GiB, "dedicated", "rack", 10, 1.5, 1'700'000'000'000}));
+  EXPECT_EQ(list[1][0], 1.0);
+  EXPECT_EQ(list[1][2], "b");
+
+  json both = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"v", "Tokyo, JP|-2|-2|2|2"}, {"v", "Nowhere|-2|-2|2|2"}});
+  EXPECT_EQ(both["mode"], "machines");
+  EXPECT_EQ(both["in_view"], 5);  // d is offline
+  // Asked for clusters (machines too close to tell apart on screen): clusters, however few.
+  json asked = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"clusters", "1"}});
+  EXPECT_EQ(asked["mode"], "clusters");
+  EXPECT_EQ(asked["marks"], 1);
+  json clustered = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"v", "Tokyo, JP|-2|-2|2|2"}, {"budget", "2"}});
+  EXPECT_EQ(clustered["mode"], "clusters");
+  EXPECT_EQ(clustered["marks"], 2);
+  ASSERT_EQ(clustered["regions"].size(), 2u);
+  const json& cell = clustered["regions"][0]["clusters"][0];
+  EXPECT_EQ(cell[2], 3);
+  EXPECT_EQ(cell[3], json({0, 0, 1, 2}));
+  EXPECT_EQ(cell[4], (192 + 192 + 64) * GiB);
+  EXPECT_EQ(cell[5], 1);  // one pod
+  // One cell per machine would be 3 marks: the cells double until one budget mark holds them.
+  json tight = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"cell", "0.5"}, {"budget", "1"}});
+  EXPECT_EQ(tight["marks"], 1);
+  EXPECT_GE(tight["cell"].get<double>(), 2.0);
+
+  for (auto bad : std::vector<std::multimap<std::string, std::string>>{
+           {{"v", "Lisbon, PT|0|0|1"}}, {{"v", "Lisbon, PT|1|0|0|1"}}, {{"v", "Lisbon, PT|a|0|1|1"}},
+           {{"budget", "2001"}}, {{"cell", "0"}}, {{"clusters", "yes"}}}) {
+    EXPECT_THROW(world::MapQuery::parse(bad), orchard::FormatError) << bad.begin()->second;
+  }
+}
+
+TEST(WorldFeed, CompletesTotalsWithTheSourcesFigures) {
+  json totals = {{"nodes", 3}, {"online", 2}, {"memory_bytes", 80 * GiB}, {"jobs_served", 7}, {"pods", 0}};
+  world::WorldFeed::complete_totals(totals, {{"queue", 7}, {"tok_s", 99.0}, {"pods", 2}, {"simulation", {{"a", 1}}}}, 1.5);
+  EXPECT_EQ(totals["online"], 2);
+  EXPECT_EQ(totals["tok_s"], 99.0);
+  EXPECT_EQ(totals["queue"], 7);
+  EXPECT_EQ(totals["pods"], 2);  // the source's figure wins
+  EXPECT_EQ(totals["jobs_per_min"], 1.5);
+  EXPECT_TRUE(totals["credits_by_seat"].is_object());
+  EXPECT_FALSE(totals.contains("simulation"));
+  // Without the source's output figure there is none: machines' tok_s are their last jobs' speeds.
+  json bare = json::object();
+  world::WorldFeed::complete_totals(bare, nullptr, 0);
+  EXPECT_TRUE(bare["tok_s"].is_null());
+  EXPECT_EQ(bare["online"], 0);
+}
+
+TEST(WorldFeed, DeltasCarryOnlyWhatChangedAndHistoryAverages) {
+  auto p = seven();
+  world::WorldFeed feed(p);
   const int64_t t0 = 1'700'000'000'000;  // a multiple of 10 s
-  json a = {{"nodes", {node("a", true, 8, 0)}}, {"totals", {{"tok_s", 10.0}}}};
-  feed.publish(a, t0);
-  EXPECT_EQ(feed.latest().version, 1u);
-  feed.publish(a, t0 + 1000);  // same document: no new version
-  EXPECT_EQ(feed.latest().version, 1u);
-  a["totals"]["tok_s"] = 40.0;
-  feed.publish(a, t0 + 2000);
-  EXPECT_EQ(feed.latest().version, 2u);
-  feed.publish(a, t0 + 10'000);  // next step
+  feed.publish({{"tok_s", 10.0}}, t0);
+  EXPECT_EQ(feed.version(), 1u);
+  auto first = feed.since(0);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].name, "summary");
+  json summary = json::parse(first[0].json);
+  EXPECT_EQ(summary["totals"]["online"], 6);
+  EXPECT_EQ(summary["totals"]["tok_s"], 10.0);
+  EXPECT_EQ(summary["regions"].size(), 3u);
+  feed.publish({{"tok_s", 10.0}}, t0 + 1000);  // nothing new: no version
+  EXPECT_EQ(feed.version(), 1u);
+  EXPECT_TRUE(feed.since(1).empty());
+
+  p->describe(machine("f", "M4", 16, "Tokyo, JP", "dedicated", "", false, 0));
+  feed.publish({{"tok_s", 40.0}}, t0 + 2000);
+  EXPECT_EQ(feed.version(), 2u);
+  auto next = feed.since(1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].name, "delta");
+  json delta = json::parse(next[0].json);
+  EXPECT_EQ(delta["version"], 2);
+  ASSERT_EQ(delta["regions"].size(), 1u);  // Tokyo alone
+  EXPECT_EQ(delta["regions"][0]["name"], "Tokyo, JP");
+  EXPECT_EQ(delta["regions"][0]["online"], 1);
+  EXPECT_EQ(delta["totals"]["online"], 5);
+  EXPECT_EQ(delta["machines"], json({{"changed", 1}, {"ids", {"f"}}}));
+  EXPECT_FALSE(delta.contains("chips"));
+  EXPECT_EQ(feed.since(0)[0].name, "summary");  // a new stream starts from the whole summary
+
+  feed.publish({{"tok_s", 40.0}}, t0 + 10'000);  // the next step
   auto h = feed.history();
   EXPECT_EQ(h["step_s"], 10);
   ASSERT_EQ(h["points"].size(), 2u);
   EXPECT_EQ(h["points"][0][0], t0);
   EXPECT_DOUBLE_EQ(h["points"][0][1].get<double>(), 20.0);  // mean of 10, 10, 40
   EXPECT_DOUBLE_EQ(h["points"][1][1].get<double>(), 40.0);
-  auto latest = json::parse(feed.latest().json);
-  EXPECT_EQ(latest["sample"][1], 40.0);
-
-  // An hour later the old points are gone.
-  feed.publish(a, t0 + 3600'000 + 10'000);
+  feed.publish({{"tok_s", 40.0}}, t0 + 3600'000 + 10'000);  // an hour later the old points are gone
   EXPECT_EQ(feed.history()["points"].size(), 1u);
 }
 
-TEST(WorldFeed, JobsPerMinuteCountsGrowthNotNewcomers) {
-  world::WorldFeed feed;
+TEST(WorldFeed, JobsPerMinuteCountsJobsServedNotNewcomers) {
+  auto p = seven();
+  world::WorldFeed feed(p);
   const int64_t t0 = 1'700'000'000'000;
-  feed.publish({{"nodes", {node("a", true, 8, 100)}}}, t0);
-  // b joins with 500 jobs behind it: not growth. a serves 6 in 30 s: 12 per minute.
-  feed.publish({{"nodes", {node("a", true, 8, 106), node("b", true, 8, 500)}}}, t0 + 30'000);
-  auto doc = json::parse(feed.latest().json);
-  EXPECT_DOUBLE_EQ(doc["totals"]["jobs_per_min"].get<double>(), 12.0);
+  feed.publish(json::object(), t0);
+  // h joins with 500 jobs behind it: not growth. a serves 6 in 30 s: 12 per minute.
+  p->put(machine("h", "M4", 16, "Tokyo, JP", "shared", "", true, 500));
+  for (int i = 0; i < 6; ++i) p->job_served("a", 20);
+  feed.publish(json::object(), t0 + 30'000);
+  json s = json::parse(feed.since(0)[0].json);
+  EXPECT_DOUBLE_EQ(s["totals"]["jobs_per_min"].get<double>(), 12.0);
+  EXPECT_EQ(s["totals"]["jobs_served"], 28 + 500 + 6);
 }
 
 TEST(WorldFeed, StreamCapAndShutdown) {
   world::FeedOptions options;
   options.max_streams = 2;
-  world::WorldFeed feed(options);
+  world::WorldFeed feed(nullptr, options);
   EXPECT_TRUE(feed.acquire_stream());
   EXPECT_TRUE(feed.acquire_stream());
   EXPECT_FALSE(feed.acquire_stream());
@@ -108,19 +329,19 @@ TEST(WorldFeed, StreamCapAndShutdown) {
   EXPECT_FALSE(feed.acquire_stream());
 }
 
-TEST(WorldRoutes, ServesThePageAndStreamsWithoutBlockingTheServer) {
+TEST(WorldRoutes, ServesThePageTheQueriesAndStreamsWithoutBlockingTheServer) {
   ASSERT_FALSE(world::world_assets().empty());
   httplib::Server server;
   world::WorldRoutesOptions options;
-  options.serve_snapshot = true;
   options.feed.tick = 200ms;
   options.feed.max_streams = 1;
   std::atomic<int> calls{0};
+  auto population = seven();
   auto sampler = world::mount_world_routes(
-      server,
+      server, population,
       [&] {
         ++calls;
-        return json{{"nodes", {node("a", true, 64, 1)}}, {"totals", json::object()}};
+        return json{{"queue", 4}};
       },
       options);
   const int port = server.bind_to_any_port("127.0.0.1");
@@ -141,16 +362,41 @@ TEST(WorldRoutes, ServesThePageAndStreamsWithoutBlockingTheServer) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
 
-  // A stream: the history and the document arrive; the client hangs up after the first world
-  // event, and its slot comes back within a tick or two.
+  // A machine put just now shows at once: queries commit first.
+  population->put(machine("z", "M4 Max", 128, "Tokyo, JP", "shared", "", true, 0));
+  auto summary = client.Get("/v1/world");
+  ASSERT_TRUE(summary);
+  json s = json::parse(summary->body);
+  EXPECT_EQ(s["totals"]["online"], 7);
+  EXPECT_EQ(s["totals"]["queue"], 4);
+  EXPECT_FALSE(s.contains("nodes"));
+  auto page2 = client.Get("/v1/world/machines?class=max&sort=memory&limit=2");
+  ASSERT_TRUE(page2);
+  EXPECT_EQ(ids(json::parse(page2->body)), (std::vector<std::string>{"z", "c"}));
+  auto bad = client.Get("/v1/world/machines?sort=nope");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("[world] sort='nope'"), std::string::npos);
+  auto one = client.Get("/v1/world/machines/a");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["chip"], "M2 Ultra");
+  auto none = client.Get("/v1/world/machines/nobody");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  auto map = client.Get("/v1/world/map?v=Lisbon,%20PT|-2|-2|2|2&budget=5");
+  ASSERT_TRUE(map);
+  EXPECT_EQ(json::parse(map->body)["in_view"], 3);
+
+  // A stream: the history and the summary arrive; the client hangs up after the summary, and
+  // its slot comes back within a tick or two.
   std::string got;
   httplib::Client streamer("127.0.0.1", port);
   auto res = streamer.Get("/v1/world/events", [&](const char* data, size_t n) {
     got.append(data, n);
-    return got.find("event: world") == std::string::npos;  // false: hang up
+    return got.find("event: summary") == std::string::npos;  // false: hang up
   });
   EXPECT_NE(got.find("event: history"), std::string::npos);
-  EXPECT_NE(got.find("event: world"), std::string::npos);
+  EXPECT_NE(got.find("event: summary"), std::string::npos);
   bool reacquired = false;  // the only slot is free again once the server noticed the hang-up
   for (int i = 0; i < 30 && !reacquired; ++i) {
     httplib::Client c2("127.0.0.1", port);
@@ -159,20 +405,39 @@ TEST(WorldRoutes, ServesThePageAndStreamsWithoutBlockingTheServer) {
       head.append(data, n);
       return false;
     });
-    reacquired = !head.empty();
+    reacquired = head.rfind("retry:", 0) == 0;  // a 503 answers with its error instead
     if (!reacquired) std::this_thread::sleep_for(100ms);  // 503 meanwhile
   }
   EXPECT_TRUE(reacquired);
 
-  // A stream left open does not keep the server from stopping.
-  std::atomic<bool> stream_ended{false};
+  // An open stream gets a delta when a machine leaves, and does not keep the server from stopping.
+  std::atomic<bool> stream_ended{false}, saw_delta{false}, connected{false};
   std::thread holder([&] {
     httplib::Client c3("127.0.0.1", port);
     c3.set_read_timeout(10, 0);
-    c3.Get("/v1/world/events", [&](const char*, size_t) { return true; });
+    std::string text;
+    // The only slot may still be held by the stream above until the server notices its hang-up.
+    for (int i = 0; i < 50 && text.empty(); ++i) {
+      c3.Get("/v1/world/events", [&](const char* data, size_t n) {
+        text.append(data, n);
+        connected = text.rfind("retry:", 0) == 0;  // else a 503's error
+        if (text.find("event: delta") != std::string::npos && text.find("\"ids\":[\"z\"]") != std::string::npos) saw_delta = true;
+        return true;
+      });
+      if (!connected) {
+        text.clear();
+        std::this_thread::sleep_for(100ms);
+      }
+    }
     stream_ended = true;
+    if (!saw_delta) ADD_FAILURE() << "the stream said: " << text.substr(0, 3000);
   });
-  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 60 && !connected; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(connected);
+  std::this_thread::sleep_for(300ms);  // its summary, then the change
+  population->describe(machine("z", "M4 Max", 128, "Tokyo, JP", "shared", "", false, 0));
+  for (int i = 0; i < 30 && !saw_delta; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(saw_delta);
   const auto t0 = std::chrono::steady_clock::now();
   sampler.reset();  // the feed shuts down: the stream ends within a tick
   server.stop();
@@ -181,4 +446,57 @@ TEST(WorldRoutes, ServesThePageAndStreamsWithoutBlockingTheServer) {
   EXPECT_TRUE(stream_ended);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
   EXPECT_GT(calls.load(), 0);
+}
+
+// Sizes and times at 1,000 / 20,000 / 100,000 machines in 168-ish regions: what a page asks for
+// stays bounded (the summary by the regions, a table page by its limit, a map view by its budget).
+TEST(WorldScale, AnswersStaySmallAsThePopulationGrows) {
+  const char* chips[] = {"M1", "M2 Pro", "M3 Max", "M2 Ultra", "M4", "M4 Pro"};
+  const int64_t mems[] = {8, 16, 24, 36, 64, 128, 192};
+  for (int64_t n : {1000, 20000, 100000}) {
+    world::Population p;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) {
+      char id[65];
+      std::snprintf(id, sizeof id, "%064llx", static_cast<unsigned long long>(i * 2654435761u));
+      p.put({id, chips[i % 6], "Region " + std::to_string((i * 7919) % 168 % (1 + i % 23)), i % 10 ? "shared" : "dedicated",
+             i % 50 == 0 ? "pod" + std::to_string(i / 100) : "", mems[i % 7] * GiB, i % 5 != 0, i % 17, 10.0, 1'700'000'000'000});
+    }
+    p.commit();
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto timed = [](auto&& f, double& ms) {
+      const auto s = std::chrono::steady_clock::now();
+      auto out = f();
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count();
+      return out;
+    };
+    double summary_ms, page_ms, filtered_ms, map_ms, world_map_ms;
+    const std::string summary = timed([&] { return p.summary().dump(); }, summary_ms);
+    const std::string page = timed([&] { return query(p, {{"sort", "memory"}, {"limit", "50"}}).dump(); }, page_ms);
+    const std::string filtered =
+        timed([&] { return query(p, {{"class", "ultra"}, {"region", "Region 0"}, {"sort", "jobs"}, {"offset", "100"}}).dump(); },
+              filtered_ms);
+    // The biggest region, whole, then its centre at a zoom that shows machines one by one.
+    const std::string whole = timed([&] {
+      return p.marks(world::MapQuery::parse({{"v", "Region 0|-1000|-1000|1000|1000"}, {"cell", "8"}})).dump();
+    }, map_ms);
+    const std::string close = timed([&] {
+      return p.marks(world::MapQuery::parse({{"v", "Region 0|-20|-12|20|12"}, {"cell", "4"}})).dump();
+    }, world_map_ms);
+    json w = json::parse(whole), c = json::parse(close);
+    std::printf("[world] %6lld machines: load %.0f ms; summary %.1f KB in %.2f ms; table page %.1f KB in %.2f ms, "
+                "filtered %.2f ms; map of the biggest region %s %lld marks %.1f KB in %.2f ms, close up %s %lld marks "
+                "%.1f KB in %.2f ms\n",
+                static_cast<long long>(n), load_ms, summary.size() / 1024.0, summary_ms, page.size() / 1024.0, page_ms,
+                filtered_ms, w["mode"].get<std::string>().c_str(), static_cast<long long>(w["marks"].get<int64_t>()),
+                whole.size() / 1024.0, map_ms, c["mode"].get<std::string>().c_str(),
+                static_cast<long long>(c["marks"].get<int64_t>()), close.size() / 1024.0, world_map_ms);
+    EXPECT_LT(summary.size(), 64u << 10);
+    EXPECT_LT(page.size(), 32u << 10);
+    EXPECT_LE(w["marks"].get<int64_t>(), 2000);
+    EXPECT_LE(c["marks"].get<int64_t>(), 2000);
+    EXPECT_LT(whole.size(), 1u << 20);
+    EXPECT_LT(close.size(), 1u << 20);
+    EXPECT_EQ(json::parse(page)["machines"].size(), 50u);
+  }
 }

@@ -328,15 +328,15 @@ TEST_F(HttpApiTest, AJobRunsOnANodeAndIsPaidOnce) {
   EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"nope","prompt":"x"})", "application/json")->status, 404);
   EXPECT_EQ(c.Post("/v1/jobs", R"({"model":"echo"})", "application/json")->status, 400);
 
-  json world = json::parse(httplib::Client("127.0.0.1", port_).Get("/v1/world")->body);
-  ASSERT_EQ(world["nodes"].size(), 1u);
-  EXPECT_EQ(world["nodes"][0]["chip"], "M2 Ultra");
-  EXPECT_EQ(world["nodes"][0]["jobs_served"], 1);
-  EXPECT_EQ(world["totals"]["jobs_served"], 1);
+  json world = json::parse(httplib::Client("127.0.0.1", port_).Get("/v1/world/machines?online=any")->body);
+  ASSERT_EQ(world["machines"].size(), 1u);
+  EXPECT_EQ(world["machines"][0]["chip"], "M2 Ultra");
+  EXPECT_EQ(world["machines"][0]["jobs_served"], 1);
+  EXPECT_EQ(json::parse(httplib::Client("127.0.0.1", port_).Get("/v1/world")->body)["totals"]["jobs_served"], 1);
   auto [sum, consistent] = store_->audit();
   EXPECT_EQ(sum, 0);
   EXPECT_TRUE(consistent);
-  std::string node = world["nodes"][0]["id"];
+  std::string node = world["machines"][0]["id"];
   // 6 tokens x 40 GB x dedicated Ultra (2x) = 0.48 credits
   EXPECT_EQ(store_->balance(ledger::node_account(node)), 480000);
 }

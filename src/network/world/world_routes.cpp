@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.h"
 #include "network/world/world_assets.h"
 #include "serve/web_files.h"
 
@@ -34,7 +35,7 @@ std::string sse_event(const char* name, uint64_t id, const std::string& data) {
 
 }  // namespace
 
-void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed, const WorldRoutesOptions& options) {
+void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed, TotalsFn totals) {
   auto page = [](const httplib::Request& req, httplib::Response& res) {
     const Asset* index = find_asset("index.html");
     if (!index) return send_error(res, 500, "[world] the page was not embedded");
@@ -48,28 +49,62 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
     serve::web::send_file(req, res, *asset);
   });
 
+  // Queries answer from the population as of now: what was queued is committed first (cheap when
+  // nothing was), so a client sees its own change at once.
+  auto answer = [](httplib::Response& res, auto&& make) {
+    try {
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(make().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    } catch (const FormatError& e) {
+      send_error(res, 400, e.what());
+    } catch (const std::exception& e) {
+      send_error(res, 500, e.what());
+    }
+  };
+  server.Get("/v1/world", [feed, totals, answer](const httplib::Request&, httplib::Response& res) {
+    answer(res, [&] {
+      nlohmann::json source;
+      try {
+        source = totals ? totals() : nlohmann::json::object();
+      } catch (const std::exception&) {
+        // The source is busy: the last figures it gave stand.
+      }
+      return feed->summary_now(std::move(source));
+    });
+  });
+  server.Get("/v1/world/machines", [feed, answer](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      const MachineQuery q = MachineQuery::parse(req.params);
+      feed->population().commit();
+      return feed->population().machines(q);
+    });
+  });
+  server.Get(R"(/v1/world/machines/([^/]+))", [feed, answer](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      feed->population().commit();
+      auto m = feed->population().machine(req.matches[1].str());
+      if (m.is_null()) throw FormatError("[world] no machine " + req.matches[1].str());
+      return m;
+    });
+    if (res.status == 400) res.status = 404;
+  });
+  server.Get("/v1/world/map", [feed, answer](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      const MapQuery q = MapQuery::parse(req.params);
+      feed->population().commit();
+      return feed->population().marks(q);
+    });
+  });
   server.Get("/v1/world/history", [feed](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-store");
     res.set_content(feed->history().dump(), "application/json");
   });
 
-  if (options.serve_snapshot) {
-    server.Get("/v1/world", [feed](const httplib::Request&, httplib::Response& res) {
-      auto event = feed->latest();
-      if (event.version == 0) {
-        nlohmann::json empty = nlohmann::json::object();
-        WorldFeed::complete_totals(empty, 0);
-        event.json = empty.dump();
-      }
-      res.set_header("Cache-Control", "no-store");
-      res.set_content(event.json, "application/json");
-    });
-  }
-
-  // Server-sent events. Each open stream holds one of the server's worker threads, so their number
-  // is capped (FeedOptions::max_streams); past the cap the answer is 503 and the page polls
-  // /v1/world instead. A stream never waits longer than one tick between writes, so a client that
-  // went away is noticed by the next write (at most a tick later) and a server stop ends it.
+  // Server-sent events: the summary on connect, then one delta per change. Each open stream holds
+  // one of the server's worker threads, so their number is capped (FeedOptions::max_streams); past
+  // the cap the answer is 503 and the page polls /v1/world instead. A stream never waits longer
+  // than one tick between writes, so a client that went away is noticed by the next write (at
+  // most a tick later) and a server stop ends it.
   server.Get("/v1/world/events", [feed](const httplib::Request&, httplib::Response& res) {
     if (!feed->acquire_stream()) {
       res.set_header("Retry-After", "10");
@@ -90,25 +125,19 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
             sink.done();
             return true;
           }
+          std::string chunk;
           if (!state->started) {
             state->started = true;
             // retry: how long the browser waits before reconnecting after a drop.
-            std::string head = "retry: 2000\n\n" + sse_event("history", 0, feed->history().dump());
-            auto event = feed->latest();
-            if (event.version) {
-              head += sse_event("world", event.version, event.json);
-              state->seen = event.version;
-            }
-            return sink.write(head.data(), head.size());
-          }
-          auto event = feed->wait_past(state->seen, feed->options().tick);
-          std::string chunk;
-          if (event.version > state->seen) {
-            chunk = sse_event("world", event.version, event.json);
-            state->seen = event.version;
+            chunk = "retry: 2000\n\n" + sse_event("history", 0, feed->history().dump());
           } else {
-            chunk = ": tick\n\n";  // a comment: keeps proxies open and finds dead clients
+            feed->wait_past(state->seen, feed->options().tick);
           }
+          for (const auto& event : feed->since(state->seen)) {
+            chunk += sse_event(event.name.c_str(), event.version, event.json);
+            state->seen = event.version;
+          }
+          if (chunk.empty()) chunk = ": tick\n\n";  // a comment: keeps proxies open and finds dead clients
           return sink.write(chunk.data(), chunk.size());
         },
         [feed, state](bool) {
@@ -117,11 +146,11 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
   });
 }
 
-std::unique_ptr<WorldSampler> mount_world_routes(httplib::Server& server, SnapshotFn snapshot,
-                                                 const WorldRoutesOptions& options) {
-  auto feed = std::make_shared<WorldFeed>(options.feed);
-  mount_world_routes(server, feed, options);
-  return std::make_unique<WorldSampler>(std::move(feed), std::move(snapshot));
+std::unique_ptr<WorldSampler> mount_world_routes(httplib::Server& server, std::shared_ptr<Population> population,
+                                                 TotalsFn totals, const WorldRoutesOptions& options) {
+  auto feed = std::make_shared<WorldFeed>(std::move(population), options.feed);
+  mount_world_routes(server, feed, totals);
+  return std::make_unique<WorldSampler>(std::move(feed), std::move(totals));
 }
 
 }  // namespace orchard::network::world

@@ -1,74 +1,134 @@
-// The World page: live totals, the map, throughput, the leaderboard and the machines table, all
-// fed by the coordinator's event stream (/v1/world/events), or by polling /v1/world when the
-// stream is refused. Nothing is fetched from anywhere but the coordinator.
+// The World page: live totals, the map, throughput, the leaderboard and the machines table. The
+// coordinator holds the machines; the page holds a summary (totals and one entry per region), kept
+// current by the event stream's deltas (/v1/world/events, or polling /v1/world when refused), and
+// asks for what it shows: a page of the table (/v1/world/machines) and the marks of the map's view
+// (/v1/world/map). Nothing is fetched from anywhere but the coordinator, and nothing it fetches
+// grows with the population.
 import "./style.css";
 import { area, line, curveMonotoneX } from "d3-shape";
-import { WorldMap, dotRadius } from "./map.js";
+import { WorldMap } from "./map.js";
 import {
-  CHIP_CLASSES, GiB, chipClass, esc, formatBytes, formatDuration, formatNumber,
+  CHIP_CLASSES, GiB, chipClass, classLabel, esc, formatBytes, formatDuration, formatNumber,
   seatLabel, shortId, uptimeOf,
 } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 const HOUR_MS = 3600 * 1000;
+const PAGE = 50;
 
 const state = {
-  doc: { nodes: [], totals: {} },
+  summary: { totals: {}, regions: [], chips: [], seats: {} },
+  version: 0,
   history: [], // [t_ms, tok_s, jobs_per_min], oldest first
   stepMs: 10000,
   receivedAt: Date.now(),
-  pinned: null, // node id whose tooltip stays open
+  pinned: null, // the info whose tooltip stays open
+  table: { offset: 0, sort: "memory", order: "desc", matched: 0, total: 0 },
 };
+
+async function getJson(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  if (!r.ok) throw new Error(`${url}: ${r.status}`);
+  return r.json();
+}
+
+// Now, on the clock the machines' times are on: a simulation's runs ahead of the wall's.
+function nowMs() {
+  const sim = state.summary.simulation;
+  if (!sim || !Number.isFinite(sim.now_ms)) return Date.now();
+  return sim.now_ms + (sim.finished ? 0 : (Date.now() - state.receivedAt) * (sim.speed || 1));
+}
 
 // ---------------------------------------------------------------- map and tooltip
 
 const tooltip = $("tooltip");
 const mapWrap = $("map-wrap");
-const worldMap = new WorldMap($("map"), { onSelect: select });
+const worldMap = new WorldMap($("map"), {
+  onHover: (info, elem) => { state.hovered = info ? elem : null; if (!state.pinned) showTooltip(info, elem); },
+  onPin: (info, elem) => { state.pinned = info; showTooltip(info, elem); },
+  fetchMarks: (views, cell, budget, clusters) => {
+    const q = new URLSearchParams();
+    for (const v of views) q.append("v", v);
+    q.set("cell", cell);
+    q.set("budget", String(budget));
+    if (clusters) q.set("clusters", "1");
+    return getJson(`/v1/world/map?${q}`);
+  },
+  onView: ({ mode, marks, inView, zoom }) => {
+    $("map-view").textContent = mode === "regions"
+      ? `World view · ${formatNumber(marks)} region${marks === 1 ? "" : "s"} with machines online · scroll or pinch to zoom, click a region`
+      : `Zoom ×${zoom.toFixed(zoom < 10 ? 1 : 0)} · ${formatNumber(inView)} machine${inView === 1 ? "" : "s"} in view` +
+        (mode === "clusters" ? ` in ${formatNumber(marks)} clusters · zoom in to see each` : "");
+  },
+});
+$("zoom-in").addEventListener("click", () => worldMap.zoomBy(2));
+$("zoom-out").addEventListener("click", () => worldMap.zoomBy(0.5));
+$("zoom-reset").addEventListener("click", () => worldMap.reset());
+for (const b of document.querySelectorAll("[data-size-by]"))
+  b.addEventListener("click", () => {
+    for (const o of document.querySelectorAll("[data-size-by]")) o.setAttribute("aria-pressed", String(o === b));
+    worldMap.setSizeBy(b.dataset.sizeBy);
+  });
 
-function select(node, dot, pin) {
-  if (pin) {
-    state.pinned = state.pinned === node?.id ? null : node?.id ?? null;
-  } else if (!node && state.pinned) {
-    return; // leaving a dot keeps a pinned tooltip
-  } else if (state.pinned && node && node.id !== state.pinned) {
-    state.pinned = null;
-  }
-  const shown = state.pinned ? state.doc.nodes.find((n) => n.id === state.pinned) : node;
-  showTooltip(shown, shown ? worldMap.dotOf(shown.id) || dot : null);
+function mix(classes) {
+  const total = (classes || []).reduce((s, n) => s + (Number(n) || 0), 0) || 1;
+  return CHIP_CLASSES.map((c, i) => (classes?.[i] ? `<span class="mix"><span class="swatch c-${c.key}"></span>${c.label} ${formatNumber(classes[i])} (${Math.round((100 * classes[i]) / total)}%)</span>` : "")).join("");
 }
 
-function showTooltip(node, dot) {
-  document.querySelectorAll(".dot.selected").forEach((d) => d.classList.remove("selected"));
-  document.querySelectorAll(".pod.selected").forEach((p) => p.classList.remove("selected"));
-  if (!node || !dot) {
+function showTooltip(info, elem) {
+  if (!info || !elem) {
     tooltip.hidden = true;
     return;
   }
-  dot.classList.add("selected");
-  if (node.pod) document.querySelector(`.pod[data-pod="${CSS.escape(String(node.pod))}"]`)?.classList.add("selected");
-  const cls = chipClass(node.chip);
-  const up = uptimeOf(node, Date.now());
-  tooltip.innerHTML = `
-    <p class="tt-title"><span class="swatch c-${cls}"></span>${esc(node.chip || "Unknown chip")}</p>
-    <dl>
-      <dt>Memory</dt><dd>${formatBytes(node.memory_bytes)}</dd>
-      <dt>Seat</dt><dd>${esc(seatLabel(node.seat))}</dd>
-      <dt>Region</dt><dd>${esc(node.region || "not shared")}</dd>
-      ${node.pod ? `<dt>Pod</dt><dd>${esc(node.pod)}</dd>` : ""}
-      <dt>Jobs served</dt><dd>${formatNumber(node.jobs_served)}</dd>
-      <dt>Last job</dt><dd>${formatNumber(node.tok_s, 1)} tok/s</dd>
-      <dt>Uptime</dt><dd>${up === null ? "–" : formatDuration(up)}</dd>
-    </dl>
-    <p class="tt-id">${esc(shortId(node.id))}${state.pinned ? " · pinned" : ""}</p>`;
+  const pin = state.pinned === info ? " · pinned" : "";
+  if (info.kind === "region") {
+    const r = info.region;
+    tooltip.innerHTML = `
+      <p class="tt-title">${esc(r.name || "Region not shared")}</p>
+      <dl>
+        <dt>Online</dt><dd>${formatNumber(r.online)} of ${formatNumber(r.machines)}</dd>
+        <dt>Memory</dt><dd>${formatBytes(r.memory_bytes)}</dd>
+        <dt>Pods</dt><dd>${formatNumber(r.pods)}</dd>
+        <dt>Seats</dt><dd>${Object.entries(r.seats || {}).map(([s, n]) => `${esc(seatLabel(s))} ${formatNumber(n)}`).join(" · ") || "–"}</dd>
+        <dt>Jobs served</dt><dd>${formatNumber(r.jobs_served)}</dd>
+      </dl>
+      <p class="tt-mix">${mix(r.classes)}</p>
+      <p class="tt-id">${r.name ? "Click to zoom in" : "Filter the table by region to list them"}${pin}</p>`;
+  } else if (info.kind === "cluster") {
+    tooltip.innerHTML = `
+      <p class="tt-title">${formatNumber(info.count)} machines</p>
+      <dl>
+        <dt>Region</dt><dd>${esc(info.region)}</dd>
+        <dt>Memory</dt><dd>${formatBytes(info.memory_bytes)}</dd>
+        <dt>Pods</dt><dd>${formatNumber(info.pods)}</dd>
+      </dl>
+      <p class="tt-mix">${mix(info.classes)}</p>
+      <p class="tt-id">Click to zoom in${pin}</p>`;
+  } else {
+    const node = info.node;
+    const cls = chipClass(node.chip);
+    const up = uptimeOf(node, nowMs());
+    tooltip.innerHTML = `
+      <p class="tt-title"><span class="swatch c-${cls}"></span>${esc(node.chip || "Unknown chip")}</p>
+      <dl>
+        <dt>Memory</dt><dd>${formatBytes(node.memory_bytes)}</dd>
+        <dt>Seat</dt><dd>${esc(seatLabel(node.seat))}</dd>
+        <dt>Region</dt><dd>${esc(node.region || "not shared")}</dd>
+        ${node.pod ? `<dt>Pod</dt><dd>${esc(node.pod)}</dd>` : ""}
+        <dt>Jobs served</dt><dd>${formatNumber(node.jobs_served)}</dd>
+        <dt>Last job</dt><dd>${formatNumber(node.tok_s, 1)} tok/s</dd>
+        <dt>Uptime</dt><dd>${up === null ? "–" : formatDuration(up)}</dd>
+      </dl>
+      <p class="tt-id">${esc(shortId(node.id))}${pin}</p>`;
+  }
   tooltip.hidden = false;
-  // Next to the dot, inside the map's box.
+  // Next to the mark, inside the map's box.
   const box = mapWrap.getBoundingClientRect();
-  const d = dot.getBoundingClientRect();
+  const d = elem.getBoundingClientRect();
   const tw = tooltip.offsetWidth, th = tooltip.offsetHeight;
   let x = d.right - box.left + 8;
   if (x + tw > box.width) x = d.left - box.left - tw - 8;
-  let y = d.top - box.top + d.height / 2 - th / 2;
+  const y = d.top - box.top + d.height / 2 - th / 2;
   tooltip.style.left = `${Math.max(4, Math.min(x, box.width - tw - 4))}px`;
   tooltip.style.top = `${Math.max(4, Math.min(y, box.height - th - 4))}px`;
 }
@@ -76,20 +136,18 @@ function showTooltip(node, dot) {
 document.addEventListener("click", () => { if (state.pinned) { state.pinned = null; showTooltip(null); } });
 document.addEventListener("keydown", (e) => { if (e.key === "Escape") { state.pinned = null; showTooltip(null); } });
 
-// Legend: colour by chip class, size by memory.
+// Legend: colour by chip class; what the marks stand for.
 $("legend").innerHTML =
   CHIP_CLASSES.map((c) => `<li><span class="swatch c-${c.key}"></span>${c.label}</li>`).join("") +
-  `<li class="sizes" aria-label="Dot size follows memory">` +
-  [16, 64, 192].map((gb) => { const r = dotRadius(gb * GiB) * 0.8; return `<svg width="${2 * r + 2}" height="${2 * r + 2}" aria-hidden="true"><circle cx="${r + 1}" cy="${r + 1}" r="${r}"/></svg>`; }).join("") +
-  `<span>16 · 64 · 192 GB</span></li>`;
+  `<li><svg width="16" height="16" aria-hidden="true"><circle class="lg-ring" cx="8" cy="8" r="6"/></svg>a region or a cluster: slices by chip class, the number of machines</li>` +
+  `<li><svg width="12" height="12" aria-hidden="true"><circle class="lg-dot" cx="6" cy="6" r="4"/></svg>a machine, sized by memory</li>`;
 
 // ---------------------------------------------------------------- totals
 
 function renderTotals() {
-  const t = state.doc.totals || {};
-  const nodes = state.doc.nodes || [];
-  $("stat-online").textContent = formatNumber(t.online ?? nodes.filter((n) => n.online).length);
-  $("stat-nodes").textContent = `of ${formatNumber(t.nodes ?? nodes.length)} registered`;
+  const t = state.summary.totals || {};
+  $("stat-online").textContent = formatNumber(t.online ?? 0);
+  $("stat-nodes").textContent = `of ${formatNumber(t.nodes ?? 0)} registered`;
   $("stat-memory").textContent = formatBytes(t.memory_bytes ?? 0);
   // The network's output over the last minute, as the coordinator counts it; never a sum of the
   // machines' last-job speeds (the table's column), which would claim output nobody is producing.
@@ -97,6 +155,15 @@ function renderTotals() {
   $("stat-jobs").textContent = formatNumber(t.jobs_per_min ?? 0, 1);
   $("stat-served").textContent = `${formatNumber(t.jobs_served ?? 0)} served in all`;
   $("stat-queue").textContent = formatNumber(t.queue ?? 0);
+  const sim = state.summary.simulation;
+  const banner = $("sim-banner");
+  banner.hidden = !sim;
+  if (sim) {
+    banner.textContent = `Simulation — not a live network: ${formatNumber(t.nodes ?? 0)} synthetic machines, ` +
+      `virtual time ${formatDuration(sim.virtual_s || 0)} of ${formatNumber(sim.hours, 1)} h` +
+      (sim.finished ? " (finished)" : ` at ×${formatNumber(sim.speed, 1)}`);
+    document.title = "Orchard World (simulation)";
+  }
 }
 
 // ---------------------------------------------------------------- throughput sparkline
@@ -131,7 +198,7 @@ function renderSpark() {
     `<line class="grid" x1="0" x2="${w}" y1="${y(peak)}" y2="${y(peak)}"/><line class="grid" x1="0" x2="${w}" y1="${y(peak / 2)}" y2="${y(peak / 2)}"/>` +
     (pts.length ? `<path class="area" d="${a(pts)}"/><path class="line" d="${l(pts)}"/>` : "") +
     (pts.length ? `<circle class="head" cx="${x(pts[pts.length - 1][0]).toFixed(1)}" cy="${y(pts[pts.length - 1][1]).toFixed(1)}" r="2.5"/>` : "");
-  const cur = state.doc.totals?.tok_s ?? 0;
+  const cur = state.summary.totals?.tok_s ?? 0;
   $("tp-now").textContent = `${formatNumber(cur, 1)} tok/s`;
   $("tp-peak").textContent = pts.length ? `peak ${formatNumber(Math.max(...pts.map((p) => p[1])), 1)} tok/s` : "no data yet";
 }
@@ -139,9 +206,8 @@ function renderSpark() {
 // ---------------------------------------------------------------- leaderboard
 
 function renderLeaderboard() {
-  const credits = state.doc.totals?.credits_by_seat || {};
-  const machines = {};
-  for (const n of state.doc.nodes || []) machines[n.seat || "shared"] = (machines[n.seat || "shared"] || 0) + 1;
+  const credits = state.summary.totals?.credits_by_seat || {};
+  const machines = state.summary.seats || {};
   const seats = [...new Set([...Object.keys(credits), ...Object.keys(machines)])];
   const rows = seats.map((s) => ({ seat: s, credits: Number(credits[s]) || 0, machines: machines[s] || 0 }))
     .sort((a, b) => b.credits - a.credits || a.seat.localeCompare(b.seat));
@@ -150,7 +216,7 @@ function renderLeaderboard() {
     ? rows.map((r, i) => `
       <li>
         <span class="rank">${i + 1}</span>
-        <span class="seat">${esc(seatLabel(r.seat))}<small>${r.machines} machine${r.machines === 1 ? "" : "s"}</small></span>
+        <span class="seat">${esc(seatLabel(r.seat))}<small>${formatNumber(r.machines)} online</small></span>
         <span class="credits">${formatNumber(r.credits, 2)}<small> credits</small></span>
         <span class="bar" aria-hidden="true"><span data-w="${((r.credits / top) * 100).toFixed(1)}"></span></span>
       </li>`).join("")
@@ -161,37 +227,87 @@ function renderLeaderboard() {
 
 // ---------------------------------------------------------------- machines table
 
-const fChip = $("f-chip"), fMem = $("f-mem"), fOffline = $("f-offline");
-for (const f of [fChip, fMem, fOffline]) f.addEventListener("change", renderTable);
+const filters = { chip: $("f-chip"), mem: $("f-mem"), region: $("f-region"), seat: $("f-seat"), status: $("f-status") };
+for (const f of Object.values(filters)) f.addEventListener("change", () => { state.table.offset = 0; loadTable(); });
 $("filters").addEventListener("submit", (e) => e.preventDefault());
+$("page-prev").addEventListener("click", () => { state.table.offset = Math.max(0, state.table.offset - PAGE); loadTable(); });
+$("page-next").addEventListener("click", () => { state.table.offset += PAGE; loadTable(); });
+for (const b of document.querySelectorAll("#machines th button[data-sort]"))
+  b.addEventListener("click", () => {
+    const t = state.table;
+    if (t.sort === b.dataset.sort) t.order = t.order === "desc" ? "asc" : "desc";
+    else { t.sort = b.dataset.sort; t.order = b.dataset.order || "desc"; }
+    t.offset = 0;
+    loadTable();
+  });
 
-function renderChipOptions() {
-  const chips = [...new Set((state.doc.nodes || []).map((n) => n.chip || "Unknown"))].sort();
-  const classes = CHIP_CLASSES.filter((c) => (state.doc.nodes || []).some((n) => chipClass(n.chip) === c.key));
-  const want = ["", ...classes.map((c) => `class:${c.key}`), ...chips.map((c) => `chip:${c}`)];
-  const have = [...fChip.options].map((o) => o.value);
-  if (want.join("\n") === have.join("\n")) return;
-  const current = fChip.value;
-  fChip.innerHTML = `<option value="">All chips</option>` +
-    (classes.length ? `<optgroup label="Class">${classes.map((c) => `<option value="class:${c.key}">${c.label} (any)</option>`).join("")}</optgroup>` : "") +
-    (chips.length ? `<optgroup label="Chip">${chips.map((c) => `<option value="chip:${esc(c)}">${esc(c)}</option>`).join("")}</optgroup>` : "");
-  fChip.value = want.includes(current) ? current : "";
+function setOptions(select, groups) {
+  const want = groups.flatMap((g) => g.options.map((o) => o.value)).join("\n");
+  if (select.dataset.options === want) return;
+  const current = select.value;
+  select.innerHTML = groups.map((g) => {
+    const opts = g.options.map((o) => `<option value="${esc(o.value)}">${esc(o.label)}</option>`).join("");
+    return g.label ? (g.options.length ? `<optgroup label="${esc(g.label)}">${opts}</optgroup>` : "") : opts;
+  }).join("");
+  select.dataset.options = want;
+  select.value = [...select.options].some((o) => o.value === current) ? current : "";
 }
 
-function renderTable() {
-  const chip = fChip.value, minGb = Number(fMem.value) || 0, offline = fOffline.checked;
-  const now = Date.now();
-  const all = state.doc.nodes || [];
-  const rows = all.filter((n) =>
-    (offline || n.online) &&
-    (!chip || (chip.startsWith("class:") ? chipClass(n.chip) === chip.slice(6) : (n.chip || "Unknown") === chip.slice(5))) &&
-    (Number(n.memory_bytes) || 0) >= minGb * GiB)
-    .sort((a, b) => (b.online - a.online) || (b.memory_bytes - a.memory_bytes) || String(a.id).localeCompare(String(b.id)));
-  $("machines").tBodies[0].innerHTML = rows.map((n) => {
+function renderFilterOptions() {
+  const s = state.summary;
+  const classes = CHIP_CLASSES.filter((c) => (s.chips || []).some((x) => x.class === c.key));
+  setOptions(filters.chip, [
+    { options: [{ value: "", label: "All chips" }] },
+    { label: "Class", options: classes.map((c) => ({ value: `class:${c.key}`, label: `${c.label} (any)` })) },
+    { label: "Chip", options: [...(s.chips || [])].sort((a, b) => a.chip.localeCompare(b.chip)).map((c) => ({ value: `chip:${c.chip}`, label: c.chip || "Unknown" })) },
+  ]);
+  const regions = [...(s.regions || [])].sort((a, b) => a.name.localeCompare(b.name));
+  setOptions(filters.region, [{ options: [{ value: "", label: "Everywhere" },
+    ...regions.map((r) => ({ value: `r:${r.name}`, label: r.name ? `${r.name} (${formatNumber(r.machines)})` : `Not shared (${formatNumber(r.machines)})` }))] }]);
+  setOptions(filters.seat, [{ options: [{ value: "", label: "Any seat" },
+    ...["dedicated", "shared"].map((x) => ({ value: x, label: seatLabel(x) }))] }]);
+}
+
+function tableQuery() {
+  const q = new URLSearchParams();
+  const chip = filters.chip.value;
+  if (chip.startsWith("class:")) q.set("class", chip.slice(6));
+  else if (chip.startsWith("chip:")) q.set("chip", chip.slice(5));
+  const gb = Number(filters.mem.value) || 0;
+  if (gb) q.set("min_memory", String(gb * GiB));
+  if (filters.region.value.startsWith("r:")) q.set("region", filters.region.value.slice(2));
+  if (filters.seat.value) q.set("seat", filters.seat.value);
+  q.set("online", filters.status.value || "true");
+  q.set("sort", state.table.sort);
+  q.set("order", state.table.order);
+  q.set("offset", String(state.table.offset));
+  q.set("limit", String(PAGE));
+  return q;
+}
+
+let tableTicket = 0;
+async function loadTable() {
+  const ticket = ++tableTicket;
+  let page;
+  try {
+    page = await getJson(`/v1/world/machines?${tableQuery()}`);
+  } catch {
+    return;
+  }
+  if (ticket !== tableTicket) return;
+  const t = state.table;
+  t.matched = page.matched;
+  t.total = page.total;
+  if (page.machines.length === 0 && t.offset > 0 && t.offset >= page.matched) {
+    t.offset = Math.max(0, Math.floor((page.matched - 1) / PAGE) * PAGE); // the list got shorter
+    return loadTable();
+  }
+  const now = nowMs();
+  $("machines").tBodies[0].innerHTML = page.machines.map((n) => {
     const cls = chipClass(n.chip), up = uptimeOf(n, now);
     return `<tr data-node-id="${esc(n.id)}" class="${n.online ? "" : "offline"}">
-      <td><span class="state ${n.online ? "on" : "off"}" title="${n.online ? "online" : "offline"}"></span><code>${esc(shortId(n.id))}</code></td>
-      <td><span class="swatch c-${cls}"></span>${esc(n.chip || "Unknown")}</td>
+      <td><code title="${esc(n.id)}">${esc(shortId(n.id))}</code></td>
+      <td><span class="swatch c-${cls}" title="${classLabel(cls)}"></span>${esc(n.chip || "Unknown")}</td>
       <td class="num">${formatBytes(n.memory_bytes)}</td>
       <td>${esc(n.region || "–")}</td>
       <td>${esc(seatLabel(n.seat))}</td>
@@ -201,36 +317,79 @@ function renderTable() {
       <td class="num">${n.online && up !== null ? formatDuration(up) : "–"}</td>
     </tr>`;
   }).join("") || `<tr class="empty"><td colspan="9">No machines match these filters</td></tr>`;
-  $("table-count").textContent = `Showing ${rows.length} of ${all.length} machine${all.length === 1 ? "" : "s"}`;
+  const from = page.machines.length ? t.offset + 1 : 0, to = t.offset + page.machines.length;
+  $("table-count").textContent = `${formatNumber(from)}–${formatNumber(to)} of ${page.matched.toLocaleString("en-US")} matching · ${page.total.toLocaleString("en-US")} registered`;
+  $("page-prev").disabled = t.offset === 0;
+  $("page-next").disabled = to >= page.matched;
+  for (const b of document.querySelectorAll("#machines th button[data-sort]")) {
+    const th = b.closest("th");
+    th.setAttribute("aria-sort", b.dataset.sort === t.sort ? (t.order === "desc" ? "descending" : "ascending") : "none");
+  }
+  document.body.dataset.tableVersion = String(ticket); // for tests and tools
 }
 
 // ---------------------------------------------------------------- data in
 
+// After a change, the views the page shows are asked for again, at most this often.
+const REFRESH_MS = 2000;
+let refreshTimer = null, lastRefresh = 0;
+function scheduleRefresh(regions) {
+  const visible = worldMap.mode() === "detail";
+  const now = Date.now();
+  const run = () => {
+    refreshTimer = null;
+    lastRefresh = Date.now();
+    loadTable();
+    if (visible || worldMap.mode() === "detail") worldMap.requestDetail(true);
+  };
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(run, Math.max(0, REFRESH_MS - (now - lastRefresh)));
+}
+
 function render() {
-  const info = worldMap.update(state.doc.nodes || []);
-  $("map-desc").textContent = `World map: ${info.placed + info.unplaced} machines online in ${info.regions} regions`;
+  worldMap.setRegions(state.summary.regions || []);
+  const regions = (state.summary.regions || []).filter((r) => r.online > 0);
+  $("map-desc").textContent = `World map: ${formatNumber(state.summary.totals?.online ?? 0)} machines online in ${regions.length} regions`;
   renderTotals();
   renderSpark();
   renderLeaderboard();
-  renderChipOptions();
-  renderTable();
-  if (state.pinned) {
-    const n = state.doc.nodes.find((x) => x.id === state.pinned && x.online);
-    if (n) showTooltip(n, worldMap.dotOf(n.id)); else { state.pinned = null; showTooltip(null); }
-  } else if (!tooltip.hidden) {
-    const sel = document.querySelector(".dot.selected");
-    if (!sel) showTooltip(null);
+  renderFilterOptions();
+  if (state.pinned?.kind === "region") {
+    const r = state.summary.regions.find((g) => g.name === state.pinned.region.name);
+    if (r) state.pinned.region = r;
   }
+  // A tooltip stays while its mark does (region marks outlive updates); else it goes.
+  if (!state.pinned && !tooltip.hidden && !state.hovered?.isConnected) showTooltip(null);
   document.body.dataset.version = String(state.version || 0); // for tests and tools
 }
 
-function acceptDoc(doc) {
+function acceptSummary(doc) {
   if (!doc || typeof doc !== "object") return;
-  state.doc = { nodes: Array.isArray(doc.nodes) ? doc.nodes : [], totals: doc.totals || {} };
+  state.summary = { totals: doc.totals || {}, regions: doc.regions || [], chips: doc.chips || [], seats: doc.seats || {},
+    simulation: doc.simulation };
+  state.version = doc.version || 0;
   state.receivedAt = Date.now();
-  state.version = (state.version || 0) + 1;
   if (doc.sample) addSample(doc.sample);
   render();
+  scheduleRefresh();
+}
+
+function acceptDelta(d) {
+  const s = state.summary;
+  s.totals = d.totals || s.totals;
+  if (d.chips) s.chips = d.chips;
+  if (d.seats) s.seats = d.seats;
+  if (d.simulation) s.simulation = d.simulation;
+  const byName = new Map(s.regions.map((r) => [r.name, r]));
+  for (const r of d.regions || []) {
+    if (r.machines > 0) byName.set(r.name, r); else byName.delete(r.name);
+  }
+  s.regions = [...byName.values()];
+  state.version = d.version;
+  state.receivedAt = Date.now();
+  if (d.sample) addSample(d.sample);
+  render();
+  if (d.machines?.changed || (d.regions || []).length) scheduleRefresh();
 }
 
 function acceptHistory(h) {
@@ -248,11 +407,11 @@ function setStatus(kind, text) {
 let pollTimer = null;
 async function poll() {
   try {
-    const r = await fetch("/v1/world", { cache: "no-store" });
-    if (!r.ok) throw new Error(String(r.status));
-    const doc = await r.json();
-    if (!doc.sample) doc.sample = [Date.now(), doc.totals?.tok_s ?? 0, doc.totals?.jobs_per_min ?? 0];
-    acceptDoc(doc);
+    const doc = await getJson("/v1/world");
+    if (doc.version !== state.version || !doc.version) {
+      if (!doc.sample) doc.sample = [Date.now(), doc.totals?.tok_s ?? 0, doc.totals?.jobs_per_min ?? 0];
+      acceptSummary(doc);
+    }
     setStatus("polling", "Updating every 2 s");
   } catch {
     setStatus("down", "Coordinator unreachable");
@@ -260,7 +419,7 @@ async function poll() {
 }
 function startPolling() {
   if (pollTimer) return;
-  fetch("/v1/world/history", { cache: "no-store" }).then((r) => (r.ok ? r.json() : null)).then(acceptHistory).catch(() => {});
+  getJson("/v1/world/history").then(acceptHistory).catch(() => {});
   poll();
   pollTimer = setInterval(poll, 2000);
 }
@@ -270,7 +429,14 @@ function connect() {
   const es = new EventSource("/v1/world/events");
   es.addEventListener("open", () => setStatus("live", "Live"));
   es.addEventListener("history", (e) => acceptHistory(JSON.parse(e.data)));
-  es.addEventListener("world", (e) => { acceptDoc(JSON.parse(e.data)); setStatus("live", "Live"); });
+  es.addEventListener("summary", (e) => { acceptSummary(JSON.parse(e.data)); setStatus("live", "Live"); });
+  es.addEventListener("delta", (e) => {
+    const d = JSON.parse(e.data);
+    // A delta that does not follow what the page holds: the next summary puts it right.
+    if (d.version !== state.version + 1) { es.close(); setTimeout(connect, 100); return; }
+    acceptDelta(d);
+    setStatus("live", "Live");
+  });
   es.addEventListener("error", () => {
     if (es.readyState === EventSource.CLOSED) {
       // Refused (too many streams) or not there: poll instead, and try the stream again later.
@@ -282,9 +448,10 @@ function connect() {
   });
 }
 
-// Keep the "last hour" window and uptimes moving between events.
+// Keep the "last hour" window moving between events.
 setInterval(() => { renderSpark(); }, 5000);
 window.addEventListener("resize", () => { if (!tooltip.hidden) showTooltip(null); });
 
 render();
+loadTable();
 connect();

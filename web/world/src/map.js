@@ -1,13 +1,33 @@
-// The world map: country shapes from world-atlas (110m TopoJSON), Equal Earth projection, one dot
-// per online machine at the region its owner shared, pods as links between their members.
+// The world map: country shapes from world-atlas (110m TopoJSON), Equal Earth projection, zoom
+// and pan (d3-zoom). What is drawn never exceeds MAX_MARKS, whatever the population:
+//   - at world zoom, one mark per region: a ring sized by its machines (or memory), its slices
+//     the mix of chip classes, the count in it (from the summary the page already holds);
+//   - zoomed in, the coordinator's marks for the view (/v1/world/map): each machine on the
+//     hexagonal spiral of its region (pods side by side, linked), or clusters of them when more
+//     than the budget would be in view.
 import { geoEqualEarth, geoGraticule10, geoPath } from "d3-geo";
+import { arc, pie } from "d3-shape";
+import { select } from "d3-selection";
+import { zoom, zoomIdentity } from "d3-zoom";
 import { feature, mesh } from "topojson-client";
 import world from "world-atlas/countries-110m.json";
 import regions from "../../../data/regions.json";
-import { GiB, chipClass, classColor, esc } from "./format.js";
+import { CHIP_CLASSES, GiB, chipClass, classColor, esc, formatNumber } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 960;
+export const MAX_MARKS = 2000;
+// Map units between neighbours on a region's spiral: 100,000 machines in one place fill a disc
+// of about 18 units (a small country) at world zoom.
+const SPACING = 0.1;
+const DETAIL_ZOOM = 3; // from here on, the coordinator's marks instead of one per region
+const MAX_ZOOM = 400; // a phone's map is a third of a desktop's: it needs 3x the zoom to tell machines apart
+const CELL_PX = 26; // clusters: a cell of the grid, in CSS pixels
+// The smallest machine on screen, in CSS pixels of radius: one can always see and tap it.
+export const MIN_DOT_PX = 3;
+// Machines are drawn one by one only from this spacing on screen (CSS px) between neighbours, so
+// no two overlap; closer, they are clusters.
+const MACHINE_PX = 2 * MIN_DOT_PX + 1.5;
 
 const regionIndex = new Map();
 const countryIndex = new Map();
@@ -29,16 +49,19 @@ export function findRegion(name) {
   return code ? countryIndex.get(code.toUpperCase()) || null : null;
 }
 
-// Dot radius in map units (the map is 960 wide): the area grows with memory
-// (8 GB ~ 4.6, 64 GB ~ 8.5, 192 GB ~ 12.9, 512 GB ~ 19.5).
-export function dotRadius(memoryBytes) {
-  const gb = Math.max(1, (Number(memoryBytes) || 0) / GiB);
-  return Math.min(20, 2.5 + 0.75 * Math.sqrt(gb));
+// The ring a spiral of n slots reaches (ring k holds 6k slots): as the coordinator lays them out.
+function outerRing(n) {
+  if (n <= 1) return 0;
+  let k = Math.floor((1 + Math.sqrt(1 + (4 * (n - 2)) / 3)) / 2);
+  while (1 + 3 * k * (k + 1) < n) k++;
+  return k;
 }
 
-// The smallest dot on screen, in CSS pixels of radius: the map shrinks with the window (on a phone
-// a map unit is 0.4 px), and a 16 GB machine must stay a dot one can see and tap.
-export const MIN_DOT_PX = 3;
+// A machine's radius in CSS px by memory (8 GB ~ 3.4, 64 GB ~ 6, 192 GB ~ 9).
+export function dotPx(memoryBytes) {
+  const gb = Math.max(1, (Number(memoryBytes) || 0) / GiB);
+  return Math.min(12, 2 + 0.5 * Math.sqrt(gb));
+}
 
 function el(name, attrs = {}, parent = null) {
   const e = document.createElementNS(SVG, name);
@@ -47,11 +70,31 @@ function el(name, attrs = {}, parent = null) {
   return e;
 }
 
+const slices = pie().sort(null).value((d) => d.n);
+
+// A ring of slices, one per chip class with machines, at the origin: radius r, hole r * 0.55.
+function classRing(parent, counts, r) {
+  const data = CHIP_CLASSES.map((c, i) => ({ key: c.key, n: Number(counts?.[i]) || 0 })).filter((d) => d.n > 0);
+  el("circle", { class: "ring-bg", r: r.toFixed(2) }, parent);
+  const shape = arc().innerRadius(r * 0.55).outerRadius(r).padAngle(data.length > 1 ? 0.04 : 0);
+  for (const s of slices(data)) el("path", { d: shape(s), fill: classColor(s.data.key) }, parent);
+}
+
 export class WorldMap {
-  constructor(svg, { onSelect } = {}) {
+  // onHover(info | null, element), onPin(info, element): info = {kind: "region"|"cluster"|"machine", ...}
+  // fetchMarks(params) -> Promise of /v1/world/map's answer; onView({mode, marks, inView, zoom}).
+  constructor(svg, { onHover, onPin, fetchMarks, onView } = {}) {
     this.svg = svg;
-    this.onSelect = onSelect;
-    this.dots = new Map(); // id -> circle
+    this.onHover = onHover;
+    this.onPin = onPin;
+    this.fetchMarks = fetchMarks;
+    this.onView = onView;
+    this.regions = []; // the summary's, with their place: {name, online, ..., at: [x, y] | null}
+    this.sizeBy = "machines";
+    this.transform = zoomIdentity;
+    this.detail = null; // the last /v1/world/map answer, with its request's centres
+    this.regionMarks = new Map(); // region name -> its mark, at world zoom
+    this.pending = 0;
     const countries = feature(world, world.objects.countries);
     countries.features = countries.features.filter((f) => f.id !== "010"); // Antarctica: no machines, much space
     this.projection = geoEqualEarth().fitWidth(W - 16, countries);
@@ -62,121 +105,284 @@ export class WorldMap {
     svg.setAttribute("viewBox", `0 0 ${W} ${this.height}`);
     svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
 
-    el("path", { class: "graticule", d: path(geoGraticule10()) }, svg);
-    const land = el("g", { class: "countries" }, svg);
-    for (const f of countries.features) el("path", { d: path(f) }, land);
-    el("path", { class: "borders", d: path(mesh(world, world.objects.countries, (a, b) => a !== b)) }, svg);
-    this.podLayer = el("g", { class: "pods" }, svg);
-    this.dotLayer = el("g", { class: "dots" }, svg);
-    this.trayLabel = el("text", { class: "tray-label", x: 14, y: this.height - 30 }, svg);
-    // The minimum size is in screen pixels: lay the dots out again when the map's width changes.
-    this.lastNodes = null;
-    this.lastWidth = 0;
-    if (typeof ResizeObserver !== "undefined") {
-      new ResizeObserver(() => {
-        const w = svg.getBoundingClientRect().width;
-        if (this.lastNodes && Math.abs(w - this.lastWidth) > 1) this.update(this.lastNodes);
-      }).observe(svg);
+    this.land = el("g", { class: "land" }, svg);
+    el("path", { class: "graticule", d: path(geoGraticule10()) }, this.land);
+    const countryLayer = el("g", { class: "countries" }, this.land);
+    for (const f of countries.features) el("path", { d: path(f) }, countryLayer);
+    el("path", { class: "borders", d: path(mesh(world, world.objects.countries, (a, b) => a !== b)) }, this.land);
+    this.linkLayer = el("g", { class: "pods" }, svg);
+    this.markLayer = el("g", { class: "marks" }, svg);
+    this.tray = el("g", { class: "tray" }, svg);
+
+    this.zoom = zoom()
+      .scaleExtent([1, MAX_ZOOM])
+      .translateExtent([[0, 0], [W, this.height]])
+      .on("zoom", (e) => this.zoomed(e.transform));
+    select(svg).call(this.zoom).on("dblclick.zoom", null);
+    if (typeof ResizeObserver !== "undefined") new ResizeObserver(() => this.draw()).observe(svg);
+  }
+
+  // CSS pixels per viewBox unit (the map shrinks with the window).
+  pxPerUnit() {
+    return (this.svg.getBoundingClientRect().width || W) / W;
+  }
+
+  setRegions(list) {
+    this.regions = list.map((r) => {
+      const place = r.name ? findRegion(r.name) : null;
+      return { ...r, at: place ? this.projection([place.lon, place.lat]) : null };
+    });
+    // Zoomed in, the marks stay until the next answer (the page asks again after a change).
+    if (this.mode() === "regions") this.draw(); else this.drawTray();
+  }
+
+  setSizeBy(by) {
+    this.sizeBy = by;
+    this.draw();
+  }
+
+  mode() {
+    return this.transform.k >= DETAIL_ZOOM ? "detail" : "regions";
+  }
+
+  zoomed(t) {
+    const wasDetail = this.mode() === "detail";
+    this.transform = t;
+    this.land.setAttribute("transform", t.toString());
+    if (this.mode() === "detail") {
+      if (!wasDetail) this.detail = null;
+      this.place(); // marks follow now; new ones come when the gesture rests
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.requestDetail(), 120);
+    } else {
+      this.detail = null;
+      this.draw();
     }
   }
 
-  // A machine's radius in map units: by memory, at least MIN_DOT_PX on screen.
-  radiusOf(memoryBytes) {
-    const width = this.svg.getBoundingClientRect().width || W;
-    return Math.max(dotRadius(memoryBytes), (MIN_DOT_PX * W) / width);
+  zoomBy(f) {
+    select(this.svg).transition().duration(250).call(this.zoom.scaleBy, f);
+  }
+  reset() {
+    select(this.svg).transition().duration(300).call(this.zoom.transform, zoomIdentity);
+  }
+  // Centres a point (viewBox units, unzoomed) at zoom k.
+  zoomTo([x, y], k) {
+    const t = zoomIdentity.translate(W / 2, this.height / 2).scale(k).translate(-x, -y);
+    select(this.svg).transition().duration(400).call(this.zoom.transform, t);
+  }
+  zoomToRegion(name) {
+    const r = this.regions.find((g) => g.name === name);
+    if (!r || !r.at) return;
+    // Close enough to tell machines apart, and closer for a small place (its spiral a third of
+    // the map's height across); a big place then shows clusters first.
+    const radius = SPACING * (outerRing(r.slots || r.machines || 1) + 1);
+    const apart = (1.05 * MACHINE_PX) / (SPACING * this.pxPerUnit());
+    const k = Math.min(MAX_ZOOM, Math.max(DETAIL_ZOOM * 1.5, apart, this.height / 3 / (2 * radius)));
+    this.zoomTo(r.at, k);
   }
 
-  // Places the online machines; returns {placed, regions, unplaced}.
-  update(nodes) {
-    this.lastNodes = nodes;
-    this.lastWidth = this.svg.getBoundingClientRect().width;
-    const online = nodes.filter((n) => n.online);
-    const groups = new Map(); // region name -> nodes
-    const unplaced = [];
-    for (const n of online) {
-      const r = findRegion(n.region);
-      if (!r) { unplaced.push(n); continue; }
-      if (!groups.has(r.name)) groups.set(r.name, { region: r, nodes: [] });
-      groups.get(r.name).nodes.push(n);
+  // What the coordinator is asked for this view: each region whose spiral meets it, the view in
+  // the region's own units.
+  viewRequest() {
+    const t = this.transform;
+    const [x0, y0] = t.invert([0, 0]), [x1, y1] = t.invert([W, this.height]);
+    const unitPx = SPACING * t.k * this.pxPerUnit();
+    const views = [];
+    for (const r of this.regions) {
+      if (!r.at || !r.online) continue;
+      const reach = SPACING * (outerRing(r.slots || r.machines) + 1);
+      const [cx, cy] = r.at;
+      if (cx + reach < x0 || cx - reach > x1 || cy + reach < y0 || cy - reach > y1) continue;
+      const f = (v) => v.toFixed(1);
+      views.push({ region: r.name, at: r.at, v: `${r.name}|${f((x0 - cx) / SPACING)}|${f((y0 - cy) / SPACING)}|${f((x1 - cx) / SPACING)}|${f((y1 - cy) / SPACING)}` });
     }
+    return { views, cell: Math.max(0.5, CELL_PX / unitPx), unitPx, clusters: unitPx < MACHINE_PX };
+  }
 
-    const pos = new Map(); // id -> [x, y, r]
-    for (const { region, nodes: members } of groups.values()) {
-      const [cx, cy] = this.projection([region.lon, region.lat]);
-      // Pod members next to each other, then a sunflower spiral so no two dots sit on one spot.
-      members.sort((a, b) => String(a.pod || "~").localeCompare(String(b.pod || "~")) || String(a.id).localeCompare(String(b.id)));
-      // Neighbours on a sunflower spiral sit about `spacing` apart: just more than the widest dot.
-      const spacing = members.reduce((s, n) => Math.max(s, this.radiusOf(n.memory_bytes)), 0) * 2.1;
-      members.forEach((n, i) => {
-        const rr = spacing * Math.sqrt(i);
-        const a = i * 2.399963;
-        pos.set(n.id, [cx + rr * Math.cos(a), cy + rr * Math.sin(a), this.radiusOf(n.memory_bytes)]);
-      });
+  // For a new view (data-loading is set until its marks are drawn), or the same view again after
+  // a change (`refresh`).
+  async requestDetail(refresh = false) {
+    if (this.mode() !== "detail" || !this.fetchMarks) return;
+    const req = this.viewRequest();
+    const ticket = ++this.pending;
+    if (!refresh) this.svg.dataset.loading = "1";
+    if (!req.views.length) {
+      this.detail = { req, answer: { mode: "machines", regions: [], in_view: 0, marks: 0 } };
+      delete this.svg.dataset.loading;
+      return this.draw();
     }
-    // Machines whose region is not on the list wait in a tray under the map.
-    let x = 20;
-    for (const n of unplaced.sort((a, b) => String(a.id).localeCompare(String(b.id)))) {
-      const r = this.radiusOf(n.memory_bytes);
-      pos.set(n.id, [x + r, this.height - 14, r]);
-      x += 2 * r + 4;
+    let answer;
+    try {
+      answer = await this.fetchMarks(req.views.map((v) => v.v), req.cell.toFixed(2), MAX_MARKS - 10, req.clusters);
+    } catch {
+      if (ticket === this.pending) delete this.svg.dataset.loading;
+      return; // the next view or update asks again
     }
-    this.trayLabel.textContent = unplaced.length ? `Region not shared (${unplaced.length})` : "";
+    if (ticket !== this.pending || this.mode() !== "detail") return; // a newer view was asked for
+    delete this.svg.dataset.loading;
+    this.detail = { req, answer };
+    this.draw();
+  }
 
-    // Pods: a link through the members, drawn under the dots.
-    const pods = new Map();
-    for (const n of online) if (n.pod && pos.has(n.id)) (pods.get(n.pod) || pods.set(n.pod, []).get(n.pod)).push(n);
-    this.podLayer.replaceChildren();
-    for (const [pod, members] of pods) {
-      if (members.length < 2) continue;
-      const pts = members.map((n) => pos.get(n.id));
-      const d = pts.map(([px, py], i) => `${i ? "L" : "M"}${px.toFixed(1)},${py.toFixed(1)}`).join("") + (pts.length > 2 ? "Z" : "");
-      const g = el("g", { class: "pod", "data-pod": pod }, this.podLayer);
-      el("path", { class: "pod-halo", d }, g);
-      el("path", { class: "pod-link", d }, g);
+  // Draws what the mode holds.
+  draw() {
+    this.linkLayer.replaceChildren();
+    this.links = [];
+    this.drawTray();
+    let marks = 0, inView = 0, mode = "regions";
+    if (this.mode() === "regions") {
+      marks = this.drawRegions();
+      inView = this.regions.reduce((s, r) => s + (r.at ? r.online || 0 : 0), 0);
+    } else if (this.detail) {
+      this.regionMarks.clear();
+      this.markLayer.replaceChildren();
+      mode = this.detail.answer.mode;
+      marks = this.drawDetail();
+      inView = this.detail.answer.in_view || 0;
     }
+    this.svg.dataset.mode = mode;
+    this.svg.dataset.marks = String(marks);
+    this.onView?.({ mode, marks, inView, zoom: this.transform.k });
+  }
 
-    // Dots, keyed by node id: new ones pop in, gone ones are removed.
-    const seen = new Set();
-    let added = false;
-    for (const n of online) {
-      const p = pos.get(n.id);
-      if (!p) continue;
-      seen.add(n.id);
-      let c = this.dots.get(n.id);
-      if (!c) {
-        c = el("circle", { class: "dot enter", tabindex: "0", role: "button", "data-node-id": n.id });
-        c.addEventListener("animationend", () => c.classList.remove("enter"), { once: true });
-        c.addEventListener("pointerenter", () => this.onSelect?.(c.__node, c, false));
-        c.addEventListener("focus", () => this.onSelect?.(c.__node, c, false));
-        c.addEventListener("pointerleave", () => this.onSelect?.(null, c, false));
-        c.addEventListener("blur", () => this.onSelect?.(null, c, false));
-        c.addEventListener("click", (ev) => { ev.stopPropagation(); this.onSelect?.(c.__node, c, true); });
-        c.addEventListener("keydown", (ev) => {
-          if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); this.onSelect?.(c.__node, c, true); }
-        });
-        this.dotLayer.appendChild(c);
-        this.dots.set(n.id, c);
-        added = true;
+  // Region marks are kept by name and only redrawn when their figures change, so a mark under
+  // the pointer or the focus stays the same element from one update to the next.
+  drawRegions() {
+    const px = this.pxPerUnit();
+    const value = (r) => (this.sizeBy === "memory" ? Number(r.memory_bytes) || 0 : Number(r.online) || 0);
+    const shown = this.regions.filter((r) => r.at && r.online > 0);
+    const top = Math.max(1, ...shown.map(value));
+    const keep = new Map();
+    for (const r of shown) {
+      const rPx = 6 + 18 * Math.sqrt(value(r) / top);
+      let g = this.regionMarks.get(r.name);
+      if (!g) {
+        g = el("g", { class: "mark region", tabindex: "0", role: "button", "data-region": r.name });
+        this.wire(g, () => ({ kind: "region", region: g.__region }), () => this.zoomToRegion(r.name));
       }
-      c.__node = n;
-      const cls = chipClass(n.chip);
-      c.setAttribute("cx", p[0].toFixed(1));
-      c.setAttribute("cy", p[1].toFixed(1));
-      c.setAttribute("r", p[2].toFixed(1));
-      c.setAttribute("fill", classColor(cls));
-      c.setAttribute("data-chip-class", cls);
-      c.setAttribute("aria-label", `${esc(n.chip || "Unknown chip")}, ${Math.round((n.memory_bytes || 0) / GiB)} GB, ${esc(n.region || "region not shared")}`);
+      g.__region = r;
+      g.dataset.x = r.at[0];
+      g.dataset.y = r.at[1];
+      g.setAttribute("aria-label", `${r.name}: ${r.online} machines online`);
+      const sig = `${rPx.toFixed(1)}|${r.online}|${r.classes}`;
+      if (g.__sig !== sig) {
+        g.__sig = sig;
+        g.replaceChildren();
+        classRing(g, r.classes, rPx);
+        if (rPx >= 11) el("text", { class: "count", dy: "0.35em" }, g).textContent = formatNumber(r.online);
+      }
+      g.__size = rPx;
+      keep.set(r.name, g);
     }
-    for (const [id, c] of this.dots) {
-      if (!seen.has(id)) { c.remove(); this.dots.delete(id); }
+    const same = keep.size === this.regionMarks.size && [...keep.keys()].every((k) => this.regionMarks.has(k)) &&
+      this.markLayer.childElementCount === keep.size;
+    this.regionMarks = keep;
+    if (!same) {
+      // Biggest first, so small places stay on top and reachable.
+      this.markLayer.replaceChildren(...[...keep.values()].sort((a, b) => b.__size - a.__size));
     }
-    // Big dots first so small ones stay clickable on top of them (only when dots came: moving a
-    // dot in the DOM would drop its focus).
-    if (added) [...this.dots.values()].sort((a, b) => b.r.baseVal.value - a.r.baseVal.value).forEach((c) => this.dotLayer.appendChild(c));
-    return { placed: pos.size - unplaced.length, regions: groups.size, unplaced: unplaced.length };
+    this.place();
+    return shown.length;
   }
 
-  dotOf(id) {
-    return this.dots.get(id) || null;
+  drawDetail() {
+    const { req, answer } = this.detail;
+    const px = this.pxPerUnit();
+    const at = new Map(req.views.map((v) => [v.region, v.at]));
+    const unitPx = SPACING * this.transform.k * px;
+    let marks = 0;
+    const pods = new Map();
+    for (const group of answer.regions || []) {
+      const c = at.get(group.region);
+      if (!c) continue;
+      for (const m of group.machines || []) {
+        const [lx, ly, id, chip, memory, seat, pod, jobs, tokS, since] = m;
+        const pos = [c[0] + SPACING * lx, c[1] + SPACING * ly];
+        const r = Math.max(MIN_DOT_PX, Math.min(dotPx(memory), unitPx * 0.45));
+        const dot = el("circle", { class: "mark dot", tabindex: "0", role: "button", "data-node-id": id,
+          "data-chip-class": chipClass(chip), r: (r / px).toFixed(3), fill: classColor(chipClass(chip)),
+          "aria-label": `${esc(chip || "Unknown chip")}, ${Math.round(memory / GiB)} GB, ${esc(group.region)}` }, this.markLayer);
+        dot.dataset.x = pos[0]; dot.dataset.y = pos[1];
+        const node = { id, chip, memory_bytes: memory, seat, pod, jobs_served: jobs, tok_s: tokS, online: true,
+          online_since: since, region: group.region };
+        this.wire(dot, { kind: "machine", node }, null);
+        if (pod) (pods.get(pod) || pods.set(pod, []).get(pod)).push(dot);
+        marks++;
+      }
+      for (const cl of group.clusters || []) {
+        const [lx, ly, count, classes, memory, podCount] = cl;
+        const pos = [c[0] + SPACING * lx, c[1] + SPACING * ly];
+        const cellPx = answer.cell * unitPx;
+        const rPx = Math.max(5, Math.min(cellPx * 0.48, 4 + 2.2 * Math.sqrt(count)));
+        const g = el("g", { class: "mark cluster", tabindex: "0", role: "button", "data-count": count,
+          "aria-label": `${count} machines in ${group.region}` }, this.markLayer);
+        g.dataset.x = pos[0]; g.dataset.y = pos[1]; g.dataset.scale = "1";
+        classRing(g, classes, rPx);
+        if (rPx >= 10) el("text", { class: "count", dy: "0.35em" }, g).textContent = formatNumber(count);
+        this.wire(g, { kind: "cluster", region: group.region, count, classes, memory_bytes: memory, pods: podCount },
+          () => this.zoomTo(pos, Math.min(MAX_ZOOM, this.transform.k * 3)));
+        marks++;
+      }
+    }
+    // Pods: a line through the members in view, under the dots.
+    this.links = [];
+    for (const [pod, dots] of pods) {
+      if (dots.length < 2) continue;
+      const g = el("g", { class: "pod", "data-pod": pod }, this.linkLayer);
+      const halo = el("path", { class: "pod-halo" }, g), link = el("path", { class: "pod-link" }, g);
+      this.links.push({ dots, halo, link });
+    }
+    this.place();
+    return marks;
+  }
+
+  // Screen positions of the marks for the current transform (during a gesture, between answers).
+  place() {
+    const t = this.transform, px = this.pxPerUnit();
+    for (const m of this.markLayer.children) {
+      const [x, y] = t.apply([Number(m.dataset.x), Number(m.dataset.y)]);
+      if (m.tagName === "circle") {
+        m.setAttribute("cx", x.toFixed(1));
+        m.setAttribute("cy", y.toFixed(1));
+      } else {
+        m.setAttribute("transform", `translate(${x.toFixed(1)},${y.toFixed(1)}) scale(${(1 / px).toFixed(4)})`);
+      }
+    }
+    for (const l of this.links || []) {
+      const pts = l.dots.map((d) => `${d.getAttribute("cx")},${d.getAttribute("cy")}`);
+      const d = "M" + pts.join("L") + (pts.length > 2 ? "Z" : "");
+      l.halo.setAttribute("d", d);
+      l.link.setAttribute("d", d);
+    }
+  }
+
+  // Machines whose region is not on the list: one mark in a corner, whatever the zoom.
+  drawTray() {
+    this.tray.replaceChildren();
+    const r = this.regions.find((g) => !g.at && g.online > 0);
+    if (!r) return;
+    const px = this.pxPerUnit();
+    const g = el("g", { class: "mark region unshared", tabindex: "0", role: "button", "data-region": r.name,
+      "aria-label": `Region not shared: ${r.online} machines online`,
+      transform: `translate(${(24 / px).toFixed(1)},${(this.height - 18 / px).toFixed(1)}) scale(${(1 / px).toFixed(4)})` }, this.tray);
+    classRing(g, r.classes, 9);
+    el("text", { class: "tray-label", x: 16, dy: "0.35em" }, g).textContent = `Region not shared (${formatNumber(r.online)})`;
+    this.wire(g, { kind: "region", region: r }, null);
+  }
+
+  wire(node, what, activate) {
+    const info = () => (typeof what === "function" ? what() : what);
+    node.addEventListener("pointerenter", () => this.onHover?.(info(), node));
+    node.addEventListener("focus", () => this.onHover?.(info(), node));
+    node.addEventListener("pointerleave", () => this.onHover?.(null, node));
+    node.addEventListener("blur", () => this.onHover?.(null, node));
+    node.addEventListener("click", (ev) => {
+      ev.stopPropagation();
+      if (activate) activate(); else this.onPin?.(info(), node);
+    });
+    node.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); if (activate) activate(); else this.onPin?.(info(), node); }
+    });
   }
 }

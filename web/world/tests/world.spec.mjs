@@ -12,10 +12,12 @@
 // starting an agent and leaves by stopping one (SIGTERM: the agent withdraws).
 //
 // Checks: the page loads with no console errors and asks nothing of any host but the
-// coordinator; one dot per online machine (data-node-id); a machine that joins or leaves shows
-// within 2 s; hover and tap show its details; the table filters; totals and leaderboard match the
-// coordinator; a phone-width (390 px) layout without sideways scrolling. Saves world-desktop.png
-// and world-phone.png in DIR. Every process it starts is stopped on the way out, failed or not.
+// coordinator; one mark per region with machines online, counting them; zoomed into a region, one
+// dot per machine (data-node-id) and its pod linked; a machine that joins or leaves shows within
+// 2 s; hover and tap show its details; the table's filters (answered by the coordinator); totals
+// and leaderboard match the coordinator; a phone-width (390 px) layout without sideways
+// scrolling. Saves world-desktop.png and world-phone.png in DIR. Every process it starts is
+// stopped on the way out, failed or not. (world_scale.spec.mjs: 20,000 machines.)
 import { spawn, spawnSync } from "node:child_process";
 import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
 import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -108,7 +110,11 @@ const smallestDotPx = (p) => p.$eval("#map", (svg) => {
   const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
   return Math.min(...[...svg.querySelectorAll("circle.dot")].map((c) => c.r.baseVal.value * scale));
 });
-const getWorld = async () => (await fetch(`${base}/v1/world`)).json();
+// The summary's totals, and every machine (a handful here) as the table's route lists them.
+const getWorld = async () => ({
+  ...(await (await fetch(`${base}/v1/world`)).json()),
+  nodes: (await (await fetch(`${base}/v1/world/machines?online=any&limit=500`)).json()).machines,
+});
 
 // A node key as the agent keeps it: hex of libsodium's secret key (seed, then public key), 0600.
 function nodeKey(file) {
@@ -197,10 +203,24 @@ async function newPage(options) {
 }
 
 const online = new Set(); // ids the test expects online
-const dotIds = (page) => page.$$eval("#map circle.dot[data-node-id]", (ds) => ds.map((d) => d.dataset.nodeId).sort());
-const sameIds = async (page) => JSON.stringify(await dotIds(page)) === JSON.stringify([...online].sort());
 const dot = (id) => `#map circle.dot[data-node-id="${id}"]`;
 const find = (doc, id) => doc.nodes.find((n) => n.id === id);
+// The regions the map draws at world zoom, with the count each says: {"Lisbon, PT": 3, ...}.
+const regionMarks = (page) => page.$$eval("#map .mark.region[data-region]", (ms) =>
+  Object.fromEntries(ms.map((m) => [m.dataset.region, Number((m.getAttribute("aria-label") || "").match(/: (\d+) machines/)?.[1] ?? -1)])));
+// What they should be: online machines per listed region, from the coordinator's own list.
+const expectedMarks = (doc) => {
+  const out = {};
+  for (const n of doc.nodes) if (n.online && online.has(n.id)) out[n.region] = (out[n.region] || 0) + 1;
+  return out;
+};
+const sameMarks = async (page, doc) => JSON.stringify(Object.entries(await regionMarks(page)).sort()) === JSON.stringify(Object.entries(expectedMarks(doc)).sort());
+async function zoomInto(page, region) {
+  await page.click("#zoom-reset");
+  await page.waitForTimeout(400);
+  await page.click(`#map .mark.region[data-region="${region}"]`);
+  await waitFor(async () => (await page.getAttribute("#map", "data-mode")) === "machines" && !(await page.getAttribute("#map", "data-loading")), 5000, `zoomed into ${region}`);
+}
 
 const watchdog = setTimeout(() => {
   console.log(`  FAIL the test ran over ${LIMIT_MS / 1000} s`);
@@ -262,8 +282,8 @@ try {
   // -- desktop
   const page = await newPage({ viewport: { width: 1440, height: 900 } });
   await page.goto(`${base}/world`, { waitUntil: "load" });
-  const firstMs = await waitFor(() => sameIds(page), 5000, "one dot per online machine");
-  check(true, `one dot per online machine (${online.size}), after ${firstMs} ms`);
+  const firstMs = await waitFor(async () => sameMarks(page, await getWorld()), 5000, "one mark per region with machines online");
+  check(true, `one mark per region with machines online, each with its count, after ${firstMs} ms`);
   await waitFor(async () => (await page.textContent("#status-text")) === "Live", 3000, "the event stream is live");
   check(true, "the event stream is live");
   check((await page.textContent("#stat-online")).trim() === String(online.size), "the online counter matches");
@@ -273,54 +293,69 @@ try {
   check((await page.textContent("#l-toks + .value + .sub")).includes("last minute") &&
     (await page.textContent("#machines thead")).includes("Last job tok/s"),
     "the header's tokens/s says it is the last minute's output, the table's column that it is a last job's speed");
-  check((await page.$$("#map .pod path.pod-link")).length === 2, "two pods drawn as links");
+  check(world.totals.pods === 2, "two pods formed");
   check((await page.textContent("#map .tray-label")) === "Region not shared (1)", "a machine in an unknown region sits in the tray");
   const lb = await page.$$eval("#leaderboard li .seat", (xs) => xs.map((x) => x.firstChild.textContent.trim()));
   const lbTop = (await page.textContent("#leaderboard li .credits")).trim();
   check(JSON.stringify(lb) === JSON.stringify(["Dedicated", "Shared"]) && lbTop.startsWith(formatNumber(t.credits_by_seat.dedicated, 2)),
     `leaderboard ranks seat classes by the coordinator's credits (${lb}; ${lbTop})`);
+  await page.hover('#map .mark.region[data-region="Lisbon, PT"]');
+  check(/Lisbon, PT[\s\S]*Online\s*3 of 3/.test(await page.textContent("#tooltip")), "hovering a region shows its machines online");
 
-  // a machine joins (an agent starts), one leaves (an agent stops): both show within 2 s
-  let t0 = Date.now();
-  online.add(startAgent(joiner));
-  await waitFor(() => page.$(dot(joiner.key.id)), 10000, "the joining machine's dot");
-  const joinMs = Date.now() - t0;
-  check(joinMs <= JOIN_LEAVE_MS && (await sameIds(page)), `a starting agent's dot appears in ${joinMs} ms (<= ${JOIN_LEAVE_MS})`);
-  const leaver = agents.find((a) => a.name === "tokyo-m3max");
-  online.delete(leaver.key.id);
-  t0 = Date.now();
-  leaver.proc.kill("SIGTERM");
-  await waitFor(async () => !(await page.$(dot(leaver.key.id))), 10000, "the leaving machine's dot to go");
-  const leaveMs = Date.now() - t0;
-  check(leaveMs <= JOIN_LEAVE_MS && (await sameIds(page)), `a stopped agent's dot goes in ${leaveMs} ms (<= ${JOIN_LEAVE_MS})`);
-  const pacific = podMembers.find((m) => m.name === "pacific-1");
-  pacific.left = true;
-  online.delete(pacific.key.id);
-  await signedPost(pacific.key, "/v1/nodes/heartbeat", { offering: false });
-  await waitFor(async () => !(await page.$(dot(pacific.key.id))), JOIN_LEAVE_MS, "a withdrawn pod member's dot to go");
-  check((await page.$$("#map .pod path.pod-link")).length === 1, "a pod left with one member is no longer linked");
-
+  // Zoomed into Lisbon: its three machines one by one, the rack's two linked as a pod.
+  await zoomInto(page, "Lisbon, PT");
+  const lisbonIds = [agents[0].key.id, podMembers[0].key.id, podMembers[1].key.id].sort();
+  const shown = (await page.$$eval("#map circle.dot[data-node-id]", (ds) => ds.map((d) => d.dataset.nodeId))).filter((id) => lisbonIds.includes(id)).sort();
+  check(JSON.stringify(shown) === JSON.stringify(lisbonIds), "zoomed into Lisbon: its three machines, one dot each");
+  check((await page.$$('#map .pod[data-pod="lisbon-rack"] path.pod-link')).length === 1, "the rack's two members are linked as a pod");
   // hover: chip, memory, seat, jobs served, uptime
   await page.hover(dot(served.id));
   const tip = await page.textContent("#tooltip");
   check(await page.isVisible("#tooltip") && tip.includes("M4 Max") && tip.includes(formatBytes(served.memory_bytes)) &&
     /Dedicated/.test(tip) && /Jobs served\s*3(?!\d)/.test(tip) && /Uptime\s*\d+ (s|min)/.test(tip),
     "hovering a dot shows chip, memory, seat, jobs served and uptime");
+  await page.mouse.move(5, 5);
+  await page.click("#zoom-reset");
+  await page.waitForTimeout(400);
 
-  // table filters, against the coordinator's own list
+  // a machine joins (an agent starts), one leaves (an agent stops): both show within 2 s
+  let t0 = Date.now();
+  online.add(startAgent(joiner));
+  await waitFor(() => page.$('#map .mark.region[data-region="Reykjavik, IS"]'), 10000, "the joining machine's region");
+  const joinMs = Date.now() - t0;
+  check(joinMs <= JOIN_LEAVE_MS && (await sameMarks(page, await getWorld())), `a starting agent's region appears in ${joinMs} ms (<= ${JOIN_LEAVE_MS})`);
+  const leaver = agents.find((a) => a.name === "tokyo-m3max");
+  online.delete(leaver.key.id);
+  t0 = Date.now();
+  leaver.proc.kill("SIGTERM");
+  await waitFor(async () => (await regionMarks(page))["Tokyo, JP"] === 1, 10000, "Tokyo to count one machine");
+  const leaveMs = Date.now() - t0;
+  check(leaveMs <= JOIN_LEAVE_MS && (await sameMarks(page, await getWorld())), `a stopped agent leaves its region's count in ${leaveMs} ms (<= ${JOIN_LEAVE_MS})`);
+  const pacific = podMembers.find((m) => m.name === "pacific-1");
+  pacific.left = true;
+  online.delete(pacific.key.id);
+  await signedPost(pacific.key, "/v1/nodes/heartbeat", { offering: false });
+  await waitFor(async () => !(await page.$('#map .mark.region[data-region="Sydney, AU"]')), JOIN_LEAVE_MS, "a withdrawn pod member's region to go");
+  check(true, "a withdrawn pod member leaves the map");
+
+  // table filters, answered by the coordinator, against its own list
   const now = await getWorld();
   const rows = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.length);
   const count = (f) => now.nodes.filter(f).length;
-  check(await rows() === online.size, "the table lists the online machines");
+  const settle = (want, what) => waitFor(async () => (await rows()) === want, 3000, what).then(() => true, () => false);
+  check(await settle(online.size, "the online machines"), "the table lists the online machines");
   await page.selectOption("#f-chip", "class:ultra");
-  check(await rows() === count((n) => n.online && /ultra/i.test(n.chip)), "filter by chip class (Ultra)");
+  check(await settle(count((n) => n.online && /ultra/i.test(n.chip)), "Ultras"), "filter by chip class (Ultra)");
   await page.selectOption("#f-chip", "");
   await page.selectOption("#f-mem", "64");
-  check(await rows() === count((n) => n.online && n.memory_bytes >= 64 * GiB), "filter by memory (>= 64 GB)");
-  await page.check("#f-offline");
-  check(await rows() === count((n) => n.memory_bytes >= 64 * GiB), "show offline machines too");
+  check(await settle(count((n) => n.online && n.memory_bytes >= 64 * GiB), ">= 64 GB"), "filter by memory (>= 64 GB)");
+  await page.selectOption("#f-status", "any");
+  check(await settle(count((n) => n.memory_bytes >= 64 * GiB), "offline too"), "show offline machines too");
   await page.selectOption("#f-mem", "0");
-  await page.uncheck("#f-offline");
+  await page.selectOption("#f-region", "r:Tokyo, JP");
+  check(await settle(count((n) => n.region === "Tokyo, JP"), "Tokyo"), "filter by region (Tokyo, offline too)");
+  await page.selectOption("#f-region", "");
+  await page.selectOption("#f-status", "true");
 
   await page.mouse.move(5, 5);
   await page.screenshot({ path: join(outDir, "world-desktop.png"), fullPage: true });
@@ -328,14 +363,16 @@ try {
   // -- a phone
   const phone = await newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
   await phone.goto(`${base}/world`, { waitUntil: "load" });
-  await waitFor(() => sameIds(phone), 5000, "phone: one dot per online machine");
-  check(true, "phone: one dot per online machine");
+  await waitFor(async () => sameMarks(phone, await getWorld()), 5000, "phone: one mark per region");
+  check(true, "phone: one mark per region");
   const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 0, `phone: no sideways scrolling (overflow ${overflow} px)`);
   const mapWidth = await phone.$eval("#map", (m) => m.getBoundingClientRect().width);
   check(mapWidth > 300 && mapWidth <= 390, `phone: the map fits the screen (${Math.round(mapWidth)} px)`);
+  await phone.press('#map .mark.region[data-region="Toronto, CA"]', "Enter");
+  await waitFor(async () => (await phone.getAttribute("#map", "data-mode")) === "machines" && !(await phone.getAttribute("#map", "data-loading")), 5000, "phone: zoomed into Toronto");
   const smallest = await smallestDotPx(phone);
-  check(smallest >= 2.9, `phone: the smallest machine (8 GB) is a dot of ${smallest.toFixed(1)} px radius (>= 3)`);
+  check(smallest >= 2.9, `phone: the smallest machine is a dot of ${smallest.toFixed(1)} px radius (>= 3)`);
   await phone.tap(dot(agents.find((a) => a.name === "toronto-m1ultra").key.id));
   check(/M1 Ultra/.test(await phone.textContent("#tooltip")), "phone: tapping a dot shows its details");
   await phone.screenshot({ path: join(outDir, "world-phone.png"), fullPage: true });

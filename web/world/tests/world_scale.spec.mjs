@@ -1,0 +1,301 @@
+// The World page at the size of a real network, in a real browser (Debian's chromium, headless,
+// driven by playwright-core):
+//   1. `orchard network` holding --machines machines (default 20,000), registered by this test
+//      through the real signed node API (many at once; --lease 600 keeps them online without
+//      heartbeats), in the regions of data/regions.json with a few pods;
+//   2. `orchard simulate --nodes --sim-nodes --world-port 0` (default 20,000), in accelerated
+//      virtual time.
+//
+//   node web/world/tests/world_scale.spec.mjs --orchard <build>/orchard [--out DIR]
+//        [--machines N] [--sim-nodes N] [--only network|simulate]
+//
+// Checks, for each: the page is interactive (totals and the map's marks shown) within 3 s; at most
+// 2,000 marks at world zoom and after zooming into the biggest region, where machines show one by
+// one (data-node-id, each at least 3 px of radius); the totals are the server's; the table is
+// paged (50 rows) and its filters and sorting come from the server; no response the page fetches
+// reaches 1 MB; no console errors; nothing asked of any other host; for the simulation, the
+// banner says it is one. Prints load times and sizes; saves world-scale-*.png in DIR.
+import { spawn } from "node:child_process";
+import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { Agent, request } from "node:http";
+import { tmpdir } from "node:os";
+import { createInterface } from "node:readline";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { formatNumber } from "../src/format.js";
+
+const started = Date.now();
+const here = dirname(fileURLToPath(import.meta.url));
+const args = process.argv.slice(2);
+const arg = (name, fallback) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : fallback; };
+const orchard = arg("--orchard");
+const outDir = resolve(arg("--out", join(here, "..", "test-results")));
+const machines = Number(arg("--machines", "20000"));
+const simNodes = Number(arg("--sim-nodes", "20000"));
+const only = arg("--only", "");
+const chromiumPath = process.env.ORCHARD_CHROMIUM || "/usr/bin/chromium";
+if (!orchard) { console.error("usage: world_scale.spec.mjs --orchard <orchard binary> [--out DIR] [--machines N] [--sim-nodes N]"); process.exit(2); }
+mkdirSync(outDir, { recursive: true });
+const tmp = mkdtempSync(join(tmpdir(), "orchard-world-scale-"));
+const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000;
+// From the page's script starting to totals, map and table on screen (the browser's own loading
+// of the page before that is printed beside it: on a loaded 2-core host it alone takes seconds).
+const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000"));
+const MB = 1 << 20, GiB = 1024 ** 3;
+const regions = JSON.parse(readFileSync(join(here, "../../../data/regions.json"), "utf8")).map((r) => r.name);
+
+let failures = 0;
+function check(cond, what) {
+  if (cond) console.log(`  ok   ${what}`);
+  else { failures++; console.log(`  FAIL ${what}`); }
+}
+async function waitFor(fn, timeoutMs, what) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return Date.now() - t0;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const procs = new Set();
+function launch(argv, log) {
+  const fd = openSync(join(tmp, log), "a");
+  const proc = spawn(orchard, argv, { stdio: ["ignore", fd, "pipe"] });
+  procs.add(proc);
+  proc.stderr.on("data", (d) => writeSync(fd, d));
+  proc.exited = new Promise((r) => proc.on("exit", () => { procs.delete(proc); r(); }));
+  return proc;
+}
+function portOf(proc, pattern) {
+  return new Promise((resolveStart, reject) => {
+    const timer = setTimeout(() => reject(new Error("the server did not start in 60 s")), 60000);
+    proc.on("exit", (code) => reject(new Error(`orchard exited (${code})`)));
+    createInterface({ input: proc.stderr }).on("line", (line) => {
+      const m = line.match(pattern);
+      if (m) { clearTimeout(timer); resolveStart(Number(m[1])); }
+    });
+  });
+}
+async function stop(proc) {
+  if (!procs.has(proc)) return;
+  proc.kill("SIGTERM");
+  await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 5000))]);
+  if (procs.has(proc)) proc.kill("SIGKILL");
+  await proc.exited;
+}
+process.on("exit", () => { for (const p of procs) p.kill("SIGKILL"); });
+for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(1));
+const watchdog = setTimeout(() => { console.log(`  FAIL the test ran over ${LIMIT_MS / 1000} s`); process.exit(1); }, LIMIT_MS);
+
+// ------------------------------------------------------------------ registering through the signed API
+
+const agent = new Agent({ keepAlive: true, maxSockets: 16 });
+function post(port, path, headers, body) {
+  return new Promise((ok, fail) => {
+    const req = request({ host: "127.0.0.1", port, path, method: "POST", agent, headers: { ...headers, "content-length": Buffer.byteLength(body) } }, (res) => {
+      let text = "";
+      res.on("data", (d) => { text += d; });
+      res.on("end", () => (res.statusCode === 200 ? ok(text) : fail(new Error(`${path}: ${res.statusCode} ${text}`))));
+    });
+    req.on("error", fail);
+    req.end(body);
+  });
+}
+async function register(port, i) {
+  const { privateKey } = generateKeyPairSync("ed25519");
+  const jwk = privateKey.export({ format: "jwk" });
+  const id = Buffer.from(jwk.x, "base64url").toString("hex");
+  const chips = [["M1", 8], ["M2", 16], ["M2 Pro", 32], ["M3 Pro", 36], ["M3 Max", 64], ["M4 Max", 128], ["M2 Ultra", 192]];
+  const [chip, gb] = chips[i % chips.length];
+  // Some places hold many more machines than others (weights 1/(rank + 3)); pods of two.
+  const u = ((i * 2654435761) % 4294967296) / 4294967296;
+  let acc = 0, r = 0;
+  const total = regions.reduce((s, _, k) => s + 1 / (k + 3), 0);
+  for (; r < regions.length - 1; r++) if ((acc += 1 / (r + 3) / total) >= u) break;
+  const body = JSON.stringify({ name: `m${i}`, chip, memory_bytes: gb * GiB, memory_bandwidth_gbs: 100, region: regions[r],
+    seat: i % 10 === 0 ? "dedicated" : "shared", models: [], offering: true });
+  const path = "/v1/nodes/register";
+  const ts = Date.now(), nonce = randomBytes(16).toString("hex");
+  const digest = createHash("sha256").update(body).digest("hex");
+  const signature = sign(null, Buffer.from(`POST\n${path}\n${ts}\n${nonce}\n${digest}`), privateKey).toString("hex");
+  await post(port, path, { "content-type": "application/json", "x-orchard-node": id, "x-orchard-timestamp": String(ts),
+    "x-orchard-nonce": nonce, "x-orchard-signature": signature }, body);
+  return id;
+}
+
+// ------------------------------------------------------------------ the page
+
+let browser = null;
+async function checkPage(base, port, label, expect) {
+  const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  const foreign = [], consoleErrors = [], responses = [];
+  await context.route("**/*", (route) => {
+    const u = new URL(route.request().url());
+    if (u.protocol === "data:" || (u.hostname === "127.0.0.1" && Number(u.port) === port)) return route.continue();
+    foreign.push(route.request().url());
+    return route.abort();
+  });
+  const page = await context.newPage();
+  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  page.on("response", async (r) => {
+    if (r.url().includes("/v1/world/events")) return; // a stream, measured by its events
+    try { responses.push({ url: r.url(), bytes: (await r.body()).length }); } catch { /* navigated away */ }
+  });
+  const summary = await (await fetch(`${base}/v1/world`)).json();
+
+  await page.goto(`${base}/world`, { waitUntil: "domcontentloaded" });
+  await waitFor(() => page.evaluate(() => document.getElementById("stat-online").textContent !== "–" &&
+    Number(document.getElementById("map").dataset.marks) > 0 && document.querySelectorAll("#machines tbody tr[data-node-id]").length > 0), 30000, "the page to show totals, marks and rows");
+  // On the page's own clock, from the start of navigation.
+  const [interactiveMs, scriptMs] = await page.evaluate(() => [performance.now(),
+    performance.getEntriesByType("navigation")[0]?.domContentLoadedEventEnd ?? 0]);
+  check(interactiveMs - scriptMs <= INTERACTIVE_MS, `${label}: totals, map and table shown ${(interactiveMs - scriptMs).toFixed(0)} ms after the page's script ran (${interactiveMs.toFixed(0)} ms after navigation) (<= ${INTERACTIVE_MS})`);
+  const worldMarks = await page.$$eval("#map .mark", (m) => m.length);
+  check(worldMarks > 0 && worldMarks <= 2000 && (await page.getAttribute("#map", "data-mode")) === "regions",
+    `${label}: world zoom draws ${worldMarks} marks, one per region (<= 2,000)`);
+  const regionsOnline = summary.regions.filter((r) => r.online > 0).length;
+  check(worldMarks === regionsOnline, `${label}: one mark per region with machines online (${regionsOnline})`);
+  // A simulation moves while it is read: its online count within what the server said around it.
+  const shownOnline = (await page.textContent("#stat-online")).trim();
+  const after = await (await fetch(`${base}/v1/world`)).json();
+  const lo = Math.min(summary.totals.online, after.totals.online), hi = Math.max(summary.totals.online, after.totals.online);
+  const shownValue = parseFloat(shownOnline.replace(/,/g, "")) * (/ k$/.test(shownOnline) ? 1e3 : / M$/.test(shownOnline) ? 1e6 : 1);
+  const okOnline = expect.simulation
+    ? shownValue >= lo * 0.97 && shownValue <= hi * 1.03 // it churns between the reads
+    : shownOnline === formatNumber(summary.totals.online);
+  check(okOnline && (await page.textContent("#stat-nodes")).trim() === `of ${formatNumber(summary.totals.nodes)} registered`,
+    `${label}: totals are the server's (${shownOnline} online of ${summary.totals.nodes})`);
+  expect.totals?.(summary);
+  if (expect.simulation) check(await page.isVisible("#sim-banner") && /Simulation/.test(await page.textContent("#sim-banner")),
+    `${label}: the banner says it is a simulation ("${(await page.textContent("#sim-banner")).slice(0, 60)}…")`);
+  else check(!(await page.isVisible("#sim-banner")), `${label}: no simulation banner on a real network`);
+  await page.screenshot({ path: join(outDir, `world-scale-${label}.png`) });
+
+  // Hover a region: its tooltip names it and counts its machines.
+  const biggest = [...summary.regions].filter((r) => r.name).sort((a, b) => b.online - a.online)[0];
+  const mark = `#map .mark.region[data-region="${biggest.name}"]`;
+  await page.focus(mark); // the keyboard's way in: small places may sit on top of a big one's centre
+  const tip = await page.textContent("#tooltip");
+  const tipOnline = Number((tip.match(/Online\s*([\d,]+) of/) || [])[1]?.replace(/,/g, ""));
+  check(tip.includes(biggest.name) && Math.abs(tipOnline - biggest.online) <= (expect.simulation ? biggest.online * 0.1 : 0),
+    `${label}: focusing ${biggest.name} shows its machines online (${tipOnline}; ${biggest.online} a moment before)`);
+
+  // Zoom into the biggest region (a click), then further until machines show one by one.
+  const tz = Date.now();
+  await page.press(mark, "Enter");
+  await waitFor(async () => ["machines", "clusters"].includes(await page.getAttribute("#map", "data-mode")) &&
+    !(await page.getAttribute("#map", "data-loading")), 20000, "the region's marks");
+  const zoomMs = Date.now() - tz;
+  const zoomMarks = await page.$$eval("#map .mark", (m) => m.length);
+  check(zoomMarks > 0 && zoomMarks <= 2000, `${label}: zoomed into ${biggest.name}: ${zoomMarks} marks (${await page.getAttribute("#map", "data-mode")}) after ${zoomMs} ms (<= 2,000)`);
+  for (let i = 0; i < 8 && (await page.getAttribute("#map", "data-mode")) !== "machines"; i++) {
+    await page.click("#zoom-in");
+    await page.waitForTimeout(700);
+    await waitFor(async () => !(await page.getAttribute("#map", "data-loading")), 20000, "marks after zooming in");
+  }
+  const dots = await page.$$eval("#map circle.dot[data-node-id]", (ds) => ds.map((d) => d.dataset.nodeId));
+  const marksNow = await page.$$eval("#map .mark", (m) => m.length);
+  check(dots.length > 0 && marksNow <= 2000, `${label}: zoomed in further, ${dots.length} machines drawn one by one (${marksNow} marks)`);
+  const smallest = await page.$eval("#map", (svg) => {
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    return Math.min(...[...svg.querySelectorAll("circle.dot")].map((c) => c.r.baseVal.value * scale));
+  });
+  check(smallest >= 2.9, `${label}: the smallest machine drawn is ${smallest.toFixed(1)} px of radius (>= 3)`);
+  if (dots.length) {
+    const m = await (await fetch(`${base}/v1/world/machines/${dots[0]}`)).json();
+    check(m.region === biggest.name && m.online, `${label}: a drawn machine is one of ${biggest.name}'s, online`);
+    await page.hover(`#map circle.dot[data-node-id="${dots[0]}"]`);
+    check((await page.textContent("#tooltip")).includes(m.chip), `${label}: hovering a machine shows its chip (${m.chip})`);
+  }
+  await page.mouse.move(5, 5);
+  await page.screenshot({ path: join(outDir, `world-scale-${label}-zoomed.png`) });
+
+  // The table: 50 rows a page; next page, a filter and a sort, answered by the server.
+  const rows = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.map((r) => r.dataset.nodeId));
+  const first = await rows();
+  check(first.length === 50, `${label}: the table shows a page of 50 rows of ${summary.totals.online}`);
+  const tp = Date.now();
+  await page.click("#page-next");
+  await waitFor(async () => (await rows())[0] !== first[0], 5000, "the next page");
+  const pageMs = Date.now() - tp;
+  check((await page.textContent("#table-count")).startsWith("51–100"), `${label}: the next page (51–100) came in ${pageMs} ms`);
+  check(pageMs < 2000, `${label}: the page answers a click within 2 s on this host (${pageMs} ms)`);
+  // A live network moves between two reads: the rows are checked for what the server promises
+  // (the filter holds on every row, the order on the column), the count against the server's.
+  const cells = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.map((r) =>
+    ({ chip: r.cells[1].textContent.trim(), jobs: Number(r.cells[6].textContent.replace(/[^\d.]/g, "")) * (/ k$/.test(r.cells[6].textContent.trim()) ? 1000 : 1) })));
+  await page.selectOption("#f-chip", "class:ultra");
+  const ultra = await (await fetch(`${base}/v1/world/machines?class=ultra&limit=50`)).json();
+  await waitFor(async () => { const c = await cells(); return c.length === Math.min(50, ultra.matched) && c.every((r) => /Ultra/.test(r.chip)); }, 8000, "the Ultra filter");
+  check(true, `${label}: filter by class (Ultra): every row an Ultra, a page of ${Math.min(50, ultra.matched)} of ${ultra.matched}`);
+  await page.click('#machines th button[data-sort="jobs"]');
+  await waitFor(async () => (await page.getAttribute('#machines th:nth-child(7)', "aria-sort")) === "descending", 8000, "sorting by jobs");
+  const sorted = await cells();
+  check(sorted.every((r, i) => i === 0 || r.jobs <= sorted[i - 1].jobs * 1.01 + 1) && sorted.every((r) => /Ultra/.test(r.chip)),
+    `${label}: sorted by jobs served, most first, as the server sorts (${sorted[0]?.jobs} … ${sorted.at(-1)?.jobs})`);
+
+  const largest = responses.reduce((a, r) => (r.bytes > a.bytes ? r : a), { bytes: 0, url: "" });
+  check(largest.bytes < MB, `${label}: the largest response the page fetched is ${(largest.bytes / 1024).toFixed(0)} KB (${largest.url.replace(base, "")}) (< 1 MB)`);
+  const summaryBytes = responses.filter((r) => r.url.endsWith("/v1/world")).map((r) => r.bytes)[0];
+  console.log(`[world-scale] ${label}: interactive ${interactiveMs.toFixed(0)} ms (script at ${scriptMs.toFixed(0)} ms); zoom ${zoomMs} ms; table page ${pageMs} ms; ` +
+    `requests ${responses.length}, ${(responses.reduce((s, r) => s + r.bytes, 0) / 1024).toFixed(0)} KB in all` +
+    (summaryBytes ? `; summary ${(summaryBytes / 1024).toFixed(1)} KB` : ""));
+  check(consoleErrors.length === 0, `${label}: no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
+  check(foreign.length === 0, `${label}: no request left the server${foreign.length ? ": " + foreign.join(", ") : ""}`);
+  await context.close();
+}
+
+try {
+  browser = await chromium.launch({ executablePath: chromiumPath, headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"] });
+
+  if (only !== "simulate") {
+    const db = `sqlite://${join(tmp, "network.db")}`;
+    const coordinator = launch(["network", "--db", db, "--host", "127.0.0.1", "--port", "0", "--lease", "600"], "coordinator.log");
+    const port = await portOf(coordinator, /listening on [^ ]*:(\d+)/);
+    const base = `http://127.0.0.1:${port}`;
+    const t0 = Date.now();
+    const ids = [];
+    for (let next = 0; next < machines;) {
+      const batch = [];
+      for (let k = 0; k < 64 && next < machines; k++, next++) batch.push(register(port, next));
+      ids.push(...(await Promise.all(batch)));
+    }
+    const regS = (Date.now() - t0) / 1000;
+    console.log(`[world-scale] registered ${machines} machines through the signed API in ${regS.toFixed(1)} s (${(machines / regS).toFixed(0)}/s)`);
+    await checkPage(base, port, "network", {
+      totals: (s) => check(s.totals.nodes === machines && s.totals.online === machines, `network: /v1/world counts the ${machines} registered machines, all online`),
+    });
+    await stop(coordinator);
+  }
+
+  if (only !== "network") {
+    const sim = launch(["simulate", "--nodes", String(simNodes), "--pods", String(Math.round(simNodes / 100)), "--jobs-per-s", "20",
+      "--hours", "2", "--world-port", "0", "--world-speed", "60"], "simulate.log");
+    const port = await portOf(sim, /World page on http:\/\/[^:]+:(\d+)\//);
+    const base = `http://127.0.0.1:${port}`;
+    await waitFor(async () => (await (await fetch(`${base}/v1/world`)).json()).totals.nodes === simNodes, 30000, "the simulation's machines");
+    await checkPage(base, port, "simulate", {
+      simulation: true,
+      totals: (s) => check(s.simulation && s.totals.nodes === simNodes && s.totals.online > 0,
+        `simulate: /v1/world counts ${simNodes} machines (${s.totals.online} online at virtual ${Math.round(s.simulation.virtual_s)} s)`),
+    });
+    await stop(sim);
+  }
+} catch (e) {
+  failures++;
+  console.log(`  FAIL ${e.message}`);
+} finally {
+  await browser?.close().catch(() => {});
+  for (const p of [...procs]) await stop(p);
+  clearTimeout(watchdog);
+}
+if (failures) console.log(`[world-scale] logs kept in ${tmp}`);
+else rmSync(tmp, { recursive: true, force: true });
+console.log(`[world-scale] ${failures ? `${failures} check(s) failed` : "all checks passed"} in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${outDir}`);
+process.exit(failures ? 1 : 0);
