@@ -30,6 +30,7 @@ struct Case {
   // Expert splits: how mixture-of-experts outputs are combined (parse_expert_combine's names;
   // empty: auto), and over which transport the ranks talk (shm unless "ring").
   std::string combine = "", backend = "";
+  int replicas = 0;  // expert: each layer's replicated experts (Layout::expert_replicas)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -38,6 +39,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.tp) n += "_tp" + std::to_string(c.tp);
   if (!c.combine.empty()) n += "_" + c.combine;
   if (!c.backend.empty()) n += "_" + c.backend;
+  if (c.replicas) n += "_replicas" + std::to_string(c.replicas);
   for (char& ch : n)
     if (ch == '-' || ch == '.') ch = '_';
   return n;
@@ -108,6 +110,7 @@ TEST_P(SplitMatchesSingleRank, SameTokensAndLogits) {
     parallel::EngineOptions o = engine_options(path);
     o.layout = parallel::Layout::make(parallel::parse_strategy(c.strategy), group.size(), c.tp);
     if (!c.combine.empty()) o.expert_combine = parallel::parse_expert_combine(c.combine);
+    o.layout.expert_replicas = c.replicas;
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
     if (group.rank() != 0) return;
@@ -226,6 +229,17 @@ std::vector<Case> all_cases() {
   cases.push_back({"mixtral", "tiny", "f32", "expert", 3, 0, "all-to-all", "ring"});
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 3, 0, "all-to-all"});
   cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all"});
+  // Replicated experts: a choice of one goes to one of its holders, whichever the step's
+  // assignment gave it; each way of combining, 2 and 3 ranks, every expert on every rank (8),
+  // and inside pipeline stages.
+  for (std::string combine : {"all-reduce", "all-to-all"}) {
+    cases.push_back({"qwen3moe", "tiny", "f32", "expert", 2, 0, combine, "", 2});
+    cases.push_back({"qwen3moe", "tiny", "f32", "expert", 3, 0, combine, "", 3});
+  }
+  cases.push_back({"qwen3moe", "tiny", "q8_0", "expert", 2, 0, "", "", 8});
+  cases.push_back({"mixtral", "tiny", "f32", "expert", 4, 2, "", "", 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 4});
+  cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 2});
   // gpt-oss: the sinks split with their heads, the experts' gate/up biases with their rows; the
   // attention output and expert down biases added once to the summed products.
   for (std::string type : {"f32", "q8_0", "mxfp4"}) {
