@@ -9,12 +9,15 @@
 #include <array>
 #include <filesystem>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "comm/launcher.h"
 #include "model/model_files.h"
 #include "model/config.h"
+#include "parallel/distributed_model.h"
 #include "parallel/engine.h"
 #include "model/gguf/reader.h"
 #include "model/weights.h"
@@ -484,6 +487,88 @@ TEST(SplitBatch, BatchedStepsGiveEachSlotItsLogitsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, SplitMatchesSingleRank, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace orchard
+
+namespace orchard {
+namespace {
+
+// A rank that dies while the others are inside an expert split's all-to-all (the touched rows
+// to their owners, then the all-gather): each survivor's combine ends with an error naming a
+// rank, the dead one among them, within the comm timeout, over both transports; the launcher
+// reaps every rank.
+class ExpertAllToAllFault : public ::testing::TestWithParam<comm::Backend> {};
+
+TEST_P(ExpertAllToAllFault, SurvivorsNameTheDeadRankInTime) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kWorld = 3, kDoomed = 2;
+  constexpr auto kTimeout = std::chrono::seconds(2);
+  comm::Config base;
+  base.backend = GetParam();
+  base.timeout = kTimeout;
+  comm::LocalLaunchOptions options;
+  options.grace = std::chrono::seconds(8);
+  const auto start = Clock::now();
+  const std::string seen = ::testing::TempDir() + "/all-to-all-fault-" + std::to_string(getpid());
+  auto exits = comm::spawn_local_ranks(
+      kWorld, base,
+      [&](comm::Group& group) {
+        parallel::TensorGroupSums sums(group, {0, 1, 2});
+        sums.set_experts(false, parallel::ExpertCombine::AllToAll);
+        // 256 rows of 2048 floats (a moe-3b prompt chunk), each row's two choices computed by
+        // members t and t + 1 (mod 3): every rank sends to and receives from both others.
+        constexpr int32_t kRows = 256, kWidth = 2048, kUsed = 2;
+        std::vector<float> data(static_cast<size_t>(kRows) * kWidth, 1.0f);
+        std::vector<int32_t> members(static_cast<size_t>(kRows) * kUsed);
+        for (int32_t t = 0; t < kRows; ++t)
+          for (int32_t i = 0; i < kUsed; ++i) members[static_cast<size_t>(t * kUsed + i)] = (t + i) % kWorld;
+        if (group.rank() == kDoomed)
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            ::_exit(3);
+          }).detach();
+        for (int64_t step = 0;; ++step) {
+          const auto before = Clock::now();
+          try {
+            sums.combine_experts(data.data(), kRows, kWidth, members);
+          } catch (const Error& e) {
+            if (Clock::now() - before > kTimeout + std::chrono::seconds(2))
+              throw std::runtime_error("the error came later than the comm timeout allows");
+            if (sums.expert_combines()[1] == 0) throw std::runtime_error("no all-to-all completed before the fault");
+            std::ofstream(fmt::format("{}-{}", seen, group.rank())) << e.what();
+            return;
+          }
+          std::fill(data.begin(), data.end(), 1.0f);
+          if (Clock::now() - start > std::chrono::seconds(60)) throw std::runtime_error("no rank died");
+        }
+      },
+      options);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r != kDoomed) {
+      EXPECT_TRUE(exits[static_cast<size_t>(r)].ok()) << exits[static_cast<size_t>(r)].describe();
+    }
+  }
+  EXPECT_EQ(exits[kDoomed].code, 3) << exits[kDoomed].describe();
+  // Each survivor's error names a rank; the dead one is named by those that talk to it (on the
+  // ring a survivor may hear first that its neighbour left, having failed on the dead rank).
+  bool named = false;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kDoomed) continue;
+    std::ifstream in(fmt::format("{}-{}", seen, r));
+    const std::string what((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(fmt::format("{}-{}", seen, r).c_str());
+    EXPECT_NE(what.find("rank "), std::string::npos) << "rank " << r << ": " << what;
+    named = named || what.find(fmt::format("rank {} ", kDoomed)) != std::string::npos;
+    if (r == 0) std::fprintf(stderr, "rank 0 saw (as expected): %s\n", what.c_str());
+  }
+  EXPECT_TRUE(named) << "no survivor named rank " << kDoomed;
+  // spawn_local_ranks returns once it has reaped every child: nothing left running.
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2 + 2 + 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExpertAllToAllFault, ::testing::Values(comm::Backend::Shm, comm::Backend::Ring),
+                         [](const auto& info) { return std::string(info.param == comm::Backend::Shm ? "shm" : "ring"); });
 
 }  // namespace
 }  // namespace orchard
