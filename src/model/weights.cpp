@@ -279,6 +279,23 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
     // A stack of experts: only the experts held here (an expert split's, each run of them).
     const bool stack = std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot);
     auto held = [&](int64_t e) { return !stack || holds_entry(spec, shard, layer, e); };
+    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
+    if (split == Split::Columns) {
+      // The binder gathers each row's slice of the columns when the slice is whole blocks
+      // (WeightBinder::columns), so only those bytes are needed; a slice inside a block is
+      // dequantized from whole rows.
+      const Range r = axis_range(config, shard, spec.axis);
+      const int64_t block = core::type_traits(t.type).block_elements, rows = t.shape.size() > 1 ? t.shape[1] : 1;
+      if ((r.begin > 0 || r.end < t.shape[0]) && r.begin % block == 0 && r.end % block == 0) {
+        const uint64_t skip = core::row_bytes(t.type, r.begin), bytes = core::row_bytes(t.type, r.end - r.begin);
+        for (int64_t e = 0; e < spec.experts(); ++e)
+          if (held(e))
+            for (int64_t row = 0; row < rows; ++row)
+              ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(row) + skip,
+                                bytes});
+        return;
+      }
+    }
     if (split != Split::Rows) {
       if (spec.experts() == 1) {
         ranges.push_back({base, t.size_bytes});
@@ -298,7 +315,6 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
       return;
     }
     const Range r = axis_range(config, shard, spec.axis);
-    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
     for (int64_t e = 0; e < spec.experts(); ++e)
       if (held(e))
         ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(r.begin),

@@ -263,7 +263,8 @@ std::vector<Case> all_cases() {
 
 // A rank with no copy of the model receives its shard from rank 0 and computes the same tokens;
 // its local copy holds only that shard's bytes (the rest are holes): at most `most` of the file.
-void receives_its_shard(const std::string& path, parallel::Strategy strategy, double most) {
+// Returns the bytes rank 1 received.
+uint64_t receives_its_shard(const std::string& path, parallel::Strategy strategy, double most) {
   Outcome single;
   {
     parallel::Engine engine(engine_options(path), nullptr);
@@ -277,25 +278,40 @@ void receives_its_shard(const std::string& path, parallel::Strategy strategy, do
     parallel::EngineOptions o = engine_options(group.rank() == 0 ? path : "/nonexistent/model.gguf");
     o.layout = parallel::Layout::make(strategy, 2);
     o.shard_cache_dir = dir;
+    uint64_t received = 0;
+    o.on_receive_progress = [&](size_t done, size_t) { received = done; };
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
-    if (group.rank() != 0) return;
+    if (group.rank() != 1) return;
     std::ofstream f(out, std::ios::binary);
     f.write(reinterpret_cast<const char*>(got.tokens.data()), static_cast<std::streamsize>(got.tokens.size() * 4));
+    f.write(reinterpret_cast<const char*>(&received), sizeof received);
   });
-  for (const auto& e : exits) ASSERT_TRUE(e.ok()) << e.describe();
+  for (const auto& e : exits) {
+    if (!e.ok()) {
+      ADD_FAILURE() << e.describe();
+      return 0;
+    }
+  }
   std::vector<int32_t> tokens(kTokens);
-  std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
+  uint64_t received = 0;
+  std::ifstream in(out, std::ios::binary);
+  in.read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
+  in.read(reinterpret_cast<char*>(&received), sizeof received);
   std::remove(out.c_str());
   // The cache holds one entry, named by the model's digest.
   const auto file = model::gguf::Reader::open(path);
   const std::string copy =
       dir + "/" + parallel::model_digest(file.bytes().data(), file.file_size(), file.data_offset()) + "/model.gguf";
   struct stat st {};
-  ASSERT_EQ(stat(copy.c_str(), &st), 0) << copy;
+  if (stat(copy.c_str(), &st) != 0) {
+    ADD_FAILURE() << "no cached copy at " << copy;
+    return 0;
+  }
   std::filesystem::remove_all(dir);
   EXPECT_EQ(tokens, single.tokens);
   EXPECT_LT(static_cast<double>(st.st_blocks) * 512, most * static_cast<double>(st.st_size));
+  return received;
 }
 
 TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
@@ -390,8 +406,40 @@ TEST(WeightDistribution, ExpertRankReceivesItsExperts) {
 
 TEST(WeightDistribution, RankWithoutTheFileReceivesItsGptOssShard) {
   // gpt-oss's vectors split by heads (sinks) and by each expert's rows (gate/up biases); the
-  // experts' down stacks (columns) are sent whole, so about two thirds of the file.
-  receives_its_shard(testing::synthetic_model("gpt-oss", "tiny", "f32"), parallel::Strategy::Tensor, 0.75);
+  // experts' down stacks (columns) are sent as each row's slice of columns, so about half the
+  // file is received (on disk more: a slice is shorter than a file-system block, so most of the
+  // down stacks' blocks are written).
+  const std::string path = testing::synthetic_model("gpt-oss", "tiny", "f32");
+  const uint64_t received = receives_its_shard(path, parallel::Strategy::Tensor, 0.75);
+  EXPECT_LT(static_cast<double>(received), 0.56 * static_cast<double>(std::filesystem::file_size(path)));
+}
+
+// A tensor split's rank receives, of each expert's down projection, the columns of its FFN rows
+// only: exactly its shard's ranges, which hold half of every ffn_down_exps stack (each row's
+// second half of the columns) on rank 1 of 2.
+TEST(WeightDistribution, TensorRankReceivesItsColumnSlicesOfTheExperts) {
+  const std::string path = testing::synthetic_model("qwen3moe", "tiny", "f32");
+  const uint64_t received = receives_its_shard(path, parallel::Strategy::Tensor, 1.0);
+  const auto file = model::gguf::Reader::open(path);
+  const auto config = model::ModelConfig::from_gguf(file);
+  const auto shard = parallel::shard_for_rank(config, parallel::Layout::make(parallel::Strategy::Tensor, 2), 1);
+  const auto ranges = model::shard_byte_ranges(file, config, shard);
+  uint64_t total = 0;
+  for (const auto& r : ranges) total += r.size;
+  EXPECT_EQ(received, total);
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    const auto& down = file.tensor(fmt::format("blk.{}.ffn_down_exps.weight", l));
+    const uint64_t begin = file.data_offset() + down.offset, row = static_cast<uint64_t>(down.shape[0]) * sizeof(float);
+    uint64_t inside = 0;
+    for (const auto& r : ranges)
+      if (r.offset >= begin && r.offset < begin + down.size_bytes) {
+        inside += r.size;
+        // The second half of a row: its offset from the stack is past half a row.
+        EXPECT_EQ((r.offset - begin) % row, row / 2) << l;
+      }
+    EXPECT_EQ(inside, down.size_bytes / 2) << l;
+  }
+  EXPECT_LT(static_cast<double>(received), 0.56 * static_cast<double>(std::filesystem::file_size(path)));
 }
 
 // A split server's round: one Engine::eval_batch with a step of several slots, on every rank.
