@@ -35,6 +35,10 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
         }
       },
       "Relative capacity of each pipeline stage (or tensor rank), comma-separated, e.g. 2,1");
+  cmd->add_option("--expert-replicas", o.expert_replicas,
+                  "Expert: each layer's N most chosen experts (by --expert-stats) are held by every rank, and each "
+                  "token's choice of one is computed where the step's load is lighter")
+      ->check(at_least(0));
   cmd->add_option("--backend", o.backend, "ring | shm | mpi (local ranks)")->capture_default_str();
   cmd->add_option("--link-latency-us", o.link_latency_us, "Emulated link latency per message, microseconds")
       ->check(at_least(0));
@@ -52,6 +56,10 @@ inline void check_split_flags(const parallel::SplitOptions& o) {
   if ((o.tp > 0 || o.pp > 0) && o.strategy != "hybrid" && o.strategy != "expert")
     throw Error(error_message("parallel", "--tp and --pp shape a hybrid or expert split; --strategy {} does not take them "
                                           "(tensor uses every rank as one tensor group, pipeline every rank as a stage)",
+                              o.strategy));
+  if (o.expert_replicas > 0 && o.strategy != "expert")
+    throw Error(error_message("parallel", "--expert-replicas replicates experts of an expert split; --strategy {} "
+                                          "does not take it (pass --strategy expert)",
                               o.strategy));
   // Under `orchard launch` or mpirun the world is the launcher's, not --world.
   const char* launched = std::getenv("ORCHARD_WORLD");

@@ -114,7 +114,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   double decode_share = ffn_share;
   if (layout.strategy == parallel::Strategy::Expert && c.n_expert > 0 && s.n_layers() > 0) {
     double held = 0;
-    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) held += s.experts_of(l).second - s.experts_of(l).first;
+    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) held += s.n_experts_held(l, c.n_expert);
     const double p = held / s.n_layers() / c.n_expert, n = c.n_expert, used = c.n_expert_used;
     const double spread = n > 1 ? std::sqrt(used * p * (1 - p) * (n - used) / (n - 1)) : 0;
     ffn_share = p;

@@ -142,7 +142,7 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
                         "heads, and computes only the chosen experts it holds: a token's choices fall unevenly, so "
                         "the busier machine paces each step ({:.1f} ms of weight reads); attention and experts are "
                         "summed in {:.0f} all-reduces per token ({:.1f} ms, {:.0f} KB on the wire). ",
-                        s.experts_of(s.layer_begin).second - s.experts_of(s.layer_begin).first, m.config.n_expert,
+                        s.n_experts_held(s.layer_begin, m.config.n_expert), m.config.n_expert,
                         p.gen_compute_ms, per_token_sums, p.allreduce_ms, p.wire_bytes_per_token / 1e3);
   }
   if (p.layout.strategy == Strategy::Tensor || p.layout.strategy == Strategy::Hybrid) {

@@ -67,6 +67,7 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
     group_choice_.resize(batch * static_cast<size_t>(c.n_expert_groups));
     route_expert_.resize(batch * used);
     route_weight_.resize(batch * used);
+    if (!s.expert_holders.empty()) route_member_.resize(batch * used);
     held_choices_.resize(used);
     expert_start_.resize(static_cast<size_t>(c.n_expert) + 1);
     expert_cursor_.resize(static_cast<size_t>(c.n_expert));
@@ -549,10 +550,19 @@ void Forward::moe_block(int32_t layer, int32_t n) {
   const LayerWeights& w = weights_.layer(layer);
   const int32_t d = c.n_embd, ff = weights_.shard().n_expert_ff(), used = c.n_expert_used;
   route(layer, w, n);
-  // An expert split holds experts [held_begin, held_end) and sums only their outputs; the
-  // all-reduce below adds the other ranks' experts.
-  const auto [held_begin, held_end] = weights_.shard().experts_of(layer);
-  auto held = [&](int32_t e) { return e >= held_begin && e < held_end; };
+  // An expert split sums only the choices it computes (of the experts it holds, those that
+  // assign_experts gave it where an expert has several holders); combine_experts adds the
+  // other ranks' parts.
+  const Shard& shard = weights_.shard();
+  const bool placed = !shard.expert_holders.empty();
+  const auto slots_n = static_cast<size_t>(n) * static_cast<size_t>(used);
+  if (placed)
+    assign_experts(shard, layer, std::span(route_expert_.data(), slots_n), used, std::span(route_member_.data(), slots_n));
+  const auto [held_begin, held_end] = shard.experts_of(layer);
+  auto mine = [&](int32_t slot) {
+    if (placed) return route_member_[static_cast<size_t>(slot)] == shard.expert_member;
+    return route_expert_[static_cast<size_t>(slot)] >= held_begin && route_expert_[static_cast<size_t>(slot)] < held_end;
+  };
   std::fill_n(proj_.begin(), static_cast<size_t>(n) * d, 0.0f);
   if (n == 1) {
     // A decode step: every chosen expert reads the same row, so their gate and up products run
@@ -560,7 +570,7 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     int32_t* local = held_choices_.data();
     int32_t n_local = 0;
     for (int32_t i = 0; i < used; ++i)
-      if (held(route_expert_[i])) local[n_local++] = i;
+      if (mine(i)) local[n_local++] = i;
     constexpr int32_t kExpertsPerPass = 4;
     for (int32_t first = 0; first < n_local; first += kExpertsPerPass) {
       core::MatmulTarget targets[2 * kExpertsPerPass];
@@ -589,10 +599,14 @@ void Forward::moe_block(int32_t layer, int32_t n) {
   } else {
     // A prompt (or a batch): one product per expert over the rows routed to it.
     group_by_expert(n);
-    for (int32_t e = held_begin; e < held_end; ++e) {
-      const int32_t begin = expert_start_[e], rows = expert_start_[e + 1] - begin;
+    for (int32_t e = 0; e < c.n_expert; ++e) {
+      const int32_t begin = expert_start_[e];
+      // This rank's rows of expert e, moved to the front of its group (in order).
+      int32_t* slots = &expert_rows_[static_cast<size_t>(begin)];
+      int32_t rows = 0;
+      for (int32_t j = 0; j < expert_start_[e + 1] - begin; ++j)
+        if (mine(slots[j])) slots[rows++] = slots[j];
       if (rows == 0) continue;
-      const int32_t* slots = &expert_rows_[static_cast<size_t>(begin)];
       for (int32_t j = 0; j < rows; ++j)
         std::memcpy(&gathered_[static_cast<size_t>(j) * d], &normed_[static_cast<size_t>(slots[j] / used) * d],
                     sizeof(float) * static_cast<size_t>(d));
@@ -617,7 +631,7 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     for_rows(n, [&](int32_t t) {
       for (int32_t i = 0; i < used; ++i) {
         const size_t slot = static_cast<size_t>(t) * used + static_cast<size_t>(i);
-        if (held(route_expert_[slot]))
+        if (mine(static_cast<int32_t>(slot)))
           ops::add_scaled(&proj_[static_cast<size_t>(t) * d], &slot_out_[slot * d], route_weight_[slot], d);
       }
     });
@@ -638,8 +652,8 @@ void Forward::moe_block(int32_t layer, int32_t n) {
     });
   }
   if (partial_)
-    partial_->combine_experts(layer, proj_.data(), n, d,
-                              std::span(route_expert_.data(), static_cast<size_t>(n) * static_cast<size_t>(used)));
+    partial_->combine_experts(proj_.data(), n, d,
+                              placed ? std::span<const int32_t>(route_member_.data(), slots_n) : std::span<const int32_t>());
   if (!w.expert_down_bias.empty()) add_expert_down_biases(w, n);
   add_to_residual(n);
 }

@@ -172,6 +172,7 @@ class Forward {
   std::vector<int32_t> group_choice_;  // [n, n_expert_groups]: each row's kept groups
   std::vector<int32_t> route_expert_;  // [n, n_expert_used]
   std::vector<float> route_weight_;    // [n, n_expert_used]
+  std::vector<int32_t> route_member_;  // [n, n_expert_used]: expert split: who computes each choice
   std::vector<int32_t> expert_start_;  // [n_expert + 1]
   std::vector<int32_t> expert_cursor_; // [n_expert]: where the grouping writes each expert's next row
   std::vector<int32_t> expert_rows_;   // [n * n_expert_used]: route slots, grouped by expert

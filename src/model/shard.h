@@ -22,6 +22,13 @@ struct Shard {
   // expert, placed by measured popularity: [begin, end) per layer of the model, in place of
   // expert_begin..expert_end (empty: those in every layer).
   std::vector<std::pair<int32_t, int32_t>> layer_experts;
+  // expert: who holds each expert of each layer of the model, the same table on every rank of
+  // the expert group: bit m of expert_holders[layer][expert] is member m of the group (ranks in
+  // tensor-rank order), expert_member this rank's m. An expert held by several members (a hot
+  // expert replicated) is computed, for each row that chose it, by one of them: the one
+  // assign_experts picks. Empty: the runs above say what is held and nothing is replicated.
+  std::vector<std::vector<uint64_t>> expert_holders;
+  int32_t expert_member = 0;
   bool has_embedding = true;                   // first pipeline stage: turns tokens into vectors
   bool has_output = true;                      // last pipeline stage: turns vectors into logits
 
@@ -48,10 +55,20 @@ struct Shard {
   std::pair<int32_t, int32_t> experts_of(int32_t layer) const {
     return layer_experts.empty() ? std::pair{expert_begin, expert_end} : layer_experts.at(static_cast<size_t>(layer));
   }
+  bool holds_expert(int32_t layer, int32_t expert) const {
+    if (!expert_holders.empty())
+      return (expert_holders.at(static_cast<size_t>(layer)).at(static_cast<size_t>(expert)) >> expert_member) & 1u;
+    const auto [begin, end] = experts_of(layer);
+    return expert >= begin && expert < end;
+  }
+  int32_t n_experts_held(int32_t layer, int32_t n_expert) const {
+    int32_t held = 0;
+    for (int32_t e = 0; e < n_expert; ++e) held += holds_expert(layer, e);
+    return held;
+  }
   bool holds_all_experts(const ModelConfig& config) const {
-    if (layer_experts.empty()) return expert_begin == 0 && expert_end == config.n_expert;
-    for (const auto& [begin, end] : layer_experts)
-      if (begin != 0 || end != config.n_expert) return false;
+    for (int32_t l = 0; l < config.n_layers; ++l)
+      if (n_experts_held(l, config.n_expert) != config.n_expert) return false;
     return true;
   }
   // True when this rank holds only part of each layer, so partial sums must be combined.
@@ -60,6 +77,16 @@ struct Shard {
            n_shared_ff() != config.n_ff_exp * config.n_expert_shared || !holds_all_experts(config);
   }
 };
+
+// Which member of an expert group computes each of a batch's expert choices at `layer` of an
+// expert split (shard.expert_holders): chosen [n_rows, used] as the router chose them,
+// members [n_rows, used] out. An expert with one holder is its holder's; one held by several
+// goes to whichever of them has the fewest choices so far in this batch and layer, counted
+// after every row's single-holder choices (ties from member layer mod group size on), so a
+// step's choices spread as evenly as the holders allow. Deterministic in (shard's table,
+// layer, chosen): every rank of the group computes the same members.
+void assign_experts(const Shard& shard, int32_t layer, std::span<const int32_t> chosen, int32_t used,
+                    std::span<int32_t> members);
 
 // Where the forward pass meets the rest of the group. A single rank needs none of it; the
 // parallel strategies implement it with collectives.
@@ -70,13 +97,11 @@ class PartialSums {
   // output projections).
   virtual void all_reduce(float* data, int64_t n) = 0;
   // Sums a mixture-of-experts layer's output `data` [n_rows, width] over the same ranks.
-  // `chosen` [n_rows, n_expert_used] holds each row's experts as the router chose them, the same
-  // on every rank, so a split that knows where each expert lives can move only the rows a
-  // rank's experts touched. By default it is the all-reduce.
-  virtual void combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
-                               std::span<const int32_t> chosen) {
-    (void)layer;
-    (void)chosen;
+  // `members` [n_rows, n_expert_used] says which member of the expert group computed each
+  // choice (assign_experts; empty when the experts are not split whole), the same on every
+  // rank, so a split can move only the rows each rank touched. By default it is the all-reduce.
+  virtual void combine_experts(float* data, int32_t n_rows, int32_t width, std::span<const int32_t> members) {
+    (void)members;
     all_reduce(data, static_cast<int64_t>(n_rows) * width);
   }
 };

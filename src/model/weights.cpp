@@ -61,12 +61,10 @@ size_t matrix_bytes(const TensorInfo& t) {
   return core::row_bytes(t.type, t.shape[0]) * static_cast<size_t>(t.shape.size() > 1 ? t.shape[1] : 1);
 }
 
-// The entries of a stack this shard holds: an expert stack's run of experts, every entry of
-// another stack (deepseek2's per-head attn_k_b / attn_v_b).
-std::pair<int64_t, int64_t> held_entries(const TensorSpec& spec, const Shard& shard, int32_t layer) {
-  if (spec.axis != ShardAxis::ExpertRows) return {0, spec.experts()};
-  const auto [first, last] = shard.experts_of(layer);
-  return {first, last};
+// Whether this shard holds entry `e` of a stack: an expert stack's experts held here, every
+// entry of another stack (deepseek2's per-head attn_k_b / attn_v_b).
+bool holds_entry(const TensorSpec& spec, const Shard& shard, int32_t layer, int64_t e) {
+  return spec.axis != ShardAxis::ExpertRows || shard.holds_expert(layer, static_cast<int32_t>(e));
 }
 
 template <typename... F>
@@ -222,10 +220,10 @@ ModelWeights::ModelWeights(const gguf::Reader& file, const ModelConfig& config, 
                        // Every head is read on every step; an expert only once chosen.
                        auto& matrices = w.*stack;
                        matrices.resize(static_cast<size_t>(spec.experts()));
-                       const auto [first, last] = held_entries(spec, shard, l);
                        const bool experts = spec.axis == ShardAxis::ExpertRows;
-                       for (int64_t e = first; e < last; ++e)
-                         matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range, experts);
+                       for (int64_t e = 0; e < spec.experts(); ++e)
+                         if (holds_entry(spec, shard, l, e))
+                           matrices[static_cast<size_t>(e)] = bind.matrix(*t, e, spec.split, range, experts);
                      },
                  },
                  spec.slot);
@@ -278,22 +276,49 @@ std::vector<ByteRange> shard_byte_ranges(const gguf::Reader& file, const ModelCo
       ranges.push_back({base, t.size_bytes});
       return;
     }
-    // A stack of experts: only the experts held here (an expert split's run of them).
-    int64_t first = 0, last = spec.experts();
-    if (std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot))
-      std::tie(first, last) = held_entries(spec, shard, layer);
+    // A stack of experts: only the experts held here (an expert split's, each run of them).
+    const bool stack = std::holds_alternative<std::vector<core::WeightMatrix> LayerWeights::*>(spec.slot);
+    auto held = [&](int64_t e) { return !stack || holds_entry(spec, shard, layer, e); };
+    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
+    if (split == Split::Columns) {
+      // The binder gathers each row's slice of the columns when the slice is whole blocks
+      // (WeightBinder::columns), so only those bytes are needed; a slice inside a block is
+      // dequantized from whole rows.
+      const Range r = axis_range(config, shard, spec.axis);
+      const int64_t block = core::type_traits(t.type).block_elements, rows = t.shape.size() > 1 ? t.shape[1] : 1;
+      if ((r.begin > 0 || r.end < t.shape[0]) && r.begin % block == 0 && r.end % block == 0) {
+        const uint64_t skip = core::row_bytes(t.type, r.begin), bytes = core::row_bytes(t.type, r.end - r.begin);
+        for (int64_t e = 0; e < spec.experts(); ++e)
+          if (held(e))
+            for (int64_t row = 0; row < rows; ++row)
+              ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(row) + skip,
+                                bytes});
+        return;
+      }
+    }
     if (split != Split::Rows) {
-      if (spec.experts() == 1) ranges.push_back({base, t.size_bytes});
-      else if (last > first)
+      if (spec.experts() == 1) {
+        ranges.push_back({base, t.size_bytes});
+        return;
+      }
+      for (int64_t first = 0; first < spec.experts();) {
+        if (!held(first)) {
+          ++first;
+          continue;
+        }
+        int64_t last = first + 1;
+        while (last < spec.experts() && held(last)) ++last;
         ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(first),
                           matrix_bytes(t) * static_cast<uint64_t>(last - first)});
+        first = last;
+      }
       return;
     }
     const Range r = axis_range(config, shard, spec.axis);
-    const uint64_t stride = core::row_bytes(t.type, t.shape[0]);
-    for (int64_t e = first; e < last; ++e)
-      ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(r.begin),
-                        stride * static_cast<uint64_t>(r.end - r.begin)});
+    for (int64_t e = 0; e < spec.experts(); ++e)
+      if (held(e))
+        ranges.push_back({base + matrix_bytes(t) * static_cast<uint64_t>(e) + stride * static_cast<uint64_t>(r.begin),
+                          stride * static_cast<uint64_t>(r.end - r.begin)});
   };
   const std::vector<TensorSpec> global = model_tensors(config);
   const TensorInfo* embedding = find_checked(file, global[0]);

@@ -63,36 +63,31 @@ ExpertCombine choose_expert_combine(const ExpertCombineBytes& bytes) {
                                                                           : ExpertCombine::AllReduce;
 }
 
-void TensorGroupSums::set_experts(std::vector<std::vector<std::pair<int32_t, int32_t>>> runs, bool shared_experts,
-                                  ExpertCombine mode) {
-  ORCHARD_CHECK(runs.size() == members_.size(), "expert runs of {} members for a group of {}", runs.size(),
-                members_.size());
-  expert_runs_ = std::move(runs);
+void TensorGroupSums::set_experts(bool shared_experts, ExpertCombine mode) {
+  expert_split_ = true;
   shared_experts_ = shared_experts;
   mode_ = mode;
 }
 
-void TensorGroupSums::combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
-                                      std::span<const int32_t> chosen) {
+void TensorGroupSums::combine_experts(float* data, int32_t n_rows, int32_t width, std::span<const int32_t> members) {
   if (members_.size() == 1) return;
   // Inside a hybrid's stage the group is not the world's collective: its leader sums.
-  if (expert_runs_.empty() || !whole_group_) return all_reduce(data, static_cast<int64_t>(n_rows) * width);
+  if (!expert_split_ || members.empty() || !whole_group_)
+    return all_reduce(data, static_cast<int64_t>(n_rows) * width);
   const int world = group_.size(), rank = group_.rank();
-  const auto rows = static_cast<size_t>(n_rows), used = chosen.size() / rows;
+  const auto rows = static_cast<size_t>(n_rows), used = members.size() / rows;
   const size_t row_floats = static_cast<size_t>(width);
   row_begin_.assign(1, 0);
   for (size_t count : comm::even_split(rows, world)) row_begin_.push_back(row_begin_.back() + count);
-  // Which rows each rank's experts touched: the same routing, so the same answer on every rank.
+  // Which rows each rank computed a choice of: the same assignment, so the same answer on
+  // every rank.
   touched_.assign(static_cast<size_t>(world) * rows, shared_experts_ ? 1 : 0);
   touched_counts_.assign(static_cast<size_t>(world) * static_cast<size_t>(world), 0);
+  if (!shared_experts_)
+    for (size_t t = 0; t < rows; ++t)
+      for (size_t i = 0; i < used; ++i) touched_[static_cast<size_t>(members[t * used + i]) * rows + t] = 1;
   for (int p = 0; p < world; ++p) {
-    uint8_t* mine = &touched_[static_cast<size_t>(p) * rows];
-    if (!shared_experts_) {
-      const auto [begin, end] = expert_runs_[static_cast<size_t>(p)].at(static_cast<size_t>(layer));
-      for (size_t t = 0; t < rows; ++t)
-        for (size_t i = 0; i < used; ++i)
-          if (chosen[t * used + i] >= begin && chosen[t * used + i] < end) mine[t] = 1;
-    }
+    const uint8_t* mine = &touched_[static_cast<size_t>(p) * rows];
     for (int o = 0; o < world; ++o)
       for (size_t t = row_begin_[static_cast<size_t>(o)]; t < row_begin_[static_cast<size_t>(o) + 1]; ++t)
         touched_counts_[static_cast<size_t>(p * world + o)] += mine[t];

@@ -47,13 +47,12 @@ class TensorGroupSums : public model::PartialSums {
   // members: global ranks of this rank's tensor group, in tensor-rank order.
   TensorGroupSums(comm::Group& group, std::vector<int> members);
   void all_reduce(float* data, int64_t n) override;
-  // An expert split: runs[m][layer] are member m's experts of each layer of the model;
-  // shared_experts: every rank adds a share of the shared experts to every row. Without this
-  // (or inside a hybrid's group) mixture-of-experts layers combine by all_reduce.
-  void set_experts(std::vector<std::vector<std::pair<int32_t, int32_t>>> runs, bool shared_experts,
-                   ExpertCombine mode);
-  void combine_experts(int32_t layer, float* data, int32_t n_rows, int32_t width,
-                       std::span<const int32_t> chosen) override;
+  // An expert split: members computed the choices combine_experts is told of (they are the
+  // group's members in order, as model::assign_experts numbers them); shared_experts: every
+  // rank adds a share of the shared experts to every row. Without this (or inside a hybrid's
+  // group) mixture-of-experts layers combine by all_reduce.
+  void set_experts(bool shared_experts, ExpertCombine mode);
+  void combine_experts(float* data, int32_t n_rows, int32_t width, std::span<const int32_t> members) override;
   // How many mixture-of-experts combines took each way so far: [all-reduce, all-to-all].
   std::array<int64_t, 2> expert_combines() const { return combines_; }
 
@@ -62,8 +61,8 @@ class TensorGroupSums : public model::PartialSums {
   std::vector<int> members_;
   bool whole_group_;            // the tensor group is the whole world: use the collective
   std::vector<float> incoming_; // grows once to the largest message
-  // Expert split: each member's experts per layer, and the all-to-all's buffers (grow once).
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> expert_runs_;
+  // Expert split, and the all-to-all's buffers (grow once).
+  bool expert_split_ = false;
   bool shared_experts_ = false;
   ExpertCombine mode_ = ExpertCombine::Auto;
   std::array<int64_t, 2> combines_{};

@@ -111,18 +111,8 @@ Engine::Engine(const EngineOptions& requested, comm::Group* group)
   if (group && layout.tp > 1) {
     std::vector<int> members;
     for (int t = 0; t < layout.tp; ++t) members.push_back(layout.rank_at(layout.stage_of(rank), t));
-    if (layout.strategy == Strategy::Expert) {
-      std::vector<std::vector<std::pair<int32_t, int32_t>>> runs;
-      for (int m : members) {
-        const model::Shard s = shard_for_rank(config_, layout, m);
-        runs.emplace_back();
-        for (int32_t l = 0; l < config_.n_layers; ++l) runs.back().push_back(s.experts_of(l));
-      }
-      sums_ = std::make_unique<TensorGroupSums>(*group, std::move(members));
-      sums_->set_experts(std::move(runs), config_.n_expert_shared > 0, options.expert_combine);
-    } else {
-      sums_ = std::make_unique<TensorGroupSums>(*group, std::move(members));
-    }
+    sums_ = std::make_unique<TensorGroupSums>(*group, std::move(members));
+    if (layout.strategy == Strategy::Expert) sums_->set_experts(config_.n_expert_shared > 0, options.expert_combine);
   }
   const int32_t n_ctx = options.context > 0 ? options.context : config_.context_length;
   if (options.n_slots < 1) throw Error(error_message("engine", "at least one slot is needed, not {}", options.n_slots));

@@ -73,7 +73,16 @@ void Layout::validate(const model::ModelConfig& config, int world) const {
     if (tp > config.n_expert)
       throw Error(error_message("parallel", "{} expert-parallel ranks for a model of {} experts per layer", tp,
                                 config.n_expert));
+    if (tp > kMaxExpertGroup)
+      throw Error(error_message("parallel", "{} expert-parallel ranks in one group; at most {} (use --tp to form "
+                                            "pipeline stages of smaller groups)",
+                                tp, kMaxExpertGroup));
   }
+  if (expert_replicas < 0 || expert_replicas > config.n_expert)
+    throw Error(error_message("parallel", "{} replicated experts per layer; the model has {}", expert_replicas,
+                              config.n_expert));
+  if (expert_replicas > 0 && strategy != Strategy::Expert)
+    throw Error(error_message("parallel", "replicated experts are for an expert split, not {}", strategy_name(strategy)));
   if (!expert_loads.empty()) {
     if (static_cast<int32_t>(expert_loads.size()) != config.n_layers)
       throw Error(error_message("parallel", "expert statistics for {} layers; the model has {}", expert_loads.size(),
@@ -194,13 +203,48 @@ model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, i
   if (layout.strategy == Strategy::Expert && c.n_expert > 0) {
     // Whole experts: all their rows, a run of them.
     s.expert_ff_end = c.n_ff_exp;
-    const auto experts = range_of(proportional_split(c.n_expert, tp, layout.tensor_weights), t);
+    const auto even = proportional_split(c.n_expert, tp, layout.tensor_weights);
+    const auto experts = range_of(even, t);
     s.expert_begin = static_cast<int32_t>(experts.first);
     s.expert_end = static_cast<int32_t>(experts.second);
+    // Member m's run of layer l's experts.
+    auto run_of = [&](int m, size_t l) {
+      const bool measured = l < layout.expert_loads.size() && !layout.expert_loads[l].empty();
+      return measured ? load_range(layout.expert_loads[l], tp, layout.tensor_weights, m) : range_of(even, m);
+    };
     for (size_t l = 0; l < layout.expert_loads.size(); ++l) {
-      const auto& loads = layout.expert_loads[l];
-      const auto run = loads.empty() ? experts : load_range(loads, tp, layout.tensor_weights, t);
+      const auto run = run_of(t, l);
       s.layer_experts.emplace_back(static_cast<int32_t>(run.first), static_cast<int32_t>(run.second));
+    }
+    s.expert_member = t;
+    s.expert_holders.resize(static_cast<size_t>(c.n_layers));
+    for (size_t l = 0; l < static_cast<size_t>(c.n_layers); ++l) {
+      auto& holders = s.expert_holders[l];
+      holders.assign(static_cast<size_t>(c.n_expert), 0);
+      // Each expert's place in its home run, for spreading replicas over the runs.
+      std::vector<int64_t> place(static_cast<size_t>(c.n_expert));
+      for (int m = 0; m < layout.tp; ++m) {
+        const auto [begin, end] = run_of(m, l);
+        for (int64_t e = begin; e < end; ++e) {
+          holders[static_cast<size_t>(e)] = uint64_t{1} << m;
+          place[static_cast<size_t>(e)] = (e - begin) * layout.tp + m;
+        }
+      }
+      if (layout.expert_replicas == 0) continue;
+      // The most chosen experts (by the statistics; without, the first of each run in turn)
+      // are held by every member.
+      const bool measured = l < layout.expert_loads.size() && !layout.expert_loads[l].empty();
+      std::vector<int32_t> order(static_cast<size_t>(c.n_expert));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const double la = measured ? layout.expert_loads[l][static_cast<size_t>(a)] : 0;
+        const double lb = measured ? layout.expert_loads[l][static_cast<size_t>(b)] : 0;
+        if (la != lb) return la > lb;
+        return place[static_cast<size_t>(a)] < place[static_cast<size_t>(b)];
+      });
+      const uint64_t everyone = layout.tp == 64 ? ~uint64_t{0} : (uint64_t{1} << layout.tp) - 1;
+      for (int32_t i = 0; i < std::min(layout.expert_replicas, c.n_expert); ++i)
+        holders[static_cast<size_t>(order[static_cast<size_t>(i)])] = everyone;
     }
   } else if (c.n_ff_exp > 0) {
     std::tie(s.expert_ff_begin, s.expert_ff_end) = ff_rows(c.n_ff_exp);

@@ -16,6 +16,8 @@ namespace orchard::parallel {
 // split whole (a rank holds some experts, all of their rows) instead of every expert's rows;
 // with tp < world, pipeline stages of such groups (a hybrid with expert-split groups).
 enum class Strategy { Single, Pipeline, Tensor, Hybrid, Expert };
+// The most ranks of one expert group (model::Shard::expert_holders has a bit per member).
+inline constexpr int kMaxExpertGroup = 64;
 Strategy parse_strategy(const std::string& name);  // throws Error listing the known names
 std::string strategy_name(Strategy strategy);
 
@@ -33,6 +35,12 @@ struct Layout {
   // layer's experts whose share of the layer's choices follows tensor_weights. Empty: runs of
   // equal numbers of experts (in proportion to tensor_weights).
   std::vector<std::vector<double>> expert_loads;
+  // Expert: each MoE layer's this many most chosen experts (by expert_loads; without them, the
+  // first of each member's run in turn) are held by every rank of the group besides their home
+  // rank, and each row's choice of one goes to whichever holder has the fewest of the step's
+  // choices (model::assign_experts): a decode step's choices spread evenly where they would
+  // have fallen on one rank, for that many experts' memory more per rank.
+  int32_t expert_replicas = 0;
 
   int world() const { return tp * pp; }
   int stage_of(int rank) const { return rank / tp; }

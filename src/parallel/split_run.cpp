@@ -22,6 +22,7 @@ int tensor_group_size(const SplitOptions& o, int world) {
 
 Layout make_layout(const SplitOptions& o, Strategy strategy, int world) {
   Layout layout = Layout::make(strategy, world, tensor_group_size(o, world));
+  layout.expert_replicas = o.expert_replicas;
   if (o.split_weights.empty()) return layout;
   for (double w : o.split_weights)
     if (!(w > 0)) throw Error(error_message("parallel", "--split-weights must all be positive, got {}", w));

@@ -20,6 +20,7 @@ struct SplitOptions {
   // for machines of unequal memory or speed; empty: pipeline stages by free memory, tensor
   // ranks equal.
   std::vector<double> split_weights;
+  int expert_replicas = 0;  // expert: each layer's most chosen experts held by every rank (Layout)
   std::string backend = "shm";
   double link_latency_us = 0;
   double link_gbps = 0;

@@ -50,12 +50,24 @@ void serve_rank(comm::Group& group, int peer, const model::gguf::Reader& file, c
   std::vector<model::ByteRange> ranges(count);
   group.recv(ranges.data(), sizeof(model::ByteRange) * count, peer, kTagRanges);
   const uint8_t* base = file.bytes().data();
+  // The ranges' bytes end to end, in messages of kChunk (the last one shorter): a tensor
+  // split's column slices are a few hundred bytes per row, too small to be a message each.
+  std::vector<uint8_t> chunk;
+  chunk.reserve(kChunk);
   for (const auto& r : ranges) {
-    if (r.offset + r.size > file.file_size())
+    if (r.offset > file.file_size() || r.size > file.file_size() - r.offset)
       throw Error(error_message("weights", "rank {} asked for bytes past the end of {}", peer, file.path()));
-    for (uint64_t done = 0; done < r.size; done += kChunk)
-      group.send(base + r.offset + done, std::min<uint64_t>(kChunk, r.size - done), peer, kTagBytes);
+    for (uint64_t done = 0; done < r.size;) {
+      const size_t n = std::min<uint64_t>(kChunk - chunk.size(), r.size - done);
+      chunk.insert(chunk.end(), base + r.offset + done, base + r.offset + done + n);
+      done += n;
+      if (chunk.size() == kChunk) {
+        group.send(chunk.data(), chunk.size(), peer, kTagBytes);
+        chunk.clear();
+      }
+    }
   }
+  if (!chunk.empty()) group.send(chunk.data(), chunk.size(), peer, kTagBytes);
 }
 
 // The ranges a cached copy holds, merged: sorted, touching ones joined.
@@ -128,14 +140,22 @@ std::string receive_shard(comm::Group& group, const std::string& path, const Lay
   size_t total = 0, done = 0, shard = 0;
   for (const auto& r : ranges) total += r.size;
   for (const auto& r : needed) shard += r.size;
+  // Rank 0 sends the ranges' bytes end to end in messages of kChunk (serve_rank).
   std::vector<uint8_t> chunk(kChunk);
+  size_t held = 0, used = 0;  // bytes of the current message received, and written out
   for (const auto& r : ranges) {
-    for (uint64_t at = 0; at < r.size; at += kChunk) {
-      const size_t n = std::min<uint64_t>(kChunk, r.size - at);
-      group.recv(chunk.data(), n, 0, kTagBytes);
-      write_all(fd, chunk.data(), n, r.offset + at, local);
+    for (uint64_t at = 0; at < r.size;) {
+      if (used == held) {
+        held = std::min<size_t>(kChunk, total - done);
+        used = 0;
+        group.recv(chunk.data(), held, 0, kTagBytes);
+      }
+      const size_t n = std::min<uint64_t>(held - used, r.size - at);
+      write_all(fd, chunk.data() + used, n, r.offset + at, local);
+      used += n;
+      at += n;
       done += n;
-      if (on_progress) on_progress(done, total);
+      if (on_progress && used == held) on_progress(done, total);
     }
   }
   if (!ranges.empty()) {

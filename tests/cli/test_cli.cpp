@@ -118,6 +118,7 @@ TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
       {{"run", "-m", model, "-p", "Hi", "--repeat-penalty", "0"}, "--repeat-penalty: must be more than 0, got 0"},
       {{"run", "-m", model, "-p", "Hi", "-n", "0"}, "--max-tokens: must be 1 or more, got 0"},
       {{"run", "-m", model, "-p", "Hi", "--world", "0"}, "--world: must be from 1 to 1024, got 0"},
+      {{"run", "-m", model, "-p", "Hi", "--expert-replicas", "-1"}, "--expert-replicas: must be 0 or more, got -1"},
       {{"bench", "-m", model, "-r", "0"}, "--repetitions: must be 1 or more, got 0"},
       {{"bench", "-m", model, "-p", "-1"}, "--prompt-tokens: must be 0 or more, got -1"},
       {{"serve", "-m", model, "--port", "70000"}, "--port: must be from 0 to 65535, got 70000"},
@@ -146,6 +147,17 @@ TEST(FlagRanges, TpOrPpOutsideHybridIsAnError) {
   r = run_to_end(orchard({"bench", "-m", model, "-p", "8", "-n", "2", "--world", "2", "--strategy", "pipeline", "--pp", "2"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("--strategy pipeline does not take them"), std::string::npos) << r.err;
+  // Replicated experts belong to an expert split, and cannot outnumber the model's experts.
+  r = run_to_end(orchard({"run", "-m", model, "-p", "Hi", "-n", "2", "--world", "2", "--strategy", "tensor",
+                          "--expert-replicas", "2"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--expert-replicas replicates experts of an expert split; --strategy tensor does not take it"),
+            std::string::npos)
+      << r.err;
+  r = run_to_end(orchard({"run", "-m", testing::synthetic_model("qwen3moe", "tiny", "q8_0"), "-p", "Hi", "-n", "2",
+                          "--world", "2", "--strategy", "expert", "--expert-replicas", "9"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("9 replicated experts per layer; the model has 8"), std::string::npos) << r.err;
 }
 
 // --- a sampled run without --seed draws one and says it; with it, the run repeats.

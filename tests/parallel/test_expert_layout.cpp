@@ -115,6 +115,127 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Replicated hot experts: the N most chosen experts of each layer are held by every member
+// (bit set per member), each also stays in its home run; without counts the first of each run
+// in turn. Every member's table is the same.
+TEST(ExpertLayout, HottestExpertsAreReplicatedOnEveryMember) {
+  const auto c = moe_config();
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  layout.expert_replicas = 2;
+  layout.expert_loads = {{500, 500, 500, 500, 10, 10, 10, 10}, {}};
+  layout.expert_loads[0][3] = 900;  // the hottest, then expert 0 (first of the equal 500s)
+  layout.validate(c, 2);
+  const auto first = parallel::shard_for_rank(c, layout, 0), second = parallel::shard_for_rank(c, layout, 1);
+  EXPECT_EQ(first.expert_holders, second.expert_holders);
+  EXPECT_EQ(first.expert_member, 0);
+  EXPECT_EQ(second.expert_member, 1);
+  // Layer 0: runs {0, 1} and {2..7} by load, as in PlacementFollowsCounts; expert 3 (900) and
+  // expert 0 (the first of the 500s in run order) everywhere.
+  const auto runs = expert_runs(c, layout, 0);
+  for (int32_t e = 0; e < 8; ++e) {
+    const int home = e < runs[0].second ? 0 : 1;
+    const uint64_t expected = e == 3 || e == 0 ? 3u : uint64_t{1} << home;
+    EXPECT_EQ(first.expert_holders[0][static_cast<size_t>(e)], expected) << e;
+    EXPECT_EQ(first.holds_expert(0, e), (expected & 1u) != 0) << e;
+    EXPECT_EQ(second.holds_expert(0, e), (expected & 2u) != 0) << e;
+  }
+  // Layer 1 has no counts: even runs {0..3} {4..7}, and the first of each run replicated.
+  EXPECT_EQ(first.expert_holders[1], (std::vector<uint64_t>{3, 1, 1, 1, 3, 2, 2, 2}));
+  EXPECT_EQ(first.n_experts_held(1, 8), 5);
+  EXPECT_EQ(second.n_experts_held(1, 8), 5);
+  EXPECT_FALSE(first.holds_all_experts(c));
+  // Every expert on every member: a shard that holds them all.
+  layout.expert_replicas = 8;
+  EXPECT_TRUE(parallel::shard_for_rank(c, layout, 1).holds_all_experts(c));
+  // Refused: more replicas than experts, and replicas outside an expert split.
+  layout.expert_replicas = 9;
+  EXPECT_NE(error_of([&] { layout.validate(c, 2); }).find("9 replicated experts per layer; the model has 8"),
+            std::string::npos);
+  auto tensor = parallel::Layout::make(parallel::Strategy::Tensor, 2);
+  tensor.expert_replicas = 1;
+  EXPECT_NE(error_of([&] { tensor.validate(c, 2); }).find("replicated experts are for an expert split, not tensor"),
+            std::string::npos);
+}
+
+// The expected load of the busier member for a token's `used` choices drawn uniformly from
+// n_expert experts, `replicated` of them on both of 2 members and the rest split evenly:
+// with i choices only member 0 holds, j only member 1 holds and k on both, the single-holder
+// choices are fixed and the k fill the lighter side, so the busier one takes
+// max(i, j, ceil(used / 2)). Summed over the hypergeometric probabilities, float64.
+double expected_busier_load(int n_expert, int used, int replicated) {
+  auto choose = [](int n, int k) {
+    if (k < 0 || k > n) return 0.0;
+    double r = 1;
+    for (int i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+    return r;
+  };
+  const int only = (n_expert - replicated) / 2;
+  double expected = 0;
+  for (int i = 0; i <= used; ++i)
+    for (int j = 0; i + j <= used; ++j)
+      expected += choose(only, i) * choose(only, j) * choose(replicated, used - i - j) *
+                  std::max({i, j, (used + 1) / 2});
+  return expected / choose(n_expert, used);
+}
+
+// assign_experts over every possible choice of 4 of 32 experts on 2 members: each choice goes
+// to a holder, the busier member's load averages what the formula above says, and every token
+// whose choices can split 2 + 2 does.
+TEST(ExpertAssignment, BalancesAsTheHypergeometricFormulaSays) {
+  auto c = moe_config(1, 32);
+  c.n_expert_used = 4;
+  for (int replicated : {0, 4, 8, 32}) {
+    auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+    layout.expert_replicas = replicated;
+    const auto shard = parallel::shard_for_rank(c, layout, 0);
+    double busier = 0, tokens = 0;
+    int32_t chosen[4], members[4];
+    for (chosen[0] = 0; chosen[0] < 32; ++chosen[0])
+      for (chosen[1] = chosen[0] + 1; chosen[1] < 32; ++chosen[1])
+        for (chosen[2] = chosen[1] + 1; chosen[2] < 32; ++chosen[2])
+          for (chosen[3] = chosen[2] + 1; chosen[3] < 32; ++chosen[3]) {
+            model::assign_experts(shard, 0, chosen, 4, members);
+            int load[2] = {0, 0};
+            for (int i = 0; i < 4; ++i) {
+              ASSERT_TRUE((shard.expert_holders[0][static_cast<size_t>(chosen[i])] >> members[i]) & 1u);
+              ++load[members[i]];
+            }
+            busier += std::max(load[0], load[1]);
+            ++tokens;
+          }
+    EXPECT_NEAR(busier / tokens, expected_busier_load(32, 4, replicated), 1e-12) << replicated;
+  }
+  // By hand: no replicas, a 2 + 2 split in 40% of tokens (C(16,2)^2 / C(32,4) = 14400 / 35960),
+  // 3 + 1 in 49.8%, 4 + 0 in 10.1%: the busier member holds 1.35x the mean of 2.
+  EXPECT_NEAR(expected_busier_load(32, 4, 0) / 2, (2 * 14400 + 3 * 17920 + 4 * 3640) / 35960.0 / 2, 1e-12);
+  EXPECT_NEAR(expected_busier_load(32, 4, 0) / 2, 1.3504, 1e-4);
+  EXPECT_NEAR(expected_busier_load(32, 4, 32) / 2, 1.0, 1e-12);
+}
+
+// A batch's choices spread over the whole batch: replicas fill the member that the fixed
+// choices left lighter, ties start from a member that turns with the layer, and every rank
+// computes the same assignment.
+TEST(ExpertAssignment, ReplicasGoWhereTheBatchIsLighter) {
+  auto c = moe_config(2, 8);
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  layout.expert_replicas = 2;  // experts 0 and 4 on both; 1-3 on member 0, 5-7 on member 1
+  const auto shard = parallel::shard_for_rank(c, layout, 1);
+  // Two rows of 2: {1, 0} and {2, 4}: members 0, 0 fixed at 1 and 2; the replicas go to 1.
+  const int32_t chosen[] = {1, 0, 2, 4};
+  int32_t members[4];
+  model::assign_experts(shard, 0, chosen, 2, members);
+  EXPECT_EQ(std::vector<int32_t>(members, members + 4), (std::vector<int32_t>{0, 1, 0, 1}));
+  // Only replicas: layer 0 starts ties at member 0, layer 1 at member 1.
+  const int32_t both[] = {0, 4};
+  model::assign_experts(shard, 0, both, 2, std::span(members, 2));
+  EXPECT_EQ(std::vector<int32_t>(members, members + 2), (std::vector<int32_t>{0, 1}));
+  model::assign_experts(shard, 1, both, 2, std::span(members, 2));
+  EXPECT_EQ(std::vector<int32_t>(members, members + 2), (std::vector<int32_t>{1, 0}));
+  int32_t again[2];
+  model::assign_experts(parallel::shard_for_rank(c, layout, 0), 1, both, 2, again);
+  EXPECT_EQ(std::vector<int32_t>(again, again + 2), (std::vector<int32_t>{1, 0}));
+}
+
 TEST(ExpertLayout, RefusesWhatCannotBeSplit) {
   auto dense = moe_config();
   dense.n_expert = 0;
@@ -172,6 +293,21 @@ TEST(ExpertLayout, ByteRangesHoldTheRanksExperts) {
   skewed.layer_experts.assign(static_cast<size_t>(c.n_layers), {0, 8});
   skewed.layer_experts[1] = {8, 8};
   EXPECT_EQ(total(whole) - total(skewed), stacks / static_cast<uint64_t>(c.n_layers));
+  // Replicated experts: rank 1 of 2 holds its run of 4 and the first of the other run (expert
+  // 0), in two ranges per stack: 5 of 8 experts' bytes.
+  auto layout = parallel::Layout::make(parallel::Strategy::Expert, 2);
+  layout.expert_replicas = 2;
+  const model::Shard replicated = parallel::shard_for_rank(c, layout, 1),
+                     plain = parallel::shard_for_rank(c, parallel::Layout::make(parallel::Strategy::Expert, 2), 1);
+  EXPECT_EQ(total(replicated) - total(plain), stacks / 8);
+  int pieces = 0;
+  for (const auto& r : model::shard_byte_ranges(file, c, replicated))
+    if (r.offset >= at && r.offset < at + down.size_bytes) {
+      ++pieces;
+      if (r.offset == at) EXPECT_EQ(r.size, down.size_bytes / 8);
+      else EXPECT_TRUE(r.offset == at + down.size_bytes / 2 && r.size == down.size_bytes / 2);
+    }
+  EXPECT_EQ(pieces, 2);
 }
 
 // A shard binds only its experts; the others stay empty matrices (nothing mapped or copied).

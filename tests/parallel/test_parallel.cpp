@@ -9,12 +9,15 @@
 #include <array>
 #include <filesystem>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "comm/launcher.h"
 #include "model/model_files.h"
 #include "model/config.h"
+#include "parallel/distributed_model.h"
 #include "parallel/engine.h"
 #include "model/gguf/reader.h"
 #include "model/weights.h"
@@ -30,6 +33,7 @@ struct Case {
   // Expert splits: how mixture-of-experts outputs are combined (parse_expert_combine's names;
   // empty: auto), and over which transport the ranks talk (shm unless "ring").
   std::string combine = "", backend = "";
+  int replicas = 0;  // expert: each layer's replicated experts (Layout::expert_replicas)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -38,6 +42,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   if (c.tp) n += "_tp" + std::to_string(c.tp);
   if (!c.combine.empty()) n += "_" + c.combine;
   if (!c.backend.empty()) n += "_" + c.backend;
+  if (c.replicas) n += "_replicas" + std::to_string(c.replicas);
   for (char& ch : n)
     if (ch == '-' || ch == '.') ch = '_';
   return n;
@@ -108,6 +113,7 @@ TEST_P(SplitMatchesSingleRank, SameTokensAndLogits) {
     parallel::EngineOptions o = engine_options(path);
     o.layout = parallel::Layout::make(parallel::parse_strategy(c.strategy), group.size(), c.tp);
     if (!c.combine.empty()) o.expert_combine = parallel::parse_expert_combine(c.combine);
+    o.layout.expert_replicas = c.replicas;
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
     if (group.rank() != 0) return;
@@ -226,6 +232,17 @@ std::vector<Case> all_cases() {
   cases.push_back({"mixtral", "tiny", "f32", "expert", 3, 0, "all-to-all", "ring"});
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 3, 0, "all-to-all"});
   cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all"});
+  // Replicated experts: a choice of one goes to one of its holders, whichever the step's
+  // assignment gave it; each way of combining, 2 and 3 ranks, every expert on every rank (8),
+  // and inside pipeline stages.
+  for (std::string combine : {"all-reduce", "all-to-all"}) {
+    cases.push_back({"qwen3moe", "tiny", "f32", "expert", 2, 0, combine, "", 2});
+    cases.push_back({"qwen3moe", "tiny", "f32", "expert", 3, 0, combine, "", 3});
+  }
+  cases.push_back({"qwen3moe", "tiny", "q8_0", "expert", 2, 0, "", "", 8});
+  cases.push_back({"mixtral", "tiny", "f32", "expert", 4, 2, "", "", 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 4});
+  cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 2});
   // gpt-oss: the sinks split with their heads, the experts' gate/up biases with their rows; the
   // attention output and expert down biases added once to the summed products.
   for (std::string type : {"f32", "q8_0", "mxfp4"}) {
@@ -246,7 +263,8 @@ std::vector<Case> all_cases() {
 
 // A rank with no copy of the model receives its shard from rank 0 and computes the same tokens;
 // its local copy holds only that shard's bytes (the rest are holes): at most `most` of the file.
-void receives_its_shard(const std::string& path, parallel::Strategy strategy, double most) {
+// Returns the bytes rank 1 received.
+uint64_t receives_its_shard(const std::string& path, parallel::Strategy strategy, double most) {
   Outcome single;
   {
     parallel::Engine engine(engine_options(path), nullptr);
@@ -260,25 +278,40 @@ void receives_its_shard(const std::string& path, parallel::Strategy strategy, do
     parallel::EngineOptions o = engine_options(group.rank() == 0 ? path : "/nonexistent/model.gguf");
     o.layout = parallel::Layout::make(strategy, 2);
     o.shard_cache_dir = dir;
+    uint64_t received = 0;
+    o.on_receive_progress = [&](size_t done, size_t) { received = done; };
     parallel::Engine engine(o, &group);
     Outcome got = generate_with(engine);
-    if (group.rank() != 0) return;
+    if (group.rank() != 1) return;
     std::ofstream f(out, std::ios::binary);
     f.write(reinterpret_cast<const char*>(got.tokens.data()), static_cast<std::streamsize>(got.tokens.size() * 4));
+    f.write(reinterpret_cast<const char*>(&received), sizeof received);
   });
-  for (const auto& e : exits) ASSERT_TRUE(e.ok()) << e.describe();
+  for (const auto& e : exits) {
+    if (!e.ok()) {
+      ADD_FAILURE() << e.describe();
+      return 0;
+    }
+  }
   std::vector<int32_t> tokens(kTokens);
-  std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
+  uint64_t received = 0;
+  std::ifstream in(out, std::ios::binary);
+  in.read(reinterpret_cast<char*>(tokens.data()), kTokens * 4);
+  in.read(reinterpret_cast<char*>(&received), sizeof received);
   std::remove(out.c_str());
   // The cache holds one entry, named by the model's digest.
   const auto file = model::gguf::Reader::open(path);
   const std::string copy =
       dir + "/" + parallel::model_digest(file.bytes().data(), file.file_size(), file.data_offset()) + "/model.gguf";
   struct stat st {};
-  ASSERT_EQ(stat(copy.c_str(), &st), 0) << copy;
+  if (stat(copy.c_str(), &st) != 0) {
+    ADD_FAILURE() << "no cached copy at " << copy;
+    return 0;
+  }
   std::filesystem::remove_all(dir);
   EXPECT_EQ(tokens, single.tokens);
   EXPECT_LT(static_cast<double>(st.st_blocks) * 512, most * static_cast<double>(st.st_size));
+  return received;
 }
 
 TEST(WeightDistribution, RankWithoutTheFileReceivesItsShard) {
@@ -373,8 +406,40 @@ TEST(WeightDistribution, ExpertRankReceivesItsExperts) {
 
 TEST(WeightDistribution, RankWithoutTheFileReceivesItsGptOssShard) {
   // gpt-oss's vectors split by heads (sinks) and by each expert's rows (gate/up biases); the
-  // experts' down stacks (columns) are sent whole, so about two thirds of the file.
-  receives_its_shard(testing::synthetic_model("gpt-oss", "tiny", "f32"), parallel::Strategy::Tensor, 0.75);
+  // experts' down stacks (columns) are sent as each row's slice of columns, so about half the
+  // file is received (on disk more: a slice is shorter than a file-system block, so most of the
+  // down stacks' blocks are written).
+  const std::string path = testing::synthetic_model("gpt-oss", "tiny", "f32");
+  const uint64_t received = receives_its_shard(path, parallel::Strategy::Tensor, 0.75);
+  EXPECT_LT(static_cast<double>(received), 0.56 * static_cast<double>(std::filesystem::file_size(path)));
+}
+
+// A tensor split's rank receives, of each expert's down projection, the columns of its FFN rows
+// only: exactly its shard's ranges, which hold half of every ffn_down_exps stack (each row's
+// second half of the columns) on rank 1 of 2.
+TEST(WeightDistribution, TensorRankReceivesItsColumnSlicesOfTheExperts) {
+  const std::string path = testing::synthetic_model("qwen3moe", "tiny", "f32");
+  const uint64_t received = receives_its_shard(path, parallel::Strategy::Tensor, 1.0);
+  const auto file = model::gguf::Reader::open(path);
+  const auto config = model::ModelConfig::from_gguf(file);
+  const auto shard = parallel::shard_for_rank(config, parallel::Layout::make(parallel::Strategy::Tensor, 2), 1);
+  const auto ranges = model::shard_byte_ranges(file, config, shard);
+  uint64_t total = 0;
+  for (const auto& r : ranges) total += r.size;
+  EXPECT_EQ(received, total);
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    const auto& down = file.tensor(fmt::format("blk.{}.ffn_down_exps.weight", l));
+    const uint64_t begin = file.data_offset() + down.offset, row = static_cast<uint64_t>(down.shape[0]) * sizeof(float);
+    uint64_t inside = 0;
+    for (const auto& r : ranges)
+      if (r.offset >= begin && r.offset < begin + down.size_bytes) {
+        inside += r.size;
+        // The second half of a row: its offset from the stack is past half a row.
+        EXPECT_EQ((r.offset - begin) % row, row / 2) << l;
+      }
+    EXPECT_EQ(inside, down.size_bytes / 2) << l;
+  }
+  EXPECT_LT(static_cast<double>(received), 0.56 * static_cast<double>(std::filesystem::file_size(path)));
 }
 
 // A split server's round: one Engine::eval_batch with a step of several slots, on every rank.
@@ -470,6 +535,88 @@ TEST(SplitBatch, BatchedStepsGiveEachSlotItsLogitsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSplits, SplitMatchesSingleRank, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace orchard
+
+namespace orchard {
+namespace {
+
+// A rank that dies while the others are inside an expert split's all-to-all (the touched rows
+// to their owners, then the all-gather): each survivor's combine ends with an error naming a
+// rank, the dead one among them, within the comm timeout, over both transports; the launcher
+// reaps every rank.
+class ExpertAllToAllFault : public ::testing::TestWithParam<comm::Backend> {};
+
+TEST_P(ExpertAllToAllFault, SurvivorsNameTheDeadRankInTime) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kWorld = 3, kDoomed = 2;
+  constexpr auto kTimeout = std::chrono::seconds(2);
+  comm::Config base;
+  base.backend = GetParam();
+  base.timeout = kTimeout;
+  comm::LocalLaunchOptions options;
+  options.grace = std::chrono::seconds(8);
+  const auto start = Clock::now();
+  const std::string seen = ::testing::TempDir() + "/all-to-all-fault-" + std::to_string(getpid());
+  auto exits = comm::spawn_local_ranks(
+      kWorld, base,
+      [&](comm::Group& group) {
+        parallel::TensorGroupSums sums(group, {0, 1, 2});
+        sums.set_experts(false, parallel::ExpertCombine::AllToAll);
+        // 256 rows of 2048 floats (a moe-3b prompt chunk), each row's two choices computed by
+        // members t and t + 1 (mod 3): every rank sends to and receives from both others.
+        constexpr int32_t kRows = 256, kWidth = 2048, kUsed = 2;
+        std::vector<float> data(static_cast<size_t>(kRows) * kWidth, 1.0f);
+        std::vector<int32_t> members(static_cast<size_t>(kRows) * kUsed);
+        for (int32_t t = 0; t < kRows; ++t)
+          for (int32_t i = 0; i < kUsed; ++i) members[static_cast<size_t>(t * kUsed + i)] = (t + i) % kWorld;
+        if (group.rank() == kDoomed)
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            ::_exit(3);
+          }).detach();
+        for (int64_t step = 0;; ++step) {
+          const auto before = Clock::now();
+          try {
+            sums.combine_experts(data.data(), kRows, kWidth, members);
+          } catch (const Error& e) {
+            if (Clock::now() - before > kTimeout + std::chrono::seconds(2))
+              throw std::runtime_error("the error came later than the comm timeout allows");
+            if (sums.expert_combines()[1] == 0) throw std::runtime_error("no all-to-all completed before the fault");
+            std::ofstream(fmt::format("{}-{}", seen, group.rank())) << e.what();
+            return;
+          }
+          std::fill(data.begin(), data.end(), 1.0f);
+          if (Clock::now() - start > std::chrono::seconds(60)) throw std::runtime_error("no rank died");
+        }
+      },
+      options);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r != kDoomed) {
+      EXPECT_TRUE(exits[static_cast<size_t>(r)].ok()) << exits[static_cast<size_t>(r)].describe();
+    }
+  }
+  EXPECT_EQ(exits[kDoomed].code, 3) << exits[kDoomed].describe();
+  // Each survivor's error names a rank; the dead one is named by those that talk to it (on the
+  // ring a survivor may hear first that its neighbour left, having failed on the dead rank).
+  bool named = false;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kDoomed) continue;
+    std::ifstream in(fmt::format("{}-{}", seen, r));
+    const std::string what((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(fmt::format("{}-{}", seen, r).c_str());
+    EXPECT_NE(what.find("rank "), std::string::npos) << "rank " << r << ": " << what;
+    named = named || what.find(fmt::format("rank {} ", kDoomed)) != std::string::npos;
+    if (r == 0) std::fprintf(stderr, "rank 0 saw (as expected): %s\n", what.c_str());
+  }
+  EXPECT_TRUE(named) << "no survivor named rank " << kDoomed;
+  // spawn_local_ranks returns once it has reaped every child: nothing left running.
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2 + 2 + 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExpertAllToAllFault, ::testing::Values(comm::Backend::Shm, comm::Backend::Ring),
+                         [](const auto& info) { return std::string(info.param == comm::Backend::Shm ? "shm" : "ring"); });
 
 }  // namespace
 }  // namespace orchard
