@@ -216,6 +216,9 @@ void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
                                  "--discover, reach the other machines over ssh instead of through their agents")
                      ->capture_default_str();
   add_cluster_identity_flags(cmd, f.discovery);
+  cmd->add_option("--agent-port", f.discovery.agent_port,
+                  "TCP port of this machine's agent, which --discover and serve's cluster page ask")
+      ->capture_default_str();
 }
 
 void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }

@@ -14,6 +14,7 @@
 #include "apps/orchard/progress.h"
 #include "apps/orchard/signal_stopper.h"
 #include "apps/orchard/split_flags.h"
+#include "cluster/agent.h"
 #include "core/error.h"
 #include "parallel/engine.h"
 #include "serve/chat_page.h"
@@ -72,14 +73,18 @@ void serve_on(serve::Engine& engine, int threads, const ServeOptions& o, std::op
   // /metrics and requests that are refused.
   http.threads = engine.n_slots() + o.scheduler.max_queue + 8;
   http.api_keys = o.api_keys;
+  // The cluster page at /cluster.html: what the local agent knows (this machine alone without one).
+  http.cluster_topology = [identity = o.cluster.discovery] {
+    return cluster::local_cluster(identity.cluster, identity.secret, identity.agent_port, std::chrono::milliseconds(1000));
+  };
   serve::openai::HttpServer server(service, metrics, http);
   const int port = server.bind(o.host, o.port);
   scheduler.start();
 
   std::fprintf(stderr, "serving '%s' (%s chat template, %d slots of %d positions, %d threads)\n", engine.info().id.c_str(),
                std::string(serve::chat_family_name(family)).c_str(), engine.n_slots(), scheduler.n_ctx(), threads);
-  std::fprintf(stderr, "chat page at http://%s:%d/%s; OpenAI API under /v1, Ollama's under /api\n", o.host.c_str(), port,
-               serve::kChatPageBuilt ? "" : " (not built: node/npm were missing at configure time)");
+  std::fprintf(stderr, "chat page at http://%s:%d/%s, cluster page at /cluster.html; OpenAI API under /v1, Ollama's under /api\n",
+               o.host.c_str(), port, serve::kChatPageBuilt ? "" : " (not built: node/npm were missing at configure time)");
   // On stdout, one line, so that scripts and tests starting the server with --port 0 learn the port.
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);

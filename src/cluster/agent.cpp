@@ -1,13 +1,17 @@
 #include "cluster/agent.h"
 
 #include <openssl/rand.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cluster/cluster_status.h"
+#include "cluster/link_probe.h"
 #include "cluster/machine_probe.h"
 #include "cluster/rank_service.h"
 #include "comm/launcher.h"
@@ -50,6 +54,21 @@ void fill_local(Announcement& a, const std::string& models_dir) {
   a.models = model_files(models_dir);
 }
 
+// Waits up to `timeout` until `bytes` bytes have come on fd and copies them to `out` without
+// taking them; false when they did not come (the caller's read then reports why).
+bool peek_bytes(int fd, void* out, size_t bytes, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const ssize_t n = ::recv(fd, out, bytes, MSG_PEEK | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(bytes)) return true;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    if (Clock::now() >= deadline) return false;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 10);
+    if (n > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // some came: poll would not wait
+  }
+}
+
 }  // namespace
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
@@ -85,51 +104,77 @@ void Agent::run(const std::atomic<bool>& stop) {
   const RankServiceOptions rank_service{options_.cluster, options_.secret, comm::current_executable(), options_.cache_dir};
   // Ranks end when the agent does (serve_rank_start stops them once `ending` is set).
   std::atomic<bool> ending{false};
-  struct RankThread {
+  // Each connection is served on a thread of its own, so a slow client (a browser on a bad
+  // link, a stalled or hostile peer) keeps no other one waiting. At most max_connections are
+  // read at once; more are closed at once. A rank, once started, runs on its connection's
+  // thread for as long as it lives and is no longer counted.
+  struct Connection {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
   };
-  std::vector<RankThread> ranks;
+  std::vector<Connection> connections;
+  std::atomic<int> reading{0};
+  // Link measurements still run one at a time: a probe measures one link, and a second one
+  // running beside it would share the CPU and the wire and spoil both figures.
+  std::mutex measuring;
+  auto serve_connection = [&](comm::tcp::Fd fd, const std::string& from) {
+    bool counted = true;
+    auto read_done = [&] {
+      if (counted) --reading;
+      counted = false;
+    };
+    try {
+      if (starts_with_http_get(fd.get(), options_.probe.timeout)) {  // `GET /cluster`, the page: a browser, curl
+        serve_status_request(fd.get(), from, [this] { return topology(); }, options_.probe.timeout);
+        read_done();
+        return;
+      }
+      ProbeHello hello{};
+      std::unique_lock lock(measuring, std::defer_lock);
+      if (peek_bytes(fd.get(), &hello, sizeof hello, options_.probe.timeout) && (hello.op == kOpPing || hello.op == kOpBulk))
+        lock.lock();
+      const uint16_t op = serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
+                                                 [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
+      if (lock.owns_lock()) lock.unlock();
+      read_done();
+      if (op != kOpStart) return;
+    } catch (const std::exception& e) {
+      spdlog::debug("{}", e.what());
+      read_done();
+      return;
+    }
+    try {
+      serve_rank_start(std::move(fd), from, rank_service, ending);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
+  };
   std::thread server([&] {
     while (!stop && !failed_) {
       std::string from;
       comm::tcp::Fd fd = comm::tcp::accept_until(listener.get(), Clock::now() + std::chrono::milliseconds(200), &from);
+      std::erase_if(connections, [](Connection& c) {
+        if (!*c.done) return false;
+        c.thread.join();
+        return true;
+      });
       if (fd.get() < 0) continue;
-      // One probe at a time: a probe measures one link, and a second one running beside it
-      // would share the CPU and the wire and spoil both figures. A rank runs on its own thread
-      // for as long as it lives. `GET /cluster` (a browser, curl) is answered here too.
-      try {
-        if (starts_with_http_get(fd.get(), options_.probe.timeout)) {
-          serve_status_request(fd.get(), from, [this] { return topology(); }, options_.probe.timeout);
-          continue;
-        }
-        const uint16_t op = serve_probe_connection(fd.get(), from, options_.cluster, options_.secret,
-                                                   [this] { return to_json(topology()).dump(); }, options_.probe.timeout);
-        if (op == kOpStart) {
-          std::erase_if(ranks, [](RankThread& r) {
-            if (!*r.done) return false;
-            r.thread.join();
-            return true;
-          });
-          RankThread& r = ranks.emplace_back();
-          r.thread = std::thread([&rank_service, &ending, from, done = r.done, fd = std::move(fd)]() mutable {
-            try {
-              serve_rank_start(std::move(fd), from, rank_service, ending);
-            } catch (const std::exception& e) {
-              spdlog::warn("{}", e.what());
-            }
-            *done = true;
-          });
-        }
-      } catch (const std::exception& e) {
-        spdlog::debug("{}", e.what());
+      if (reading >= options_.max_connections) {
+        spdlog::debug("[cluster] {} connections being read already: closed the one from {}", reading.load(), from);
+        continue;
       }
+      ++reading;
+      Connection& c = connections.emplace_back();
+      c.thread = std::thread([&serve_connection, from, done = c.done, fd = std::move(fd)]() mutable {
+        serve_connection(std::move(fd), from);
+        *done = true;
+      });
     }
   });
   auto end_threads = [&] {
     server.join();
     ending = true;
-    for (RankThread& r : ranks) r.thread.join();
+    for (Connection& c : connections) c.thread.join();
   };
   std::thread prober([&] { probe_peers(stop); });
 
@@ -235,6 +280,19 @@ Topology find_cluster(const std::string& cluster, const std::string& secret, uin
     spdlog::debug("[cluster] no local agent ({}); listening for {} ms", e.what(), wait.count());
   }
   return topology_from_announcements(listen_for_peers(cluster, secret, port, wait));
+}
+
+Topology local_cluster(const std::string& cluster, const std::string& secret, uint16_t agent_port,
+                       std::chrono::milliseconds wait) {
+  try {
+    return topology_from_json(nlohmann::json::parse(query_topology("127.0.0.1", agent_port, cluster, secret, wait)));
+  } catch (const std::exception& e) {
+    spdlog::debug("[cluster] no local agent ({}): the cluster page shows this machine alone", e.what());
+  }
+  Announcement self;
+  self.node_id = "local";
+  fill_local(self, "");
+  return topology_from_announcements({self});
 }
 
 }  // namespace orchard::cluster

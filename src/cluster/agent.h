@@ -26,6 +26,7 @@ struct AgentOptions {
   std::chrono::milliseconds announce_every{1000};
   std::chrono::milliseconds probe_every{30000};  // re-measure each link this often
   std::chrono::milliseconds forget_after{10000}; // a machine silent this long is gone
+  int max_connections = 32;                       // read at once on the TCP port; more are closed at once
   ProbeOptions probe;
 };
 
@@ -62,5 +63,11 @@ class Agent {
 // measured them).
 Topology find_cluster(const std::string& cluster, const std::string& secret, uint16_t port, uint16_t agent_port,
                       std::chrono::milliseconds wait);
+
+// The cluster `orchard serve` shows on its cluster page: the local agent's topology when one
+// answers on 127.0.0.1:agent_port within `wait`, else this machine alone (nothing measured), so
+// the page works without an agent and never keeps a request waiting on announcements.
+Topology local_cluster(const std::string& cluster, const std::string& secret, uint16_t agent_port,
+                       std::chrono::milliseconds wait);
 
 }  // namespace orchard::cluster

@@ -128,6 +128,13 @@ nlohmann::json cluster_status(const Topology& t, const std::string& model) {
   return out;
 }
 
+std::pair<int, nlohmann::json> cluster_status_answer(const std::string& query, const std::function<Topology()>& topology) {
+  if (query.empty()) return {200, cluster_status(topology(), "")};
+  if (query.rfind("model=", 0) != 0 || !plain_preset(query.substr(6)))
+    return {400, error_body("the query is model=PRESET, e.g. model=llama-70b:q4_k_m")};
+  return {200, cluster_status(topology(), query.substr(6))};
+}
+
 bool starts_with_http_get(int fd, std::chrono::milliseconds timeout) {
   const auto deadline = tcp::Clock::now() + timeout;
   char head[4];
@@ -167,14 +174,9 @@ void serve_status_request(int fd, const std::string& from, const std::function<T
       return send_page_file(fd, *file, head, peer);
   }
   if (path != "/cluster") return answer(fd, 404, error_body("no such page: " + path + " (try / or /cluster)"), peer);
-  std::string model;
-  if (const size_t q = target.find('?'); q != std::string::npos) {
-    const std::string query = target.substr(q + 1);
-    if (query.rfind("model=", 0) != 0 || !plain_preset(query.substr(6)))
-      return answer(fd, 400, error_body("the query is model=PRESET, e.g. model=llama-70b:q4_k_m"), peer);
-    model = query.substr(6);
-  }
-  answer(fd, 200, cluster_status(topology(), model), peer);
+  const size_t q = target.find('?');
+  const auto [status, body] = cluster_status_answer(q == std::string::npos ? "" : target.substr(q + 1), topology);
+  answer(fd, status, body, peer);
 }
 
 }  // namespace orchard::cluster

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -19,6 +20,11 @@ namespace orchard::cluster {
 // the page's picker); `model` empty: no plan. A model the planner cannot place (unknown,
 // too large) gives "plan": {"error": why} rather than failing the whole answer.
 nlohmann::json cluster_status(const Topology& t, const std::string& model);
+
+// The answer to `GET /cluster[?model=PRESET]` given its query ("" or "model=PRESET"): 200 and
+// cluster_status(), or 400 and {"error"} for any other query. The agent's port and `orchard
+// serve`'s (serve/cluster_page_routes.h) answer with it.
+std::pair<int, nlohmann::json> cluster_status_answer(const std::string& query, const std::function<Topology()>& topology);
 
 // Whether a new connection starts with an HTTP GET (the agent's binary hello does not): looks
 // at its first bytes without taking them, waiting at most `timeout` for them.

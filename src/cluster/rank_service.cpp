@@ -1,10 +1,10 @@
 #include "cluster/rank_service.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,7 +15,9 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -38,12 +40,39 @@ using namespace std::chrono_literals;
 // The subcommands a rank runs: an agent starts ranks of jobs, not arbitrary commands.
 const std::set<std::string> kRankCommands = {"run", "serve"};
 
-std::vector<uint8_t> request_mac(const std::string& cluster, const std::string& secret,
-                                 const uint8_t (&challenge)[kChallengeBytes], const std::string& request) {
+constexpr size_t kNonceBytes = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES;
+constexpr size_t kTagBytes = crypto_aead_xchacha20poly1305_ietf_ABYTES;
+
+std::vector<uint8_t> request_key(const std::string& cluster, const std::string& secret) {
+  static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kMacBytes);
+  const std::string label = "orchard start request" + cluster;
+  return hmac_sha256(secret, std::span(reinterpret_cast<const uint8_t*>(label.data()), label.size()));
+}
+
+std::vector<uint8_t> associated_data(const std::string& cluster, const uint8_t (&challenge)[kChallengeBytes]) {
   std::vector<uint8_t> data(cluster.begin(), cluster.end());
   data.insert(data.end(), challenge, challenge + kChallengeBytes);
-  data.insert(data.end(), request.begin(), request.end());
-  return hmac_sha256(secret, data);
+  return data;
+}
+
+void init_sodium() {
+  if (sodium_init() < 0) throw Error(error_message("cluster", "libsodium failed to initialise"));
+}
+
+// The request inside `sealed`; nullopt when it was not sealed for this cluster, secret and challenge.
+std::optional<std::string> open_start_request(const std::string& cluster, const std::string& secret,
+                                              const uint8_t (&challenge)[kChallengeBytes], const std::vector<uint8_t>& sealed) {
+  if (sealed.size() < kNonceBytes + kTagBytes) return std::nullopt;
+  init_sodium();
+  const std::vector<uint8_t> key = request_key(cluster, secret), ad = associated_data(cluster, challenge);
+  std::string request(sealed.size() - kNonceBytes - kTagBytes, '\0');
+  unsigned long long length = 0;
+  if (crypto_aead_xchacha20poly1305_ietf_decrypt(reinterpret_cast<uint8_t*>(request.data()), &length, nullptr,
+                                                 sealed.data() + kNonceBytes, sealed.size() - kNonceBytes, ad.data(),
+                                                 ad.size(), sealed.data(), key.data()) != 0)
+    return std::nullopt;
+  request.resize(length);
+  return request;
 }
 
 void send_frame(int fd, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
@@ -343,6 +372,19 @@ class AgentRank : public parallel::RankProcess {
 
 }  // namespace
 
+std::vector<uint8_t> seal_start_request(const std::string& cluster, const std::string& secret,
+                                        const uint8_t (&challenge)[kChallengeBytes], const std::string& request) {
+  init_sodium();
+  const std::vector<uint8_t> key = request_key(cluster, secret), ad = associated_data(cluster, challenge);
+  std::vector<uint8_t> sealed(kNonceBytes + request.size() + kTagBytes);
+  randombytes_buf(sealed.data(), kNonceBytes);
+  unsigned long long length = 0;
+  crypto_aead_xchacha20poly1305_ietf_encrypt(sealed.data() + kNonceBytes, &length, reinterpret_cast<const uint8_t*>(request.data()),
+                                             request.size(), ad.data(), ad.size(), nullptr, sealed.data(), key.data());
+  sealed.resize(kNonceBytes + length);
+  return sealed;
+}
+
 void serve_rank_start(tcp::Fd fd, const std::string& from, const RankServiceOptions& options,
                       const std::atomic<bool>& stop) {
   const std::string peer = "rank requester " + from;
@@ -356,19 +398,17 @@ void serve_rank_start(tcp::Fd fd, const std::string& from, const RankServiceOpti
     send_frame(fd.get(), FrameKind::kRefused, fmt::format("a start request of {} bytes (limit {})", length, kMaxStartRequestBytes), peer);
     throw Error(error_message("cluster", "refused {}: a start request of {} bytes", peer, length));
   }
-  std::string request(length, '\0');
-  tcp::read_exact(fd.get(), request.data(), length, deadline, peer);
-  uint8_t mac[kMacBytes];
-  tcp::read_exact(fd.get(), mac, sizeof mac, deadline, peer);
-  const std::vector<uint8_t> expected = request_mac(options.cluster, options.secret, challenge, request);
-  if (CRYPTO_memcmp(expected.data(), mac, sizeof mac) != 0) {
-    send_frame(fd.get(), FrameKind::kRefused, "the start request is not signed with this cluster's secret", peer);
-    throw Error(error_message("cluster", "refused to start a rank for {}: the request is not signed with the cluster secret", peer));
+  std::vector<uint8_t> sealed(length);
+  tcp::read_exact(fd.get(), sealed.data(), length, deadline, peer);
+  const std::optional<std::string> request = open_start_request(options.cluster, options.secret, challenge, sealed);
+  if (!request) {
+    send_frame(fd.get(), FrameKind::kRefused, "the start request is not sealed with this cluster's secret", peer);
+    throw Error(error_message("cluster", "refused to start a rank for {}: the request is not sealed with the cluster secret", peer));
   }
   StartRequest parsed;
   Child child;
   try {
-    parsed = parse_request(request);
+    parsed = parse_request(*request);
     child = start_child(options, parsed);
   } catch (const Error& e) {
     send_frame(fd.get(), FrameKind::kRefused, e.what(), peer);
@@ -396,12 +436,12 @@ std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& ag
                          {"env", nlohmann::json::object()},
                          {"cwd", rank.working_directory}};
   for (const auto& [key, value] : rank.env) request["env"][key] = value;
-  const std::string text = request.dump();
-  const uint32_t length = static_cast<uint32_t>(text.size());
-  const std::vector<uint8_t> mac = request_mac(cluster, secret, challenge, text);
+  const std::vector<uint8_t> sealed = seal_start_request(cluster, secret, challenge, request.dump());
+  if (sealed.size() > kMaxStartRequestBytes)
+    throw Error(error_message("cluster", "the start request for {} is {} bytes (limit {})", machine, sealed.size(), kMaxStartRequestBytes));
+  const uint32_t length = static_cast<uint32_t>(sealed.size());
   tcp::write_exact(fd.get(), &length, sizeof length, deadline, peer);
-  tcp::write_exact(fd.get(), text.data(), text.size(), deadline, peer);
-  tcp::write_exact(fd.get(), mac.data(), mac.size(), deadline, peer);
+  tcp::write_exact(fd.get(), sealed.data(), sealed.size(), deadline, peer);
   FrameHeader h{};
   tcp::read_exact(fd.get(), &h, sizeof h, deadline, peer);
   if (h.bytes > kMaxFrameBytes)

@@ -7,19 +7,25 @@
 //
 // Protocol (on the agent's TCP port, after a ProbeHello for kOpStart that the agent accepted):
 //   agent -> client: 16 random bytes, a challenge fresh for this connection;
-//   client -> agent: u32 length, the request JSON {"args": [...], "env": {...}, "cwd": "..."},
-//                    HMAC-SHA256(secret, cluster name || challenge || request);
+//   client -> agent: u32 length, then the request JSON {"args": [...], "env": {...}, "cwd": "..."}
+//                    sealed (seal_start_request): encrypted, since its env carries the job's comm
+//                    secret, and authenticated with the cluster name and the challenge;
 //   agent -> client: frames (FrameHeader + payload): kStarted (the pid), kStdout/kStderr
 //                    (bytes as the rank wrote them), kHeartbeat (each second), then kExit
 //                    (JSON {"code", "signaled"}) or kRefused (why, for a request it will not run);
 //   client -> agent: one byte each second (kClientHeartbeat), kClientStop to stop the rank.
 // The challenge makes a request good for one connection only: a recorded one replayed later
 // meets another challenge, whatever the clocks of the two machines say.
+// Sealing is libsodium's XChaCha20-Poly1305 AEAD: key HMAC-SHA256(secret, "orchard start
+// request" || cluster name), a random 24-byte nonce sent before the ciphertext, associated data
+// the cluster name || the challenge. (An open cluster, secret "", gets a key anyone can derive:
+// it keeps nothing from a listener, as its other messages do not.)
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/transport/tcp/socket.h"
 #include "parallel/launch.h"
@@ -27,7 +33,7 @@
 namespace orchard::cluster {
 
 inline constexpr size_t kChallengeBytes = 16;
-inline constexpr uint32_t kMaxStartRequestBytes = 1u << 20;
+inline constexpr uint32_t kMaxStartRequestBytes = 1u << 20;  // sealed, nonce and tag included
 inline constexpr uint32_t kMaxFrameBytes = 1u << 20;
 // Either side that hears nothing for this long takes the other as gone.
 inline constexpr std::chrono::milliseconds kRankSilenceLimit{10000};
@@ -43,6 +49,10 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 8);
 #pragma pack(pop)
+
+// The start request `request` sealed for the agent that sent `challenge`: nonce || ciphertext.
+std::vector<uint8_t> seal_start_request(const std::string& cluster, const std::string& secret,
+                                        const uint8_t (&challenge)[kChallengeBytes], const std::string& request);
 
 struct RankServiceOptions {
   std::string cluster, secret;

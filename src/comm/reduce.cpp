@@ -8,13 +8,21 @@
 namespace orchard::comm {
 namespace {
 
-// _Float16 (GCC >= 12 on x86-64, Clang on arm64 and from 15 on x86-64) lets the compiler use
-// F16C / native half instructions where the target has them; other compilers convert in software.
-#ifdef __FLT16_MAX__
+// The compiler's half type lets it use F16C / native half instructions where the target has
+// them: _Float16 (GCC >= 12 on x86-64, GCC >= 13, Clang on arm64 and from 15 on x86-64), or
+// __fp16 on arm64 with GCC 12, whose C++ has no _Float16 though it defines __FLT16_MAX__.
+// Other compilers convert in software.
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#define ORCHARD_NATIVE_HALF __fp16
+#elif defined(__FLT16_MAX__)
+#define ORCHARD_NATIVE_HALF _Float16
+#endif
+#ifdef ORCHARD_NATIVE_HALF
 void sum_f16(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<_Float16*>(out);
-  const auto *x = static_cast<const _Float16*>(a), *y = static_cast<const _Float16*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = static_cast<_Float16>(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+  using Half = ORCHARD_NATIVE_HALF;
+  auto* o = static_cast<Half*>(out);
+  const auto *x = static_cast<const Half*>(a), *y = static_cast<const Half*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = static_cast<Half>(static_cast<float>(x[i]) + static_cast<float>(y[i]));
 }
 #else
 void sum_f16(void* out, const void* a, const void* b, size_t n) {

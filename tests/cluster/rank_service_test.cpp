@@ -2,7 +2,9 @@
 // binary: what it runs, what it refuses (another secret, a replayed request, a command that is
 // not a rank's), and that a rank ends when its requester goes away or asks.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -138,24 +140,20 @@ TEST_F(RankService, AnotherSecretIsRefused) {
   }
 }
 
-// Speaks the protocol by hand: a request signed with another secret, and a request replayed
+// Speaks the protocol by hand: a request sealed with another secret, and a request replayed
 // from an earlier connection, are both refused; the agent starts nothing.
 TEST_F(RankService, ForgedAndReplayedRequestsAreRefused) {
-  auto exchange = [&](const std::string& body, const std::vector<uint8_t>* mac_override, std::vector<uint8_t>* mac_out) {
+  auto exchange = [&](const std::string& body, const std::string& secret, const std::vector<uint8_t>* replay,
+                      std::vector<uint8_t>* sealed_out) {
     const auto deadline = tcp::Clock::now() + 5s;
     tcp::Fd fd = open_agent_request("", "127.0.0.1", port_, "alpha", "s1", kOpStart, 0, deadline);
     uint8_t challenge[kChallengeBytes];
     tcp::read_exact(fd.get(), challenge, sizeof challenge, deadline, "agent");
-    const std::string cluster = "alpha";
-    std::vector<uint8_t> signed_data(cluster.begin(), cluster.end());
-    signed_data.insert(signed_data.end(), challenge, challenge + kChallengeBytes);
-    signed_data.insert(signed_data.end(), body.begin(), body.end());
-    std::vector<uint8_t> mac = mac_override ? *mac_override : hmac_sha256("s1", signed_data);
-    if (mac_out) *mac_out = mac;
-    const uint32_t length = static_cast<uint32_t>(body.size());
+    const std::vector<uint8_t> sealed = replay ? *replay : seal_start_request("alpha", secret, challenge, body);
+    if (sealed_out) *sealed_out = sealed;
+    const uint32_t length = static_cast<uint32_t>(sealed.size());
     tcp::write_exact(fd.get(), &length, sizeof length, deadline, "agent");
-    tcp::write_exact(fd.get(), body.data(), body.size(), deadline, "agent");
-    tcp::write_exact(fd.get(), mac.data(), mac.size(), deadline, "agent");
+    tcp::write_exact(fd.get(), sealed.data(), sealed.size(), deadline, "agent");
     FrameHeader h{};
     tcp::read_exact(fd.get(), &h, sizeof h, deadline, "agent");
     std::string payload(h.bytes, '\0');
@@ -163,21 +161,62 @@ TEST_F(RankService, ForgedAndReplayedRequestsAreRefused) {
     return std::make_pair(static_cast<FrameKind>(h.kind), payload);
   };
   const std::string body = nlohmann::json{{"args", {"run", "wait"}}}.dump();
-  // Signed with another secret (the hello alone proves nothing about the request).
-  const std::string cluster = "alpha";
-  const std::vector<uint8_t> forged = hmac_sha256("not-the-secret", std::vector<uint8_t>(cluster.begin(), cluster.end()));
-  auto [kind, why] = exchange(body, &forged, nullptr);
+  // Sealed with another secret (the hello alone proves nothing about the request).
+  auto [kind, why] = exchange(body, "not-the-secret", nullptr, nullptr);
   EXPECT_EQ(kind, FrameKind::kRefused);
-  EXPECT_NE(why.find("not signed with this cluster's secret"), std::string::npos) << why;
+  EXPECT_NE(why.find("not sealed with this cluster's secret"), std::string::npos) << why;
   // A good request, then the same bytes replayed on a new connection: another challenge.
   const std::string harmless = nlohmann::json{{"args", {"run", "hello"}}}.dump();
   std::vector<uint8_t> recorded;
-  auto [first, pid_text] = exchange(harmless, nullptr, &recorded);
+  auto [first, pid_text] = exchange(harmless, "s1", nullptr, &recorded);
   EXPECT_EQ(first, FrameKind::kStarted) << pid_text;
-  auto [replayed, replay_why] = exchange(harmless, &recorded, nullptr);
+  auto [replayed, replay_why] = exchange(harmless, "s1", &recorded, nullptr);
   EXPECT_EQ(replayed, FrameKind::kRefused);
-  EXPECT_NE(replay_why.find("not signed"), std::string::npos) << replay_why;
+  EXPECT_NE(replay_why.find("not sealed"), std::string::npos) << replay_why;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "pid")) << "a refused request started a rank";
+}
+
+// What crosses the LAN: a relay between the requester and the agent records every byte the
+// requester sends. The job's secret (in the request's env) reaches the rank, and the recording
+// holds neither it nor any of the request's JSON.
+TEST_F(RankService, TheStartRequestCrossesTheWireEncrypted) {
+  tcp::Fd relay_listener = tcp::listen_on("127.0.0.1", 0);
+  const uint16_t relay_port = tcp::local_port(relay_listener.get());
+  std::string captured;
+  std::thread relay([&] {
+    std::string from;
+    tcp::Fd client = tcp::accept_until(relay_listener.get(), tcp::Clock::now() + 10s, &from);
+    tcp::Fd agent = tcp::connect_to({"127.0.0.1", port_}, tcp::Clock::now() + 5s, "agent");
+    pollfd fds[2] = {{client.get(), POLLIN, 0}, {agent.get(), POLLIN, 0}};
+    for (bool open = true; open && ::poll(fds, 2, 10000) > 0;) {
+      char buffer[4096];
+      for (int i = 0; i < 2 && open; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, 0);
+        if (n <= 0) {
+          open = false;
+          break;
+        }
+        if (i == 0) captured.append(buffer, static_cast<size_t>(n));
+        tcp::write_exact(fds[1 - i].fd, buffer, static_cast<size_t>(n), tcp::Clock::now() + 5s, "relay");
+      }
+    }
+  });
+  const std::string job_secret = "job-secret-5e1f0c9a7b";
+  testing::internal::CaptureStdout();
+  auto rank = start_rank_by_agent("127.0.0.1:" + std::to_string(relay_port), "machine-b", "alpha", "s1",
+                                  command({"run", "hello"}, {{"ORCHARD_RANK", job_secret}}));
+  const parallel::RankEnd end = wait_for_end(*rank);
+  const std::string out = testing::internal::GetCapturedStdout();
+  rank.reset();
+  relay.join();
+  EXPECT_EQ(end.code, 0) << end.detail;
+  EXPECT_EQ(out, "out run hello " + job_secret + "\n") << "the rank did not get the job's variable";
+  EXPECT_GT(captured.size(), sizeof(ProbeHello) + 4 + 24 + 16);
+  EXPECT_EQ(captured.find(job_secret), std::string::npos) << "the job's secret crossed the wire in clear";
+  EXPECT_EQ(captured.find("ORCHARD_RANK"), std::string::npos);
+  EXPECT_EQ(captured.find("\"args\""), std::string::npos);
+  EXPECT_EQ(captured.find("hello"), std::string::npos);
 }
 
 TEST_F(RankService, OnlyRanksOfJobsWithTheirOwnVariables) {

@@ -16,9 +16,17 @@ namespace {
 // tolerance 0.125 x (world - 1).
 float input(int rank, size_t i) { return static_cast<float>(static_cast<int>((rank * 131 + i * 7) % 97) - 48) / 8.0f; }
 
+// The compiler's own half type, independent of core's conversions: _Float16, or __fp16 on arm64
+// with GCC 12, whose C++ has no _Float16.
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+using CompilerHalf = __fp16;
+#else
+using CompilerHalf = _Float16;
+#endif
+
 uint16_t to_bits(float f, DType dtype) {
   if (dtype == DType::F16) {
-    _Float16 h = static_cast<_Float16>(f);
+    CompilerHalf h = static_cast<CompilerHalf>(f);
     uint16_t bits;
     std::memcpy(&bits, &h, 2);
     return bits;
@@ -37,7 +45,7 @@ float from_bits(const uint8_t* p, DType dtype) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   if (dtype == DType::F16) {
-    _Float16 h;
+    CompilerHalf h;
     std::memcpy(&h, &bits, 2);
     return static_cast<float>(h);
   }

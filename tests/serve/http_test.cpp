@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cluster/cluster_page.h"
+#include "cluster/topology.h"
 #include "model/model_files.h"
 #include "serve/fake_engine.h"
 #include "serve/local_engine.h"
@@ -29,7 +31,7 @@ using nlohmann::json;
 class TestServer {
  public:
   TestServer(Engine& engine, SchedulerOptions scheduler_options = {}, std::vector<std::string> api_keys = {},
-             http::GuardOptions connections = {})
+             http::GuardOptions connections = {}, std::function<cluster::Topology()> cluster_topology = {})
       : scheduler_(engine, metrics_, scheduler_options),
         service_(engine, scheduler_, metrics_,
                  pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture)),
@@ -38,7 +40,8 @@ class TestServer {
                .max_body_bytes = 1 << 20,
                .probe_interval = 50ms,
                .api_keys = std::move(api_keys),
-               .connections = connections}) {
+               .connections = connections,
+               .cluster_topology = std::move(cluster_topology)}) {
     port_ = http_.bind("127.0.0.1", 0);
     scheduler_.start();
     thread_ = std::thread([this] { http_.listen(); });
@@ -411,6 +414,65 @@ TEST(HttpFake, TheChatPageIsServedAtTheRoot) {
     EXPECT_EQ(asset->status, 200) << path;
     EXPECT_NE(asset->get_header_value("Cache-Control").find("immutable"), std::string::npos) << path;
   }
+}
+
+// The cluster page beside the chat page (/cluster.html, its assets under /assets) and its JSON at
+// /cluster: the topology it is given, a plan for ?model=PRESET, 400 for another query. The page
+// needs no API key; its JSON, which names the machines, wants one when the server has keys.
+TEST(HttpFake, TheClusterPageIsServedBesideTheChatPage) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  auto one_mac = [] {
+    cluster::Announcement a;
+    a.node_id = "n1";
+    a.hostname = "studio-1";
+    a.chip = "M4 Max";
+    a.memory_total_bytes = 64ull << 30;
+    a.memory_free_bytes = 60ull << 30;
+    a.decode_gbs = 300;
+    return cluster::topology_from_announcements({a});
+  };
+  TestServer server(engine, {}, {}, {}, one_mac);
+  auto c = server.client();
+  auto page = c.Get("/cluster.html");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(page->body.find("<title>Orchard cluster</title>"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(c.Get("/")->body.find("<title>Orchard cluster</title>"), std::string::npos) << "/ stays the chat page";
+  // Every asset the page names, byte for byte as embedded (the placeholder names none).
+  for (size_t at = 0; (at = page->body.find("\"/assets/", at)) != std::string::npos; ++at) {
+    const std::string path = page->body.substr(at + 1, page->body.find('"', at + 1) - at - 1);
+    auto asset = c.Get(path.c_str());
+    ASSERT_TRUE(asset);
+    EXPECT_EQ(asset->status, 200) << path;
+    const core::EmbeddedFile* file = core::find_embedded_file(cluster::cluster_page_files(), path.substr(1));
+    ASSERT_NE(file, nullptr) << path;
+    EXPECT_EQ(asset->body, file->bytes) << path;
+  }
+  EXPECT_EQ(c.Get("/assets/nothing-here.js")->status, 404);
+  auto status = c.Get("/cluster");
+  ASSERT_EQ(status->status, 200) << status->body;
+  const json machines = json::parse(status->body)["machines"];
+  ASSERT_EQ(machines.size(), 1u);
+  EXPECT_EQ(machines[0]["hostname"], "studio-1");
+  EXPECT_EQ(machines[0]["chip"], "M4 Max");
+  auto planned = c.Get("/cluster?model=tinyllama-1.1b:q4_0");
+  ASSERT_EQ(planned->status, 200);
+  EXPECT_TRUE(json::parse(planned->body)["plan"].contains("strategy")) << planned->body;
+  auto bad = c.Get("/cluster?model=%24(reboot)");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(json::parse(bad->body)["error"].get<std::string>().find("model=PRESET"), std::string::npos);
+
+  TestServer without(engine);
+  EXPECT_EQ(without.client().Get("/cluster.html")->status, 404) << "mounted only when asked for";
+
+  TestServer with_keys(engine, {}, {"sk-one"}, {}, one_mac);
+  auto k = with_keys.client();
+  EXPECT_EQ(k.Get("/cluster.html")->status, 200);
+  EXPECT_EQ(k.Get("/cluster")->status, 401);
+  k.set_bearer_token_auth("sk-one");
+  EXPECT_EQ(k.Get("/cluster")->status, 200);
 }
 
 // Opens a connection, sends a POST and reads until `want` bytes of response came (or the end).

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "serve/chat_page.h"
+#include "serve/cluster_page_routes.h"
 #include "serve/http_guard.h"
 #include "serve/whole_answer.h"
 #include "serve/ollama/routes.h"
@@ -130,8 +131,9 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
   const Clock::duration probe = options.probe_interval;
 
   if (!options.api_keys.empty()) {
-    svr.set_pre_routing_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || is_chat_page_path(req.path) || authorized(req, keys))
+    svr.set_pre_routing_handler([keys = options.api_keys, cluster_page = bool(options.cluster_topology)](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/health" || is_chat_page_path(req.path) || (cluster_page && is_cluster_page_path(req.path)) ||
+          authorized(req, keys))
         return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_error(req, res, api_error(401, "this server wants an API key: Authorization: Bearer KEY", "invalid_api_key"));
@@ -145,6 +147,7 @@ HttpServer::HttpServer(Service& service, Metrics& metrics, const HttpOptions& op
     answer(service, Endpoint::Completions, req, res, probe);
   });
   mount_chat_page(svr);
+  if (options.cluster_topology) mount_cluster_page(svr, options.cluster_topology);
   ollama::mount_routes(svr, service, std::chrono::duration_cast<std::chrono::milliseconds>(probe));
   svr.Get("/v1/models", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.models_body(), kJson); });
   svr.Get("/health", [&service](const httplib::Request&, httplib::Response& res) { res.set_content(service.health_body(), kJson); });

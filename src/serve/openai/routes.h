@@ -7,10 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cluster/topology.h"
 #include "serve/http_options.h"
 #include "serve/metrics.h"
 #include "serve/openai/service.h"
@@ -31,6 +33,9 @@ struct HttpOptions {
   // (401 otherwise), as OpenAI's API does.
   std::vector<std::string> api_keys;
   http::GuardOptions connections;  // timeouts and caps (its threads: `threads`)
+  // Set: the cluster page at /cluster.html and its JSON at /cluster (cluster_page_routes.h),
+  // this function giving the cluster they show.
+  std::function<cluster::Topology()> cluster_topology;
 };
 
 class HttpServer {

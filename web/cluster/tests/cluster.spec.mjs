@@ -7,12 +7,13 @@
 // host but the agent; the machines table shows this machine (chip, and its memory as the OS
 // counts it) and the links the agents measured; picking a preset shows the planner's split with predicted rates, and a model too
 // big for the machine shows why it cannot be placed; the choice survives a reload (#model=...);
-// the figures refresh by themselves. Saves cluster.png in DIR (and FILE).
-import { spawn } from "node:child_process";
-import { copyFileSync, mkdirSync } from "node:fs";
+// the figures refresh by themselves; the same page on `orchard serve`'s port at /cluster.html
+// shows what the local agent knows. Saves cluster.png in DIR (and FILE).
+import { execFileSync, spawn } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { createSocket } from "node:dgram";
-import { totalmem } from "node:os";
+import { tmpdir, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -40,7 +41,9 @@ const udpPort = await new Promise((res) => { const s = createSocket("udp4").bind
 const tcpPorts = [await freeTcp(), await freeTcp()];
 const agents = tcpPorts.map((port) => spawn(orchard, ["agent", "--cluster", `page-test-${process.pid}`, "--secret", "page-test",
   "--port", String(udpPort), "--agent-port", String(port), "--threads", "1", "--probe-mb", "4"], { stdio: ["ignore", "inherit", "inherit"] }));
-process.on("exit", () => agents.forEach((a) => a.kill("SIGKILL")));
+const servers = [];
+process.on("exit", () => [...agents, ...servers].forEach((p) => p.kill("SIGKILL")));
+const tmp = mkdtempSync(join(tmpdir(), "orchard-cluster-"));
 const url = `http://127.0.0.1:${tcpPorts[0]}`;
 let status = null;
 for (let i = 0; i < 300 && !(status?.machines.length === 2 && status.links.length > 0); i++) {
@@ -117,9 +120,44 @@ try {
 
   check(errors.length === 0, `no console errors ${errors.length ? JSON.stringify(errors) : ""}`);
   check(foreign.length === 0, `no request leaves the agent ${foreign.length ? JSON.stringify(foreign) : ""}`);
+
+  // The same page on `orchard serve`'s port, at /cluster.html beside the chat page: what the
+  // local agent (the first one, named by --agent-port) knows.
+  const model = join(tmp, "tiny.gguf");
+  execFileSync(orchard, ["make-model", "--arch", "llama", "--shape", "tiny", "--type", "q8_0", "-o", model], { stdio: "ignore" });
+  const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--threads", "1", "--parallel", "1",
+    "--cluster", `page-test-${process.pid}`, "--secret", "page-test", "--agent-port", String(tcpPorts[0])],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  servers.push(server);
+  const serveUrl = await new Promise((res, rej) => {
+    let out = "";
+    server.stdout.on("data", (d) => { out += d; const m = out.match(/listening on (http:\/\/\S+)/); if (m) res(m[1]); });
+    server.on("exit", (code) => rej(new Error(`orchard serve exited with ${code}`)));
+  });
+  const served = await browser.newPage({ viewport: { width: 1100, height: 820 } });
+  const serveErrors = [];
+  const serveForeign = [];
+  served.on("console", (m) => { if (m.type() === "error") serveErrors.push(m.text()); });
+  served.on("pageerror", (e) => serveErrors.push(String(e)));
+  served.on("request", (r) => { if (!r.url().startsWith(serveUrl) && !r.url().startsWith("data:")) serveForeign.push(r.url()); });
+  await served.goto(`${serveUrl}/cluster.html`);
+  await served.waitForFunction(() => document.querySelectorAll("#machines tbody tr").length === 2, null, { timeout: 20000 });
+  const servedRows = await served.$$eval("#machines tbody tr", (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  check(servedRows.length === 2 && servedRows.some((r) => r[0].startsWith(me.hostname)),
+    `serve's /cluster.html shows the agent's 2 machines (${servedRows.map((r) => r[0]).join(", ")})`);
+  check(await served.$$eval("#links tbody tr", (rows) => rows.length) >= 1, "and the links the agents measured");
+  await served.selectOption("#type", "q4_0");
+  await served.selectOption("#shape", "tinyllama-1.1b");
+  await served.waitForSelector("#plan:not([hidden]) #assignment tbody tr");
+  check(/tok\/s generation/.test(await served.textContent("#plan-summary")), "and the planner's split of a picked model");
+  check((await (await fetch(`${serveUrl}/`)).text()).includes("Orchard chat"), "/ on serve's port is still the chat page");
+  check(serveErrors.length === 0, `no console errors on serve's port ${serveErrors.length ? JSON.stringify(serveErrors) : ""}`);
+  check(serveForeign.length === 0, `no request leaves serve's port ${serveForeign.length ? JSON.stringify(serveForeign) : ""}`);
 } finally {
   await browser.close();
   agents.forEach((a) => a.kill("SIGTERM"));
+  servers.forEach((s) => s.kill("SIGTERM"));
+  rmSync(tmp, { recursive: true, force: true });
 }
 console.log(failures ? `${failures} check(s) failed` : "all checks passed");
 process.exit(failures ? 1 : 0);

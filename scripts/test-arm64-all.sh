@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The whole product on arm64: cross-builds every target (the orchard binary, the test suite, the
+# benchmarks) with Debian's aarch64-linux-gnu toolchain and the arm64 multiarch libraries
+# (scripts/install-arm64.sh; cmake/aarch64-linux-gnu.cmake), then runs the suite under
+# qemu-aarch64 on this x86-64 machine. scripts/test-arm64.sh stays the quick check of the kernels.
+#
+# Tests start other orchard processes (ranks, agents, servers) with execve, which the kernel can
+# only hand to qemu through binfmt_misc. The suite therefore runs in a user and mount namespace
+# of its own with binfmt_misc mounted there and qemu-aarch64 registered for arm64 ELF files
+# (Linux 6.7 or later): nothing changes for the rest of the machine.
+#
+# Usage: scripts/test-arm64-all.sh [--build-only | --test-only] [ctest args...]   (e.g. -L 'core|gguf' -j 2)
+#   --test-only: run ctest on what the build folder holds, without configuring or building
+#   ORCHARD_ARM64_BUILD  build folder (default build-arm64-all)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${ORCHARD_ARM64_BUILD:-$root/build-arm64-all}
+build_only=0 test_only=0
+case ${1:-} in
+  --build-only) build_only=1; shift ;;
+  --test-only) test_only=1; shift ;;
+esac
+for tool in aarch64-linux-gnu-g++ qemu-aarch64 unshare; do
+  command -v "$tool" >/dev/null || { echo "[arm64] $tool is missing: run scripts/install-arm64.sh (root)" >&2; exit 2; }
+done
+
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+start=$(date +%s)
+if ((!test_only)); then
+  # PostgreSQL and MPI stay out (no arm64 libpq or OpenMPI installed: their tests need servers and
+  # launchers of the host's architecture). Tests are listed when ctest runs, not at build time, so
+  # the build never waits on qemu.
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
+    "${launcher[@]}" -DORCHARD_BUILD_TESTS=ON -DORCHARD_WITH_MPI=OFF -DORCHARD_WITH_POSTGRES=OFF \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST >/dev/null
+  cmake --build "$build" -j "$(nproc)"
+  built=$(date +%s)
+  echo "[arm64] built $build in $((built - start)) s"
+  file "$build/orchard" | grep -q 'ARM aarch64' || { echo "[arm64] $build/orchard is not an arm64 binary" >&2; exit 1; }
+  ((build_only)) && exit 0
+fi
+built=$(date +%s)
+
+# Everything built runs: tests that cannot run under emulation are not built (PostgreSQL, MPI;
+# docs/arm64.md). Add `-E REGEX` to leave more out.
+# Registers qemu-aarch64 for arm64 ELF files (magic and mask as Debian's qemu-user-binfmt has them)
+# in this namespace's own binfmt_misc; F opens qemu now, so it is found whatever the mounts.
+register='mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc &&
+printf "%s" ":qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:$(command -v qemu-aarch64):F" \
+  > /proc/sys/fs/binfmt_misc/register'
+if ! unshare --user --map-root-user --mount --fork sh -c "$register" 2>/dev/null; then
+  echo "[arm64] cannot register qemu-aarch64 in a namespace's own binfmt_misc (Linux 6.7 or later, and" \
+       "unprivileged user namespaces, are needed): tests that start other orchard processes would fail" >&2
+  exit 2
+fi
+# QEMU_CPU=max: every arm64 feature qemu emulates (dotprod included), for qemu started by binfmt too.
+export QEMU_CPU=max
+cd "$build"
+status=0
+unshare --user --map-root-user --mount --fork bash -c "$register && exec ctest --output-on-failure $(printf '%q ' "$@")" || status=$?
+echo "[arm64] ctest under qemu took $(($(date +%s) - built)) s (exit $status)"
+exit $status
