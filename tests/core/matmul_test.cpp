@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -462,10 +463,47 @@ TEST(MatmulContract, SmallBatchKernelsMatchTheReferenceAndOneTokenSteps) {
   if (small_sets == 0) GTEST_SKIP() << "no kernel set of this CPU has small-batch kernels: only the fallback ran";
 }
 
+// Every set and both layouts on weights of `type` (rows × cols, built by the caller from
+// extreme quants) against activations all +1 or all -1, which quantize to ±127 in every block:
+// the worst case for intermediate integer sums. Expected: the reference dequantizer's row sums.
+void expect_extreme_rows_exact(TensorType type, const void* weights, int64_t rows, int64_t cols) {
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  std::vector<float> dequantized(static_cast<size_t>(cols));
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> x(static_cast<size_t>(3 * cols), sign);
+    std::vector<double> expected(static_cast<size_t>(rows)), magnitude(expected.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row_reference(type, static_cast<const uint8_t*>(weights) + row_bytes(type, cols) * static_cast<size_t>(r),
+                               dequantized.data(), cols);
+      for (int64_t i = 0; i < cols; ++i) {
+        expected[r] += static_cast<double>(dequantized[i]) * sign;
+        magnitude[r] += std::fabs(dequantized[i]);
+      }
+    }
+    for (const kernels::KernelSet* set : all_sets()) {
+      kernels::use_kernel_set(set);
+      for (bool repack : {false, true}) {
+        WeightMatrix w = WeightMatrix::prepare(type, weights, rows, cols, repack);
+        for (int64_t n_tokens : {1, 2, 3}) {
+          std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
+          matmul(w, x.data(), n_tokens, y.data(), pool, scratch);
+          for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_NEAR(y[t * rows + r], expected[r], 1e-5 * magnitude[r])
+                  << type_name(type) << " " << set->name << (w.repacked() ? " repacked" : " rows") << " tokens "
+                  << n_tokens << " sign " << sign << " row " << r;
+        }
+      }
+    }
+  }
+  kernels::use_kernel_set(nullptr);
+}
+
 TEST(MatmulContract, Q6_KExtremeQuantsDoNotOverflow) {
   // The AVX2 kernels add two words' u8 × s8 pair sums in int16 before the scale (at most
   // 2 × 2 × 63 × 127 = 32004): every quant at 63 (or 0) against activations all at ±127, with the
-  // largest scales of either sign, is the worst case. Exact answer: the rows are constant.
+  // largest scales of either sign, is the worst case.
   const int64_t rows = 33, cols = 512;
   std::vector<BlockQ6_K> blocks(static_cast<size_t>(rows * cols / kQK_K));
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -476,32 +514,44 @@ TEST(MatmulContract, Q6_KExtremeQuantsDoNotOverflow) {
     for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(i % 2 ? -128 : 127);
     b.d = float_to_half(0.5f);
   }
-  ThreadPool pool(2);
-  MatmulScratch scratch;
-  for (float sign : {1.0f, -1.0f}) {
-    std::vector<float> x(static_cast<size_t>(3 * cols), sign);
-    std::vector<float> dequantized(static_cast<size_t>(cols));
-    std::vector<double> expected(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row_reference(TensorType::Q6_K, &blocks[static_cast<size_t>(r * cols / kQK_K)], dequantized.data(), cols);
-      for (int64_t i = 0; i < cols; ++i) expected[r] += static_cast<double>(dequantized[i]) * sign;
-    }
-    for (const kernels::KernelSet* set : all_sets()) {
-      kernels::use_kernel_set(set);
-      for (bool repack : {false, true}) {
-        WeightMatrix w = WeightMatrix::prepare(TensorType::Q6_K, blocks.data(), rows, cols, repack);
-        for (int64_t n_tokens : {1, 2, 3}) {
-          std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
-          matmul(w, x.data(), n_tokens, y.data(), pool, scratch);
-          for (int64_t t = 0; t < n_tokens; ++t)
-            for (int64_t r = 0; r < rows; ++r)
-              ASSERT_NEAR(y[t * rows + r], expected[r], 1e-5 * std::fabs(expected[r]))
-                  << set->name << (w.repacked() ? " repacked" : " rows") << " tokens " << n_tokens << " row " << r;
-        }
-      }
-    }
+  expect_extreme_rows_exact(TensorType::Q6_K, blocks.data(), rows, cols);
+}
+
+TEST(MatmulContract, Q8_0AndQ4_0ExtremeQuantsDoNotOverflow) {
+  // Q8_0 at -128 and 127 against ±127: the NEON kernel without sdot adds two products in int16
+  // (at most 2 × 128 × 127 = 32512), the AVX2 ones move the weight's sign onto x. Q4_0 at both
+  // ends of its nibbles (-8 and 7), whose offset the interleaved kernels take off through Σx.
+  const int64_t rows = 33, cols = 512;
+  std::vector<BlockQ8_0> q8(static_cast<size_t>(rows * cols / 32));
+  for (size_t i = 0; i < q8.size(); ++i) {
+    std::memset(q8[i].qs, i % 3 != 2 ? 0x80 : 0x7F, sizeof q8[i].qs);
+    q8[i].d = float_to_half(i % 2 ? -0.5f : 0.5f);
   }
-  kernels::use_kernel_set(nullptr);
+  expect_extreme_rows_exact(TensorType::Q8_0, q8.data(), rows, cols);
+  std::vector<BlockQ4_0> q4(q8.size());
+  for (size_t i = 0; i < q4.size(); ++i) {
+    std::memset(q4[i].qs, i % 3 != 2 ? 0x00 : 0xFF, sizeof q4[i].qs);
+    q4[i].d = float_to_half(i % 2 ? -0.5f : 0.5f);
+  }
+  expect_extreme_rows_exact(TensorType::Q4_0, q4.data(), rows, cols);
+}
+
+TEST(MatmulContract, Q4_KExtremeQuantsDoNotOverflow) {
+  // Every nibble 15 (or 0) with the largest 6-bit scales and mins: the interleaved kernels'
+  // int16 and int32 sums at their largest.
+  const int64_t rows = 33, cols = 512;
+  std::vector<BlockQ4_K> blocks(static_cast<size_t>(rows * cols / kQK_K));
+  uint8_t scales[8], mins[8];
+  std::memset(scales, 63, sizeof scales);
+  std::memset(mins, 63, sizeof mins);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    BlockQ4_K& b = blocks[i];
+    std::memset(b.qs, i % 3 != 2 ? 0xFF : 0x00, sizeof b.qs);
+    pack_q4_k_scales(scales, mins, b.scales);
+    b.d = float_to_half(0.5f);
+    b.dmin = float_to_half(i % 2 ? -0.25f : 0.25f);
+  }
+  expect_extreme_rows_exact(TensorType::Q4_K, blocks.data(), rows, cols);
 }
 
 TEST(MatmulContract, CopiesFromAnArenaMatchCopiesOfTheirOwn) {
@@ -613,6 +663,32 @@ TEST(MatmulContract, ASetWithoutAKernelBorrowsOne) {
     EXPECT_EQ(expected, got) << type_name(type);
   }
   kernels::use_kernel_set(nullptr);
+}
+
+TEST(MatmulContract, NoWeightTypeFallsBackToGenericOnASimdCpu) {
+  // Where this CPU runs a SIMD set, every weight type has a kernel in one of its sets (they
+  // borrow from each other before the generic set), and the best set repacks the types with
+  // an interleaved quantized layout (x86 and arm64 alike).
+  const std::vector<const kernels::KernelSet*> simd = kernels::supported_simd_kernels();
+  if (simd.empty()) GTEST_SKIP() << "no SIMD kernel set on this CPU";
+  using Field = kernels::TileFn kernels::KernelSet::*;
+  const std::pair<const char*, Field> rows[] = {
+      {"f32", &kernels::KernelSet::f32},       {"f16", &kernels::KernelSet::f16},
+      {"bf16", &kernels::KernelSet::bf16},     {"q4_0", &kernels::KernelSet::q4_0},
+      {"q8_0", &kernels::KernelSet::q8_0},     {"q4_k", &kernels::KernelSet::q4_k},
+      {"q6_k", &kernels::KernelSet::q6_k},     {"q4_1", &kernels::KernelSet::q4_1},
+      {"q5_0", &kernels::KernelSet::q5_0},     {"q5_1", &kernels::KernelSet::q5_1},
+      {"q2_k", &kernels::KernelSet::q2_k},     {"q3_k", &kernels::KernelSet::q3_k},
+      {"q5_k", &kernels::KernelSet::q5_k},     {"iq4_nl", &kernels::KernelSet::iq4_nl},
+      {"iq4_xs", &kernels::KernelSet::iq4_xs}, {"mxfp4", &kernels::KernelSet::mxfp4},
+  };
+  for (const auto& [name, field] : rows)
+    EXPECT_TRUE(std::any_of(simd.begin(), simd.end(), [&](const kernels::KernelSet* set) { return set->*field != nullptr; }))
+        << name;
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    Problem p = make_problem(type, 16, 256, 1, 3);
+    EXPECT_TRUE(WeightMatrix::prepare(type, p.weights.data(), 16, 256).repacked()) << simd.front()->name << " " << type_name(type);
+  }
 }
 
 TEST(MatmulContract, IsaNameNamesTheChosenSet) {

@@ -12,8 +12,9 @@ namespace orchard::core::kernels {
 
 // Weight layouts. kRows is GGUF's: row after row, each a run of blocks. The interleaved ones
 // group 16 rows: for every block column, the 16 rows' scales then their quants, 4 bytes of each
-// row in turn, so one 64-byte load feeds 16 int32 lanes (one per row) of a VNNI dot product and
-// the output of a block column is a vector of 16 rows.
+// row in turn, so one 64-byte load feeds 16 int32 lanes (one per row) of a VNNI dot product (on
+// NEON each 16 bytes feed the 4 lanes of one sdot by element) and the output of a block column is
+// a vector of 16 rows.
 enum Layout : int {
   kRows = 0,
   kQ4_0x16 = 1,  // per block column: d[16], then for k in 0..3, for row: qs[4k..4k+3]

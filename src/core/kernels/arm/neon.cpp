@@ -1,8 +1,10 @@
 // Baseline NEON kernels (every AArch64 CPU).
 #include <arm_neon.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/kernels/arm/arm_sets.h"
 #include "core/kernels/tile_driver.h"
@@ -16,7 +18,18 @@ inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
   return vpadalq_s16(acc, vmull_high_s8(a, b));
 }
 
+// dot_lane for the interleaved kernels, without sdot: x's lane broadcast, the 16 products
+// widened to int16 and summed in adjacent pairs (a row's 4 products are 2 adjacent pairs).
+// A pair reaches at most 2 × 128 × 127 = 32512 in int16, since the activations stay within ±127
+// (both quantizers round x · 127 / amax) and the weights within the int8 range.
+template <int kLane>
+inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) {
+  const int8x16_t xs = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), kLane));
+  return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(xs)), vmull_high_s8(w, xs)));
+}
+
 #include "core/kernels/arm/neon_kernels.inc"
+#include "core/kernels/arm/neon_interleaved.inc"
 
 const KernelSet kNeon{
     "neon",
@@ -28,10 +41,10 @@ const KernelSet kNeon{
     row_tile<Q8_0Kernel, 4>,
     row_tile<Q4_KKernel, 4>,
     row_tile<Q6_KKernel, 4>,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
+    QuadGroups<Q4_0Quads>::tile,
+    QuadGroups<Q8_0Quads>::tile,
+    QuadGroups<Q4_KQuads>::tile,
+    QuadGroups<Q6_KQuads>::tile,
     nullptr,
     nullptr,
     nullptr,

@@ -1,8 +1,10 @@
 // NEON kernels with the ARMv8.2 dot product (compiled with +dotprod; called only when the CPU has it).
 #include <arm_neon.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/kernels/arm/arm_sets.h"
 #include "core/kernels/tile_driver.h"
@@ -12,7 +14,11 @@ namespace {
 
 inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
 
+template <int kLane>
+inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdotq_laneq_s32(acc, w, x, kLane); }
+
 #include "core/kernels/arm/neon_kernels.inc"
+#include "core/kernels/arm/neon_interleaved.inc"
 
 const KernelSet kNeonDotprod{
     "neon-dotprod",
@@ -24,10 +30,10 @@ const KernelSet kNeonDotprod{
     row_tile<Q8_0Kernel, 4>,
     row_tile<Q4_KKernel, 4>,
     row_tile<Q6_KKernel, 4>,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
+    QuadGroups<Q4_0Quads>::tile,
+    QuadGroups<Q8_0Quads>::tile,
+    QuadGroups<Q4_KQuads>::tile,
+    QuadGroups<Q6_KQuads>::tile,
     nullptr,
     nullptr,
     nullptr,
