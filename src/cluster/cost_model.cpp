@@ -23,6 +23,8 @@ struct PresetShape {
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_expert_shared = 0, n_dense_leading = 0;
   // Latent attention (deepseek2): query and key-value latents, the rotated part of a head, its value width.
   int32_t q_lora_rank = 0, kv_lora_rank = 0, rope_dims = 0, value_head_dim = 0;
+  // Sliding-window attention (gpt-oss): the window and the layers' period (ModelConfig's).
+  int32_t sliding_window = 0, sliding_window_period = 0;
 };
 // Public shapes of common models (config.json of each), for what-ifs without a file.
 constexpr PresetShape kShapes[] = {
@@ -33,7 +35,7 @@ constexpr PresetShape kShapes[] = {
     {"mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 0, 8, 2, 14336},
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, 128, 128, 8, 768},
     {"qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 151936, 128, 128, 8, 1536},
-    {"gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088, 64, 128, 4, 2880},
+    {"gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088, 64, 128, 4, 2880, 0, 0, 0, 0, 0, 0, 128, 2},
     // DeepSeek V3 / R1 and Kimi K2: 128 (Kimi: 64) heads of 128 + 64 rotated dimensions,
     // values of 128, one leading dense layer, one shared expert.
     {"deepseek-v3", 7168, 61, 128, 128, 18432, 129280, 192, 256, 8, 2048, 1, 3, 1536, 512, 64, 128},
@@ -134,7 +136,13 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   // A tied head is the embedding table: mapped once when one rank holds both ends.
   const bool head_is_embedding = c.tied_output && s.has_embedding;
   r.weight_bytes = layers * layer_bytes + (head_is_embedding ? 0 : out_bytes) + (s.has_embedding ? m.embedding_bytes : 0);
-  r.kv_bytes = layers * kv_row * work.context;
+  // Sliding layers (gpt-oss) keep a ring of their window, and a decode step reads the window.
+  double kv_slots = 0, kv_read_positions = 0;
+  for (int32_t l = s.layer_begin; l < s.layer_end; ++l) {
+    kv_slots += static_cast<double>(c.kv_slots(l, work.context, std::min(work.chunk, work.context)));
+    kv_read_positions += c.sliding_layer(l) ? std::min(work.position, c.sliding_window) : work.position;
+  }
+  r.kv_bytes = kv_row * kv_slots;
   // Scratch grows to one chunk of activations and a row of logits per position.
   r.overhead_bytes = kBaseOverheadBytes +
                      work.chunk * kFloatBytes * (4.0 * c.n_embd + 2.0 * s.n_ff() + std::max(s.n_vocab(), 1));
@@ -142,7 +150,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
 
   const double bw = machine.memory_bw_gbs * 1e9;
   ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0, "machine '{}' without bandwidth or compute rate", machine.host);
-  const double read_per_token = layers * (layer_read_bytes + kv_row * work.position) + out_bytes;
+  const double read_per_token = layers * layer_read_bytes + kv_row * kv_read_positions + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
   const double chunk = prompt_chunk(work, layout.pp);
@@ -309,6 +317,8 @@ ModelFacts ModelFacts::from_preset(const std::string& spec) {
   c.q_lora_rank = s->q_lora_rank;
   c.kv_lora_rank = s->kv_lora_rank;
   c.value_head_dim = s->value_head_dim;
+  c.sliding_window = s->sliding_window;
+  c.sliding_window_period = s->sliding_window_period;
   c.context_length = 8192;
   return from_shape(c, t->bits, spec);
 }

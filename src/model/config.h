@@ -101,6 +101,19 @@ struct ModelConfig {
     return sliding_window > 0 &&
            (sliding_window_period == 0 || layer % sliding_window_period < sliding_window_period - 1);
   }
+  // Positions a sliding layer's ring keeps in a cache of n_ctx positions written up to max_batch
+  // at a time (KvCache: the window plus a batch, every slot kept twice), or 0 where no layer
+  // slides or the ring would be no smaller than n_ctx. Forward sizes its caches by this.
+  int32_t sliding_ring(int32_t n_ctx, int32_t max_batch) const {
+    bool sliding = false;
+    for (int32_t l = 0; l < n_layers; ++l) sliding = sliding || sliding_layer(l);
+    return sliding && int64_t{sliding_window} + max_batch - 1 <= n_ctx / 2 ? sliding_window + max_batch - 1 : 0;
+  }
+  // Slots (positions' keys and values) the layer's cache holds: twice its ring, or n_ctx.
+  int64_t kv_slots(int32_t layer, int32_t n_ctx, int32_t max_batch) const {
+    const int32_t ring = sliding_layer(layer) ? sliding_ring(n_ctx, max_batch) : 0;
+    return ring > 0 ? int64_t{2} * ring : n_ctx;
+  }
 
   // Reads and checks the metadata. Unknown architecture: FormatError listing the supported
   // ones; missing keys name the key; an expert gating function other than softmax names it;

@@ -19,10 +19,7 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
   ORCHARD_CHECK(n_sequences > 0, "{} sequences", n_sequences);
   if (s.splits_layers(c)) ORCHARD_CHECK(partial != nullptr, "a shard that splits layers needs PartialSums");
   caches_.reserve(static_cast<size_t>(n_sequences));
-  bool sliding = false;
-  for (int32_t l = 0; l < c.n_layers; ++l) sliding = sliding || c.sliding_layer(l);
-  // A ring keeps twice its positions (KvCache), so it pays below half the context.
-  if (sliding && int64_t{c.sliding_window} + max_batch - 1 <= n_ctx / 2) ring_ = c.sliding_window + max_batch - 1;
+  ring_ = c.sliding_ring(n_ctx, max_batch);
   std::vector<int32_t> rings;
   if (ring_ > 0)
     for (int32_t l = s.layer_begin; l < s.layer_end; ++l) rings.push_back(c.sliding_layer(l) ? ring_ : 0);

@@ -36,9 +36,12 @@ const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 // is a libm call per element, which kept softmax and SiLU scalar: a tenth of a prompt's time).
 // Inputs are clamped to [-87.3, 88.3], where e^x and the 2^n below stay normal floats; the
 // clamp passes NaN through. x = n·ln2 + r with |r| ≤ ln2/2, and e^r is its Taylor series to
-// r^7 (the next term is below 6e-9 relative).
+// r^7 (the next term is below 6e-9 relative). The clamp's compares are if-converted into vector
+// selects only under -fno-trapping-math (set for this file) or with AVX-512's masks: the AVX2 and
+// baseline clones of the loops around this were scalar before.
 [[gnu::always_inline]] inline float exp_approx(float x) {
-  x = std::clamp(x, -87.3f, 88.3f);
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
   // Adding 1.5·2^23 rounds to an integer n and leaves it in the low bits of the mantissa.
   constexpr float kRound = 12582912.0f;
   const float t = x * 1.44269504088896341f + kRound;
@@ -250,18 +253,28 @@ struct QueryTile {
   return tile;
 }
 
-// scores[i][j] = q_i · k_j · scale for j in the tile's [min_first, max_keys), then each row's
-// softmax over its own keys (and its head's sink), zero for the others. Q8_0 keys are scaled
-// as they load, their 32-dimension blocks' scales for the tile's keys loaded once per block.
+// Keys a block's tiles take at a time: every query tile of the block takes its scores over one
+// chunk before the next chunk starts, and then its outputs likewise, so a chunk's keys and values
+// come from memory once for the whole block (a decode step's 8 query heads of a KV head are two
+// tiles) and stay in L1 for the other tiles and the output's dimension tiles, rather than being
+// streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
+// 64 keys of 64 F32 dimensions are 16 KiB.
+constexpr int32_t kChunkKeys = 64;
+
+// scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys).
+// Q8_0 keys are scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded
+// once per block.
 template <class L, KvType kType>
-[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t) {
+[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
+                                               int32_t lo, int32_t hi) {
   using V = typename L::V;
   constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
   const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
-  int32_t j0 = t.min_first;
-  for (; j0 + kKeys <= t.max_keys && j0 + kKeys <= b.key_stride; j0 += kKeys) {
+  hi = std::min(hi, t.max_keys);
+  int32_t j0 = std::max(lo, t.min_first);
+  for (; j0 + kKeys <= hi && j0 + kKeys <= b.key_stride; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
     for (int32_t d0 = 0; d0 < b.head_dim; d0 += block) {
       V block_scale[kVecs];
@@ -286,45 +299,75 @@ template <class L, KvType kType>
     for (int32_t i = 0; i < kTileQueries; ++i)
       for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + j0 + kLanes * v) = acc[i][v] * scale;
   }
+  if (j0 >= hi) return;
   for (int32_t i = 0; i < t.count; ++i) {
     float* s = t.scores[i];
-    for (int32_t j = j0; j < t.max_keys; ++j) s[j] = 0.0f;
+    for (int32_t j = j0; j < hi; ++j) s[j] = 0.0f;
     for (int32_t d = 0; d < b.head_dim; ++d) {
       const float qd = t.q[i][d];
-      for (int32_t j = j0; j < t.max_keys; ++j) s[j] += qd * c.key(b, d, j);
+      for (int32_t j = j0; j < hi; ++j) s[j] += qd * c.key(b, d, j);
     }
-    for (int32_t j = j0; j < t.max_keys; ++j) s[j] *= scale;
+    for (int32_t j = j0; j < hi; ++j) s[j] *= scale;
   }
+}
+
+// Each of the tile's rows becomes the softmax of its own keys' scores (and its head's sink),
+// zero for the tile's other keys. The maximum and the sum run in the clone's vectors and e^x in a
+// loop of its own, so that all three vectorize (a float reduction into one running value stays
+// scalar: it was a fifth of decode attention's time at depth).
+template <class L>
+[[gnu::always_inline]] inline void tile_softmax(const AttentionBlock& b, const QueryTile& t) {
+  using V = typename L::V;
+  constexpr int32_t kLanes = sizeof(V) / sizeof(float);
   for (int32_t i = 0; i < t.count; ++i) {
     float* s = t.scores[i];
     const int32_t first = t.first_key[i], n = t.n_keys[i];
     float max = s[first];
-    for (int32_t j = first + 1; j < n; ++j) max = std::max(max, s[j]);
-    if (b.sinks) max = std::max(max, t.sink[i]);
-    float sum = 0.0f;
-    for (int32_t j = first; j < n; ++j) {
-      s[j] = exp_approx(s[j] - max);
-      sum += s[j];
+    V lanes = V{} + max;
+    int32_t j = first;
+    for (; j + kLanes <= n; j += kLanes) {
+      const V x = at<V>(s + j);
+      lanes = x > lanes ? x : lanes;
     }
+    for (; j < n; ++j) max = std::max(max, s[j]);
+    for (int32_t l = 0; l < kLanes; ++l) max = std::max(max, lanes[l]);
+    if (b.sinks) max = std::max(max, t.sink[i]);
+    for (j = first; j < n; ++j) s[j] = exp_approx(s[j] - max);
+    lanes = V{};
+    for (j = first; j + kLanes <= n; j += kLanes) lanes += at<V>(s + j);
+    float sum = 0.0f;
+    for (; j < n; ++j) sum += s[j];
+    for (int32_t l = 0; l < kLanes; ++l) sum += lanes[l];
     if (b.sinks) sum += exp_approx(t.sink[i] - max);
     const float inv = 1.0f / sum;
-    for (int32_t j = first; j < n; ++j) s[j] *= inv;
-    for (int32_t j = t.min_first; j < first; ++j) s[j] = 0.0f;
-    for (int32_t j = n; j < t.max_keys; ++j) s[j] = 0.0f;
+    for (j = first; j < n; ++j) s[j] *= inv;
+    for (j = t.min_first; j < first; ++j) s[j] = 0.0f;
+    for (j = n; j < t.max_keys; ++j) s[j] = 0.0f;
   }
 }
 
-// out_i = Σ_j p_ij · v_j over the tile's keys; Q8_0 values scaled by their block's scale as they load.
+// out_i (+)= Σ_j p_ij · v_j over keys [lo, hi) within the tile's; `accumulate` adds to what an
+// earlier chunk left. Q8_0 values scaled by their block's scale as they load.
 template <class L, KvType kType>
-[[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t) {
+[[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
+                                               int32_t lo, int32_t hi, bool accumulate) {
   using V = typename L::V;
   constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
+  lo = std::max(lo, t.min_first);
+  hi = std::min(hi, t.max_keys);
+  if (accumulate && lo >= hi) return;
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
     V acc[kTileQueries][kVecs] = {};
-    for (int32_t j = t.min_first; j < t.max_keys; ++j) {
+    if (accumulate)
+      for (int32_t i = 0; i < kTileQueries; ++i)
+        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k);
+    for (int32_t j = lo; j < hi; ++j) {
       const auto* v = c.values + j * b.value_stride + d0;
+      // Positions are a whole KV row apart: the next chunk's values are asked for while this
+      // one's are used (the dimension tiles of a row between them cover its cache lines).
+      __builtin_prefetch(v + kChunkKeys * b.value_stride);
       V vv[kVecs];
       for (int32_t k = 0; k < kVecs; ++k) {
         L::load(vv[k], v + kLanes * k);
@@ -341,8 +384,9 @@ template <class L, KvType kType>
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
-    for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
-    for (int32_t j = t.min_first; j < t.max_keys; ++j) {
+    if (!accumulate)
+      for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
+    for (int32_t j = lo; j < hi; ++j) {
       const float p = t.scores[i][j];
       for (int32_t d = d0; d < dims; ++d) o[d] += p * c.value(b, j, d);
     }
@@ -352,15 +396,24 @@ template <class L, KvType kType>
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void attend_block_typed(const AttentionBlock& b) {
   static_assert(kTileKeys % L::kKeys == 0, "score rows hold whole kTileKeys tiles");
+  static_assert(kChunkKeys % kTileKeys == 0, "chunks hold whole key tiles");
   const CacheView<L, kType> cache(b);
-  int32_t max_keys = 0;
-  for (int32_t r = 0; r < b.n_rows; ++r) max_keys = std::max(max_keys, b.n_keys[r]);
-  const int64_t score_stride = round_up(max_keys, kTileKeys);
-  for (int32_t first = 0; first < b.n_rows * b.group; first += kTileQueries) {
-    const QueryTile tile = query_tile(b, first, score_stride);
-    tile_scores(b, cache, tile);
-    tile_output(b, cache, tile);
+  int32_t max_keys = 0, min_first = b.n_keys[0];
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    max_keys = std::max(max_keys, b.n_keys[r]);
+    min_first = std::min(min_first, b.first_key ? b.first_key[r] : 0);
   }
+  const int64_t score_stride = round_up(max_keys, kTileKeys);
+  const int32_t vectors = b.n_rows * b.group;
+  // Chunks start at the block's first visible key, so a tile that starts there reads whole key
+  // tiles to its last one.
+  for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+    for (int32_t first = 0; first < vectors; first += kTileQueries)
+      tile_scores(b, cache, query_tile(b, first, score_stride), lo, lo + kChunkKeys);
+  for (int32_t first = 0; first < vectors; first += kTileQueries) tile_softmax<L>(b, query_tile(b, first, score_stride));
+  for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+    for (int32_t first = 0; first < vectors; first += kTileQueries)
+      tile_output(b, cache, query_tile(b, first, score_stride), lo, lo + kChunkKeys, lo > min_first);
 }
 
 template <class L>

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -30,6 +31,8 @@ namespace {
 
 // An F16 cache, as `orchard run` and `serve` keep by default: a job's text is what they give.
 constexpr model::KvType kCacheType = model::KvType::F16;
+// Positions a forward pass of the built-in engine takes at most.
+constexpr int32_t engine_batch(int32_t ctx) { return std::min(512, ctx); }
 
 class BuiltinEngine final : public Engine {
  public:
@@ -46,8 +49,13 @@ class BuiltinEngine final : public Engine {
         const auto facts = cluster::ModelFacts::from_gguf(file);
         const model::ModelConfig& config = facts.config;
         int32_t ctx = std::min(config.context_length, max_context_);
+        // The cache this agent makes at ctx, per position: sliding layers (gpt-oss) keep a ring
+        // of their window whatever the context, so the coordinator's bytes + ctx × this is what
+        // it reserves.
+        double kv_slots = 0;
+        for (int32_t l = 0; l < config.n_layers; ++l) kv_slots += static_cast<double>(config.kv_slots(l, ctx, engine_batch(ctx)));
         const double kv_bytes_per_token =
-            static_cast<double>(config.n_layers) * config.kv_cache_floats(config.n_kv_heads) * model::kv_value_bytes(kCacheType);
+            kv_slots / ctx * static_cast<double>(config.kv_cache_floats(config.n_kv_heads)) * model::kv_value_bytes(kCacheType);
         out.push_back({{"name", e.path().stem().string()},
                        {"bytes", static_cast<int64_t>(e.file_size())},
                        {"kv_bytes_per_token", static_cast<int64_t>(std::ceil(kv_bytes_per_token))},
@@ -110,7 +118,7 @@ class BuiltinEngine final : public Engine {
     loaded_->weights = std::make_unique<model::ModelWeights>(loaded_->file, loaded_->config,
                                                              model::Shard::whole(loaded_->config), model::LoadOptions{});
     int32_t ctx = std::min(loaded_->config.context_length, max_context_);
-    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, std::min(512, ctx), pool_, nullptr, 1, kCacheType);
+    loaded_->forward = std::make_unique<model::Forward>(*loaded_->weights, ctx, engine_batch(ctx), pool_, nullptr, 1, kCacheType);
     return *loaded_;
   }
 

@@ -237,6 +237,29 @@ TEST(CostModel, KvCacheIsSizedByItsElementType) {
   EXPECT_EQ(Workload{}.cache_type, model::KvType::F16);  // as run's and serve's --cache-type
 }
 
+TEST(CostModel, SlidingLayersKeepARingOfTheirWindow) {
+  // gpt-oss-120b: 36 layers of 8 KV heads of 64, the even ones sliding over 128 positions. An F16
+  // position of a layer is 2 × 8 × 64 × 2 = 2048 bytes. At a context of 8192 in chunks of 512,
+  // a sliding layer keeps a ring of 128 + 512 - 1 = 639 positions, each twice (1278 slots).
+  const ModelFacts m = ModelFacts::from_preset("gpt-oss-120b:q4_0");
+  const MachineSpec machine{"x", 512, 10, 100};
+  Workload w;
+  w.context = 8192;
+  w.chunk = 512;
+  const auto cost = [&](int32_t position) {
+    w.position = position;
+    return predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, {}, w);
+  };
+  const Prediction at2k = cost(2048), at4k = cost(4096);
+  EXPECT_DOUBLE_EQ(at4k.ranks[0].kv_bytes, 2048.0 * (18 * 8192 + 18 * 1278));
+  // A decode step reads its window in sliding layers, whatever the position: from 2048 to 4096
+  // only the 18 full layers read 2048 positions more.
+  EXPECT_NEAR(at4k.gen_ms - at2k.gen_ms, 18.0 * 2048 * 2048 / 10e9 * 1e3, 1e-9);
+  // A context too short for a ring to pay (639 > 1024 / 2): every layer keeps every position.
+  w.context = 1024;
+  EXPECT_DOUBLE_EQ(cost(512).ranks[0].kv_bytes, 2048.0 * 36 * 1024);
+}
+
 TEST(Catalog, EmbeddedCatalogKnowsTheRdmaChips) {
   const HardwareCatalog& c = HardwareCatalog::builtin();
   for (const char* name : {"M4 Pro", "M4 Max", "M3 Ultra", "M5 Pro", "M5 Max"}) EXPECT_TRUE(c.chip(name).rdma_tb5) << name;

@@ -157,6 +157,15 @@ TEST(GptOssConfig, ReadsItsHyperParameters) {
   }));
   EXPECT_TRUE(all.sliding_layer(0) && all.sliding_layer(1));
 
+  // The cache Forward makes: a sliding layer keeps its window plus a batch (128 + 64 - 1 = 191
+  // positions), each twice, once that is at most half the context; the others every position.
+  EXPECT_EQ(c.sliding_ring(4096, 64), 191);
+  EXPECT_EQ(c.kv_slots(0, 4096, 64), 382);
+  EXPECT_EQ(c.kv_slots(1, 4096, 64), 4096);
+  EXPECT_EQ(c.sliding_ring(382, 64), 191);
+  EXPECT_EQ(c.sliding_ring(381, 64), 0);  // 191 > 381 / 2: a ring would not be smaller
+  EXPECT_EQ(c.kv_slots(0, 381, 64), 381);
+
   // Other architectures have neither.
   const auto qwen = config_of(header("qwen3moe", [](auto& w) {
     set_experts(w, "qwen3moe.", 4, 2);

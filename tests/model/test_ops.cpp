@@ -82,6 +82,11 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
       {3, 4, 80, 128, {128, 127, 70}, {0, 60, 69}},
       {4, 4, 64, 48, {45, 46, 47, 48}, {}, {-30.0f, 0.0f, 3.5f, 40.0f}},
       {6, 2, 24, 90, {85, 86, 87, 88, 89, 90}, {80, 81, 82, 83, 84, 85}, {2.0f, -1.0f}},
+      // Decode and prompt blocks at depth: keys in many 64-key chunks, a whole KV head's query
+      // heads (8, two tiles) over each chunk; windows starting inside a chunk, differing by row.
+      {1, 8, 64, 4200, {4097}},   {1, 8, 64, 1000, {1000}, {301}},  {1, 7, 80, 2100, {2050}},
+      {8, 8, 64, 700, {693, 694, 695, 696, 697, 698, 699, 700}, {100, 131, 200, 263, 264, 300, 450, 690}},
+      {2, 8, 64, 3000, {2999, 3000}, {}, {1.0f, -2.0f, 0.5f, 8.0f, -8.0f, 0.0f, 3.0f, 2.0f}},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -203,6 +208,10 @@ TEST(Ops, AttentionReadsF16AndQ8_0CachesAsStored) {
       {8, 2, 64, 64, 96, {89, 90, 91, 92, 93, 94, 95, 96}, {}},
       {3, 5, 96, 64, 70, {33, 64, 70}, {}},
       {4, 3, 64, 64, 100, {97, 98, 99, 100}, {60, 61, 62, 90}},
+      // At depth: a decode step's 8 query heads over 2,000 keys, with and without a window.
+      {1, 8, 64, 64, 2100, {2049}, {}},
+      {1, 8, 64, 64, 2100, {2100}, {1500}},
+      {4, 8, 64, 64, 1100, {1097, 1098, 1099, 1100}, {33, 100, 700, 1090}},
   };
   for (const KvType type : {KvType::F16, KvType::Q8_0}) {
     for (const Shape& c : shapes) {
