@@ -45,7 +45,7 @@ struct Reply {
   int status = 200;
   std::string_view content_type = "application/json";
   std::string_view body;
-  std::string headers;  // more header lines, each ending in \r\n
+  std::string headers{};  // more header lines, each ending in \r\n
 };
 
 void send(int fd, const Reply& r, const std::string& peer) {

@@ -314,8 +314,10 @@ TEST(MoeConfig, ShardByteRangesCoverEachExpertsRows) {
   for (const auto& r : model::shard_byte_ranges(file, config, model::Shard::whole(config))) whole_bytes += r.size;
   for (const auto& r : model::shard_byte_ranges(file, config, half)) half_bytes += r.size;
   const auto& gate = file.tensor("blk.0.ffn_gate_exps.weight");
-  // gate and up lose half their rows in each of the 4 layers; down (split by columns) is sent whole.
-  EXPECT_EQ(whole_bytes - half_bytes, 4 * gate.size_bytes);
+  const auto& down = file.tensor("blk.0.ffn_down_exps.weight");
+  // In each of the 4 layers gate and up lose half their rows, and down (split by columns) half of
+  // every row: only each row's slice is sent.
+  EXPECT_EQ(whole_bytes - half_bytes, 4 * gate.size_bytes + 4 * down.size_bytes / 2);
 }
 
 // deepseek2's keys as make-model writes them (V3's kind): latent attention, shared experts,

@@ -99,7 +99,9 @@ TEST(JobBook, AttemptsAreBoundedWithTheReasons) {
     ASSERT_TRUE(b.book.take("a"));
     r = b.book.give_back("j1", "a", attempt, JobBook::Return::HandedBack, "owner_back");
     ASSERT_TRUE(r.held);
-    if (attempt < kMaxAttempts) EXPECT_TRUE(r.requeued) << attempt;
+    if (attempt < kMaxAttempts) {
+      EXPECT_TRUE(r.requeued) << attempt;
+    }
   }
   EXPECT_FALSE(r.requeued);
   EXPECT_EQ(r.failure.find("[network] gave up after 8 attempts"), 0u) << r.failure;
