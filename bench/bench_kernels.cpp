@@ -58,6 +58,27 @@ std::vector<float> random_activations(int64_t n) {
 
 // Decode reads each matrix once per token, and the whole model is far larger than L3: cycle
 // through enough prepared copies (≥ 128 MiB together) that every pass comes from DRAM.
+class DramMatrices {
+ public:
+  DramMatrices(TensorType type, int64_t rows, int64_t cols, bool repack = true) {
+    std::vector<uint8_t> source = random_matrix(type, rows, cols);
+    const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
+    sources_.assign(copies, source);
+    for (auto& s : sources_) matrices_.push_back(WeightMatrix::prepare(type, s.data(), rows, cols, repack));
+  }
+  const WeightMatrix& first() const { return matrices_[0]; }
+  const WeightMatrix& next() {
+    const WeightMatrix& m = matrices_[next_];
+    next_ = (next_ + 1) % matrices_.size();
+    return m;
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> sources_;
+  std::vector<WeightMatrix> matrices_;
+  size_t next_ = 0;
+};
+
 // A decode step of several sequences, the small-batch kernels (range 2: 1) against the
 // KernelSet's own few-token kernels (0), on the repacked copy. Process CPU time (what the
 // table's time column and rows_per_s are per) reads through a loaded host better than wall
@@ -67,23 +88,17 @@ void small_batch(benchmark::State& state, TensorType type, int64_t rows, int64_t
   const int threads = static_cast<int>(state.range(0));
   const int64_t tokens = state.range(1);
   kernels::use_small_batch_kernels(state.range(2) != 0);
-  std::vector<uint8_t> source = random_matrix(type, rows, cols);
-  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
-  std::vector<std::vector<uint8_t>> sources(copies, source);
-  std::vector<WeightMatrix> matrices;
-  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  DramMatrices matrices(type, rows, cols);
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(tokens * cols), y(static_cast<size_t>(tokens * rows));
-  size_t next = 0;
   for (auto _ : state) {
-    matmul(matrices[next], x.data(), tokens, y.data(), pool, scratch);
+    matmul(matrices.next(), x.data(), tokens, y.data(), pool, scratch);
     benchmark::DoNotOptimize(y.data());
-    next = (next + 1) % matrices.size();
   }
   kernels::use_small_batch_kernels(true);
   state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+  state.SetLabel(kernel_isa_name() + (matrices.first().repacked() ? " repacked" : ""));
 }
 
 // Range 1 chooses the layout, as for gemm below.
@@ -91,25 +106,19 @@ void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) 
   const int threads = static_cast<int>(state.range(0));
   const bool repack = state.range(1) != 0;
   const double bw = bandwidth(threads);
-  std::vector<uint8_t> source = random_matrix(type, rows, cols);
-  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
-  std::vector<std::vector<uint8_t>> sources(copies, source);
-  std::vector<WeightMatrix> matrices;
-  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols, repack));
+  DramMatrices matrices(type, rows, cols, repack);
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(cols), y(static_cast<size_t>(rows));
-  size_t next = 0;
   for (auto _ : state) {
-    matmul(matrices[next], x.data(), 1, y.data(), pool, scratch);
+    matmul(matrices.next(), x.data(), 1, y.data(), pool, scratch);
     benchmark::DoNotOptimize(y.data());
-    next = (next + 1) % matrices.size();
   }
-  const double bytes = static_cast<double>(matrices[0].bytes());
+  const double bytes = static_cast<double>(matrices.first().bytes());
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
   state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bw_GBps"] = bw / 1e9;
-  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+  state.SetLabel(kernel_isa_name() + (matrices.first().repacked() ? " repacked" : ""));
 }
 
 // A decode step of several sequences: the same matrices as gemv, each pass with `tokens` rows
@@ -119,24 +128,18 @@ void decode_batch(benchmark::State& state, TensorType type, int64_t rows, int64_
   const int threads = static_cast<int>(state.range(0));
   const int64_t tokens = state.range(1);
   const double bw = bandwidth(threads);
-  std::vector<uint8_t> source = random_matrix(type, rows, cols);
-  const size_t copies = std::max<size_t>(1, ((size_t{128} << 20) + source.size() - 1) / source.size());
-  std::vector<std::vector<uint8_t>> sources(copies, source);
-  std::vector<WeightMatrix> matrices;
-  for (auto& s : sources) matrices.push_back(WeightMatrix::prepare(type, s.data(), rows, cols));
+  DramMatrices matrices(type, rows, cols);
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(tokens * cols), y(static_cast<size_t>(tokens * rows));
-  size_t next = 0;
   for (auto _ : state) {
-    matmul(matrices[next], x.data(), tokens, y.data(), pool, scratch);
+    matmul(matrices.next(), x.data(), tokens, y.data(), pool, scratch);
     benchmark::DoNotOptimize(y.data());
-    next = (next + 1) % matrices.size();
   }
-  const double bytes = static_cast<double>(matrices[0].bytes());
+  const double bytes = static_cast<double>(matrices.first().bytes());
   state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(kernel_isa_name() + (matrices[0].repacked() ? " repacked" : ""));
+  state.SetLabel(kernel_isa_name() + (matrices.first().repacked() ? " repacked" : ""));
 }
 
 // A decode step's mixture of experts on moe-3b's layer (Qwen3-30B-A3B: 2048 wide, experts 768

@@ -374,31 +374,18 @@ json Population::region_json(const std::string& name) const {
   if (it == regions_.end())
     return {{"name", name}, {"machines", 0}, {"online", 0}, {"memory_bytes", 0}, {"classes", {0, 0, 0, 0}},
             {"pods", 0}, {"seats", json::object()}, {"jobs_served", 0}, {"slots", 0}};
-  const Region& g = it->second;
-  return {{"name", name},
-          {"machines", g.machines},
-          {"online", g.online},
-          {"memory_bytes", g.memory},
-          {"classes", g.classes},
-          {"pods", g.pods.size()},
-          {"seats", g.seats},
-          {"jobs_served", g.jobs},
-          {"slots", g.layout.size()}};
+  return it->second.to_json(name);
+}
+
+json Population::Region::to_json(const std::string& name) const {
+  return {{"name", name},   {"machines", machines}, {"online", online},   {"memory_bytes", memory}, {"classes", classes},
+          {"pods", pods.size()}, {"seats", seats},  {"jobs_served", jobs}, {"slots", layout.size()}};
 }
 
 json Population::summary() const {
   std::shared_lock lock(mu_);
   json regions = json::array();
-  for (const auto& [name, g] : regions_)
-    regions.push_back({{"name", name},
-                       {"machines", g.machines},
-                       {"online", g.online},
-                       {"memory_bytes", g.memory},
-                       {"classes", g.classes},
-                       {"pods", g.pods.size()},
-                       {"seats", g.seats},
-                       {"jobs_served", g.jobs},
-                       {"slots", g.layout.size()}});
+  for (const auto& [name, g] : regions_) regions.push_back(g.to_json(name));
   // The filter's choices: the most common chips (nodes may send any name; the list stays short).
   constexpr size_t kMaxChips = 64;
   std::vector<std::pair<std::string, int64_t>> chips(chips_.begin(), chips_.end());

@@ -158,6 +158,7 @@ class Population {
     std::map<std::string, int64_t> pods;     // online members per pod
     std::vector<uint32_t> layout;            // rows in spiral order (every machine of the region)
     bool dirty = true;                       // layout to sort again
+    nlohmann::json to_json(const std::string& name) const;  // region_json's entry
   };
 
   void add_locked(const Row& r, int sign);  // adds or takes a row's share of the aggregates
