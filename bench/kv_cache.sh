@@ -16,7 +16,7 @@ prefix=${PREFIX:-2000}
 threads=${THREADS:-2}
 gen=${GEN:-64}
 types=${TYPES:-"f32 f16 q8_0"}
-llama_types=${LLAMA_TYPES:-$types}
+llama_types=${LLAMA_TYPES:-"f16 q8_0"}  # llama-bench refuses an f32 cache (-ctk f32)
 models=${ORCHARD_BENCH_MODELS:-/tmp/orchard-bench}
 model="$models/llama-tinyllama-1.1b-q4_0.gguf"
 mkdir -p "$models"
