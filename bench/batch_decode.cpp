@@ -4,7 +4,13 @@
 // that the machine's drift hits both alike. Prints ratios against the one-at-a-time rate of a
 // single sequence.
 //
-//   bench_batch_decode MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4]
+// With PROMPT, it measures what `orchard serve` does for SEQUENCES requests that arrive together
+// (bench/serve_batch.sh's engine column): each sequence's prompt of PROMPT positions, all in
+// batched passes of at most the engine's batch, then TOKENS tokens each (the first from the
+// prompt's logits), every round one batched pass; it prints the aggregate tok/s, best of
+// REPETITIONS, and nothing else.
+//
+//   bench_batch_decode MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4] [PROMPT]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +38,11 @@ int int_argument(char** argv, int argc, int i, int fallback) {
   return static_cast<int>(value);
 }
 
+TokenId greedy(LocalEngine& engine, int32_t sequence) {
+  const float* logits = engine.slot(sequence).last_logits();
+  return static_cast<TokenId>(std::max_element(logits, logits + engine.slot(sequence).vocab_size()) - logits);
+}
+
 // Seconds to decode `tokens` positions after the prompt in each of k sequences.
 double decode_seconds(LocalEngine& engine, int32_t k, int32_t tokens, bool batched) {
   std::vector<TokenId> last(static_cast<size_t>(k), 1);
@@ -44,10 +55,35 @@ double decode_seconds(LocalEngine& engine, int32_t k, int32_t tokens, bool batch
     } else {
       for (const SequenceStep& step : steps) engine.slot(step.sequence).eval(step.tokens, step.pos);
     }
-    for (int32_t s = 0; s < k; ++s) {
-      const float* logits = engine.slot(s).last_logits();
-      last[static_cast<size_t>(s)] = static_cast<TokenId>(std::max_element(logits, logits + engine.slot(s).vocab_size()) - logits);
+    for (int32_t s = 0; s < k; ++s) last[static_cast<size_t>(s)] = greedy(engine, s);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Seconds for k sequences to evaluate their prompts and generate `tokens` tokens each, as the
+// server's scheduler runs requests that arrive together.
+double serving_seconds(LocalEngine& engine, const std::vector<std::vector<TokenId>>& prompts, int32_t tokens) {
+  const auto k = static_cast<int32_t>(prompts.size());
+  std::vector<SequenceStep> steps;
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t s = 0; s < k;) {
+    steps.clear();
+    int32_t positions = 0;
+    for (; s < k && positions + static_cast<int32_t>(prompts[static_cast<size_t>(s)].size()) <= engine.max_batch(); ++s) {
+      steps.push_back({s, prompts[static_cast<size_t>(s)], 0});
+      positions += static_cast<int32_t>(prompts[static_cast<size_t>(s)].size());
     }
+    if (steps.empty()) throw orchard::Error(orchard::error_message("bench", "a prompt does not fit the engine's batch of {}", engine.max_batch()));
+    engine.eval_batch(steps);
+  }
+  std::vector<TokenId> last(static_cast<size_t>(k));
+  for (int32_t s = 0; s < k; ++s) last[static_cast<size_t>(s)] = greedy(engine, s);
+  steps.resize(static_cast<size_t>(k));
+  const auto prompt = static_cast<int32_t>(prompts[0].size());
+  for (int32_t i = 1; i < tokens; ++i) {
+    for (int32_t s = 0; s < k; ++s) steps[static_cast<size_t>(s)] = {s, std::span(&last[static_cast<size_t>(s)], 1), prompt + i - 1};
+    engine.eval_batch(steps);
+    for (int32_t s = 0; s < k; ++s) last[static_cast<size_t>(s)] = greedy(engine, s);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -56,7 +92,7 @@ double decode_seconds(LocalEngine& engine, int32_t k, int32_t tokens, bool batch
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [THREADS=all] [TOKENS=32] [REPETITIONS=3] [SEQUENCES=4] [PROMPT]\n", argv[0]);
     return 2;
   }
   orchard::serve::LocalEngineOptions options;
@@ -65,9 +101,23 @@ int main(int argc, char** argv) try {
   const int32_t tokens = int_argument(argv, argc, 3, 32);
   const int repetitions = int_argument(argv, argc, 4, 3);
   const int32_t max_sequences = int_argument(argv, argc, 5, 4);
+  const int32_t serving_prompt = int_argument(argv, argc, 6, 0);
   options.n_slots = max_sequences;
-  options.n_ctx = kPrompt + tokens;
+  options.n_ctx = std::max(kPrompt, serving_prompt) + tokens;
   LocalEngine engine(options);
+
+  if (serving_prompt > 0) {
+    // Each sequence its own prompt, as the server's requests have.
+    std::vector<std::vector<TokenId>> prompts(static_cast<size_t>(max_sequences), std::vector<TokenId>(static_cast<size_t>(serving_prompt)));
+    for (int32_t s = 0; s < max_sequences; ++s)
+      for (int32_t i = 0; i < serving_prompt; ++i)
+        prompts[static_cast<size_t>(s)][static_cast<size_t>(i)] = 1 + (i * 37 + s * 101 + 11) % (engine.tokenizer().vocab_size() - 1);
+    serving_seconds(engine, prompts, std::min(tokens, 4));  // warm-up
+    double best = 1e30;
+    for (int r = 0; r < repetitions; ++r) best = std::min(best, serving_seconds(engine, prompts, tokens));
+    std::printf("%.2f\n", max_sequences * tokens / best);
+    return 0;
+  }
 
   std::vector<TokenId> prompt(kPrompt);
   for (int32_t i = 0; i < kPrompt; ++i) prompt[static_cast<size_t>(i)] = 1 + (i * 37 + 11) % (engine.tokenizer().vocab_size() - 1);

@@ -64,46 +64,61 @@ stop_server() {
   server_pid=""
 }
 
-# Prints "tok/s completion_tokens": N concurrent chats against the server at $1, best of rounds.
+# Prints "tok/s completion_tokens prompt_tokens other% mean_batch": N concurrent completions
+# against the server at $1, best of rounds; prompt_tokens is the mean prompt length the server
+# counted (usage), so that the engine's figure can be taken on prompts of the same length. The
+# last two come from the server's /metrics over the measured rounds alone (the warm-up request's
+# rounds of one sequence left out): the share of the rounds' time spent outside the engine's
+# pass, and the mean sequences per round; "- -" where the server has no such metrics.
 load() {  # url n
   python3 - "$1" "$2" "$tokens" "$rounds" <<'EOF'
 import json, sys, threading, time, urllib.request
 url, n, tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 topics = ["apples", "rivers", "the moon", "bread", "trains", "winter", "music", "bees"]
 def ask(i, out):
+    # ignore_eos (llama-server's, and orchard's) makes every request generate `tokens` tokens, as
+    # the engine's figure does: a request that ended early would leave the batch short.
     body = {"prompt": f"Here is a short story about {topics[i % len(topics)]}. Once upon a time,",
-            "max_tokens": tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 1000 + i}
+            "max_tokens": tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 1000 + i,
+            "ignore_eos": True}
     req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        out[i] = json.load(r)["usage"]["completion_tokens"]
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        usage = json.load(r)["usage"]
+        out[i] = (usage["completion_tokens"], usage["prompt_tokens"])
+def metrics():
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except Exception:
+        return None
+    v = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        key, value = line.rsplit(" ", 1)
+        v[key] = float(value)
+    return v
 def round_():
-    out = [0] * n
+    out = [(0, 0)] * n
     threads = [threading.Thread(target=ask, args=(i, out)) for i in range(n)]
     start = time.monotonic()
     for t in threads: t.start()
     for t in threads: t.join()
-    return sum(out) / (time.monotonic() - start), sum(out)
+    completion = sum(c for c, _ in out)
+    return completion / (time.monotonic() - start), completion, sum(p for _, p in out) / n
 ask(0, [0])  # warm-up: the first request pays page faults
+before = metrics()
 best = max((round_() for _ in range(rounds)), key=lambda r: r[0])
-print(f"{best[0]:.2f} {best[1]}")
+after = metrics()
+split = "- -"
+if before is not None and "orchard_steps_total" in before:
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    forward = d.get('orchard_step_seconds_total{part="forward"}', 0)
+    other = d.get('orchard_step_seconds_total{part="other"}', 0)
+    split = "%.1f %.2f" % (100 * other / max(forward + other, 1e-9),
+                           d.get("orchard_step_sequences_total", 0) / max(d.get("orchard_steps_total", 0), 1))
+print(f"{best[0]:.2f} {best[1]} {best[2]:.1f} {split}")
 EOF
-}
-
-# The orchard server's step split at the end of a run: the share of "other" in its rounds' time
-# (percent) and the mean sequences per round.
-step_split() {  # url
-  curl -sf "$1/metrics" | python3 -c '
-import sys
-v = {}
-for line in sys.stdin:
-    if line.startswith("#") or not line.strip():
-        continue
-    key, value = line.rsplit(" ", 1)
-    v[key] = float(value)
-forward = v.get("orchard_step_seconds_total{part=\"forward\"}", 0)
-other = v.get("orchard_step_seconds_total{part=\"other\"}", 0)
-steps = max(v.get("orchard_steps_total", 0), 1)
-print("%.1f %.1f" % (100 * other / max(forward + other, 1e-9), v.get("orchard_step_sequences_total", 0) / steps))'
 }
 
 run_orchard() {  # n threads [extra flags...]   (env orchard_dir: the build to run, default $build)
@@ -111,11 +126,10 @@ run_orchard() {  # n threads [extra flags...]   (env orchard_dir: the build to r
   "${orchard_dir:-$build}/orchard" serve -m "$model" --port "$port" --parallel "$n" -c "$ctx" -t "$t" "$@" >"$log" 2>&1 &
   server_pid=$!
   wait_ready "http://127.0.0.1:$port"
-  local result split_line
+  local result
   result=$(load "http://127.0.0.1:$port" "$n")
-  split_line=$(step_split "http://127.0.0.1:$port")
   stop_server
-  echo "$result $split_line"
+  echo "$result"
 }
 
 run_llama() {  # n
@@ -129,44 +143,42 @@ run_llama() {  # n
   echo "$result"
 }
 
-if [ "$engine" = 1 ]; then
-  echo "# engine: bench_batch_decode, $threads threads, 32 tokens per sequence, best of 2"
-  "$build/bench/bench_batch_decode" "$model" "$threads" 32 2 16
-  if [ -n "$baseline" ]; then
-    echo "# engine, baseline build $baseline"
-    "$baseline/bench/bench_batch_decode" "$model" "$threads" 32 2 16
-  fi
-  echo
-fi
 echo "# HTTP: $tokens tokens per request, $threads threads, best of $rounds rounds (load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'))"
+echo "# engine: the same N sequences, prompts of the server's prompt length in one batched pass, then $tokens tokens each (bench_batch_decode)"
 for n in $concurrency; do
   base=-
   if [ -n "$baseline" ]; then read -r base _ <<<"$(orchard_dir=$baseline run_orchard "$n" "$threads")"; fi
-  read -r ours _ other mean_batch <<<"$(run_orchard "$n" "$threads")"
+  read -r ours _ prompt_tokens other mean_batch <<<"$(run_orchard "$n" "$threads")"
+  alone=-
+  if [ "$engine" = 1 ]; then
+    alone=$("$build/bench/bench_batch_decode" "$model" "$threads" "$tokens" "$rounds" "$n" "$(printf '%.0f' "$prompt_tokens")")
+  fi
   theirs=-
   if [ -n "$llama" ]; then read -r theirs _ <<<"$(run_llama "$n")"; fi
-  echo "$n $ours $theirs $other $mean_batch $base"
+  echo "$n $ours $alone $theirs $other $mean_batch $base"
 done | python3 -c '
 import sys
-print("%-9s %14s %7s %16s %7s %14s %8s %11s %14s %11s" % ("requests", "orchard tok/s", "x one", "llama.cpp tok/s", "x one",
-                                                         "orchard/llama", "other %", "mean batch", "baseline tok/s",
-                                                         "x baseline"))
+print("%-9s %14s %7s %13s %7s %15s %16s %7s %14s %8s %11s %14s %11s" % (
+    "requests", "orchard tok/s", "x one", "engine tok/s", "x one", "orchard/engine", "llama.cpp tok/s", "x one",
+    "orchard/llama", "other %", "mean batch", "baseline tok/s", "x baseline"))
 first = None
+def number(text):
+    return None if text == "-" else float(text)
 for line in sys.stdin:
-    n, ours, theirs, other, batch, base = line.split()
-    ours = float(ours)
-    theirs = None if theirs == "-" else float(theirs)
-    first = first or (ours, theirs)
-    t = "%16.2f %6.2fx %13.2fx" % (theirs, theirs / first[1], ours / theirs) if theirs else "%16s %7s %14s" % ("-", "-", "-")
-    b = "%14.2f %10.2fx" % (float(base), ours / float(base)) if base != "-" else "%14s %11s" % ("-", "-")
-    print("%-9s %14.2f %6.2fx %s %8s %11s %s" % (n, ours, ours / first[0], t, other, batch, b))
+    n, ours, alone, theirs, other, batch, base = line.split()
+    ours, alone, theirs, base = float(ours), number(alone), number(theirs), number(base)
+    first = first or (ours, alone, theirs)
+    e = "%13.2f %6.2fx %14.2fx" % (alone, alone / first[1], ours / alone) if alone else "%13s %7s %15s" % ("-", "-", "-")
+    t = "%16.2f %6.2fx %13.2fx" % (theirs, theirs / first[2], ours / theirs) if theirs else "%16s %7s %14s" % ("-", "-", "-")
+    b = "%14.2f %10.2fx" % (base, ours / base) if base else "%14s %11s" % ("-", "-")
+    print("%-9s %14.2f %6.2fx %s %s %8s %11s %s" % (n, ours, ours / first[0], e, t, other, batch, b))
     sys.stdout.flush()'
 
 if [ "$split" = 1 ]; then
   echo
   echo "# split server: --world 2 --strategy $split_strategy, one thread per rank"
   for n in 1 8; do
-    read -r rate _ other mean_batch <<<"$(run_orchard "$n" 1 --world 2 --strategy "$split_strategy")"
+    read -r rate _ _ other mean_batch <<<"$(run_orchard "$n" 1 --world 2 --strategy "$split_strategy")"
     echo "$n $rate $other $mean_batch"
   done | python3 -c '
 import sys

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -61,6 +62,8 @@ Scheduler::Scheduler(Engine& engine, Metrics& metrics, SchedulerOptions options)
   if (options.max_queue < 0) throw Error(error_message("serve", "the queue length must not be negative ({})", options.max_queue));
   if (options.prompt_chunk < 1) throw Error(error_message("serve", "the prompt chunk must be at least 1, not {}", options.prompt_chunk));
   if (engine.max_batch() < 1) throw Error(error_message("serve", "the engine takes batches of {} positions", engine.max_batch()));
+  for (model::TokenId t = 0; t < tokenizer_.vocab_size(); ++t)
+    if (tokenizer_.is_end_of_generation(t)) end_tokens_.push_back(t);
   slots_.resize(engine.n_slots());
   steps_.reserve(slots_.size());
   for (int32_t i = 0; i < engine.n_slots(); ++i) {
@@ -309,7 +312,14 @@ void Scheduler::advance(Slot& slot, int32_t n) {
 
 void Scheduler::sample(Slot& slot) {
   const float* logits = slot.model->last_logits();
-  if (slot.matcher) logits = slot.matcher->mask(logits);
+  if (slot.matcher) {
+    logits = slot.matcher->mask(logits);
+  } else if (slot.job->request_.ignore_eos && !end_tokens_.empty()) {
+    slot.no_eos.assign(logits, logits + slot.model->vocab_size());  // capacity kept across tokens
+    for (model::TokenId t : end_tokens_)
+      if (t < slot.model->vocab_size()) slot.no_eos[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+    logits = slot.no_eos.data();
+  }
   const model::TokenId token = slot.sampler->sample(logits);
   if (slot.generated == 0) slot.first_sampled = std::chrono::steady_clock::now();
   ++slot.generated;

@@ -46,6 +46,10 @@ struct GenerationRequest {
   int32_t max_tokens = 16;             // at least 1
   model::SamplerOptions sampling;
   std::vector<std::string> stop;       // generation ends before the first of these; not returned
+  // End-of-generation tokens are never sampled, so a free-text request runs to max_tokens (or the
+  // context): llama.cpp's ignore_eos, which benchmarks use to make every request equally long.
+  // A constrained request ends where its grammar does, regardless.
+  bool ignore_eos = false;
   // Sampling held to a grammar (response_format, a required tool call): tokens it refuses are
   // masked before the sampler sees the logits, end-of-generation comes only once the document
   // is whole, and generation ends (Stop) as soon as nothing can follow. Null: free text.
@@ -153,6 +157,7 @@ class Scheduler {
     std::optional<model::Tokenizer::StreamDecoder> decoder;
     std::optional<StopMatcher> stop;
     std::optional<structured::Matcher> matcher;  // the request's constraint, if any
+    std::vector<float> no_eos;  // the logits with end-of-generation masked (ignore_eos)
     int32_t prompt_done = 0;  // prompt positions evaluated (or found in the cache)
     int32_t cached = 0;       // prompt positions found in the cache
     int32_t pos = 0;          // where the next generated token goes
@@ -180,6 +185,7 @@ class Scheduler {
   Metrics& metrics_;
   const SchedulerOptions options_;
   const int32_t n_ctx_;
+  std::vector<model::TokenId> end_tokens_;  // the vocabulary's end-of-generation tokens
   std::vector<Slot> slots_;  // the compute thread's alone
   PromptCache prompt_cache_;  // what each slot's KV cache holds; the compute thread's alone
   std::vector<model::SequenceStep> steps_;  // this round's batch, in slot order

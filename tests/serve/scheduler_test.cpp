@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <tuple>
 
@@ -69,6 +70,27 @@ TEST(Scheduler, StopsAtEndOfGeneration) {
   EXPECT_EQ(run_to_end(s, {job}, &ends)[0], "cde");
   EXPECT_EQ(ends[0].finish_reason, FinishReason::Stop);
   EXPECT_EQ(ends[0].usage.completion_tokens, 4);
+}
+
+TEST(Scheduler, IgnoreEosRunsToMaxTokensWithoutSamplingEndOfGeneration) {
+  // From position 5 on the model wants only EOS; masked, greedy takes the best other token
+  // (every other logit is 0: token 0, <unk>), never EOS itself.
+  std::vector<model::TokenId> evaluated;
+  FakeEngine engine(1, 256, 512, [&](model::TokenId last, int32_t pos) {
+    evaluated.push_back(last);
+    return pos >= 5 ? testing::kEos : testing::next_letter(last, pos);
+  });
+  Metrics metrics;
+  Scheduler s(engine, metrics);
+  GenerationRequest r = request("ab", 8);
+  r.ignore_eos = true;
+  auto job = s.submit(r);
+  std::vector<JobUpdate> ends;
+  run_to_end(s, {job}, &ends);
+  EXPECT_EQ(ends[0].finish_reason, FinishReason::Length);
+  EXPECT_EQ(ends[0].usage.completion_tokens, 8);
+  EXPECT_EQ(std::count(evaluated.begin(), evaluated.end(), testing::kEos), 0);
+  EXPECT_EQ(std::count(evaluated.begin(), evaluated.end(), 0), 4);  // <unk> at 5..8 (9's is never evaluated)
 }
 
 TEST(Scheduler, StopStringIsHeldBackAndNotReturned) {

@@ -30,7 +30,7 @@ TEST(Schema, ParsesAChatRequest) {
                  {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                  {"role": "assistant", "content": null}],
     "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": -1, "stop": ["x", ""], "n": 1,
-    "user": "ignored", "presence_penalty": 0})");
+    "user": "ignored", "presence_penalty": 0, "ignore_eos": true})");
   EXPECT_EQ(r.model, "tiny");
   ASSERT_EQ(r.messages.size(), 3u);
   EXPECT_EQ(r.messages[0].role, "system");
@@ -42,6 +42,7 @@ TEST(Schema, ParsesAChatRequest) {
   EXPECT_TRUE(r.seeded);
   EXPECT_EQ(r.sampling.seed, ~uint64_t{0});
   EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.ignore_eos);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
 }
@@ -125,6 +126,7 @@ TEST(Schema, EveryBadInputIsA400NamingTheParameter) {
       {chat, chat_with(R"("top_k": -1)"), "top_k"},
       {chat, chat_with(R"("min_p": 1)"), "min_p"},
       {chat, chat_with(R"("repeat_penalty": 0)"), "repeat_penalty"},
+      {completions, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
       {completions, R"({"model": "m"})", "prompt"},
       {completions, R"({"prompt": 5})", "prompt"},
       {completions, R"({"prompt": []})", "prompt"},

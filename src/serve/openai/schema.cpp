@@ -409,6 +409,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
     if (const json* v = field(body, name)) r.max_tokens = static_cast<int32_t>(integer_value(*v, name, 1, std::numeric_limits<int32_t>::max()));
   parse_sampling(body, r);
   if (const json* v = field(body, "stop")) r.stop = parse_stop(*v);
+  if (const json* v = field(body, "ignore_eos")) r.ignore_eos = bool_value(*v, "ignore_eos");
   if (const json* v = field(body, "response_format")) r.format = parse_format(*v);
   if (const json* v = field(body, "tools")) r.tools = parse_tools(*v);
   if (const json* v = field(body, "tool_choice")) parse_tool_choice(*v, r);

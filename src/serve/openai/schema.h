@@ -63,6 +63,7 @@ struct ApiRequest {
   model::SamplerOptions sampling;       // OpenAI's defaults: temperature 1, top_p 1, no top-k/min-p
   bool seeded = false;                  // the request gave a seed
   std::vector<std::string> stop;        // at most 4, none empty
+  bool ignore_eos = false;              // llama.cpp's extension: GenerationRequest::ignore_eos
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   // response_format json_object or json_schema: the grammar the output follows; null for text.

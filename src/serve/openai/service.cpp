@@ -92,6 +92,7 @@ Started Service::start(ApiRequest request) {
   g.sampling = r.sampling;
   if (!r.seeded) g.sampling.seed = random_u64();
   g.stop = r.stop;
+  g.ignore_eos = r.ignore_eos;
   const bool tools_on = tools_offered(r);
   const structured::ToolStyle style = structured::tool_style(chat_family_);
   std::shared_ptr<const structured::Grammar> grammar = r.format;
