@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/kernels/tile_driver.h"
@@ -457,6 +458,15 @@ inline void column_run(const uint8_t* column, int64_t b, int h, const typename K
   for (int t = 0; t < T; ++t) acc[t] = a[t];
 }
 
+// Tokens [0, n) through one K::column<n> call (n ≤ the sequence's length): a half column's
+// weights are unpacked once for all of them; what does not fit the registers (the per-token
+// sums) spills to L1, which costs less than unpacking again.
+template <class K, int... kMinus1>
+inline void column_all(int n, const uint8_t* column, int64_t b, int h, const typename K::Act* const* x, __m256* acc,
+                       std::integer_sequence<int, kMinus1...>) {
+  ((n == kMinus1 + 1 ? column_run<K, kMinus1 + 1>(column, b, h, x, acc) : void()), ...);
+}
+
 // Walks the groups of a tile and, in each, its tokens in runs of kSmallBatchRun:
 // `run(g, halves, t0, n, acc)` adds every column of group g's first `halves` halves for tokens
 // [t0, t0 + n) into acc (zeroed before, stored after).
@@ -476,7 +486,13 @@ void small_batch_walk(const Tile& tile, Run&& run) {
   }
 }
 
-template <class K>
+// kPerCall: tokens per K::column call. Q4_K and Q6_K unpack a half column once for the whole
+// run (8: their unpacking, 64 words of nibbles or 6-bit quants rebuilt from two words, is dear;
+// 5632 × 2048, one thread, least CPU time of 5, runs of 4 → 8 alternated twice at load 13-15:
+// Q4_K 8 rows 1771, 2446 → 1716, 1445 µs, 16 rows 3278, 4409 → 2802, 2924; Q6_K 8 rows 3274,
+// 2692 → 2378, 2715, 16 rows 5665, 7942 → 3698, 5411). Q8_0 stays at 4: its 16 unpacked words
+// fill the registers, and 8 was no faster (8 rows 2627, 2110 → 2731, 2276 µs).
+template <class K, int kPerCall>
 void small_batch_tile(const Tile& tile) {
   using Act = typename K::Act;
   small_batch_walk(tile, [&](int64_t g, int halves, int64_t t0, int n, RunAcc& acc) {
@@ -488,12 +504,8 @@ void small_batch_tile(const Tile& tile) {
       prefetch_next_column<K::kColumn>(column);
       for (int h = 0; h < halves; ++h) {
         int t = 0;
-        for (; t + 4 <= n; t += 4) column_run<K, 4>(column, b, h, x + t, acc[h] + t);
-        if (t + 2 <= n) {
-          column_run<K, 2>(column, b, h, x + t, acc[h] + t);
-          t += 2;
-        }
-        if (t < n) column_run<K, 1>(column, b, h, x + t, acc[h] + t);
+        for (; t + kPerCall <= n; t += kPerCall) column_run<K, kPerCall>(column, b, h, x + t, acc[h] + t);
+        if (t < n) column_all<K>(n - t, column, b, h, x + t, acc[h] + t, std::make_integer_sequence<int, kPerCall - 1>());
       }
     }
   });
@@ -545,9 +557,9 @@ void q4_0_small_batch_tile(const Tile& tile) {
 
 const SmallBatchSet kAvx2SmallBatch{
     q4_0_small_batch_tile,
-    small_batch_tile<Q8_0Halves>,
-    small_batch_tile<Q4_KHalves>,
-    small_batch_tile<Q6_KHalves>,
+    small_batch_tile<Q8_0Halves, 4>,
+    small_batch_tile<Q4_KHalves, kSmallBatchRun>,
+    small_batch_tile<Q6_KHalves, kSmallBatchRun>,
 };
 
 }  // namespace
