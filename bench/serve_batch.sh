@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Concurrent completion requests through HTTP: aggregate generated tok/s of N requests at once against
 # `orchard serve --parallel N` and, side by side in the same run, `llama-server -np N` on the same
-# file, beside the engine's own batched decode rate (bench_batch_decode) and, with
-# ORCHARD_BENCH_SPLIT=1, a 2-rank split server (--world 2) at 1 and 8 requests.
+# file, beside the engine's rate on the same work (bench_batch_decode with PROMPT: N sequences,
+# prompts of the server's prompt length in one batched pass, then TOKENS tokens each), so the
+# server's overhead reads as the ratio orchard/engine, and, with ORCHARD_BENCH_SPLIT=1, a 2-rank
+# split server (--world 2) at 1 and 8 requests.
 #
-# Every request asks /v1/completions for TOKENS tokens (temperature 1, no top-k/top-p/min-p, a
-# seed each) after a short prompt; the rate is all completion tokens over the wall time from the first
-# request sent to the last answer, so it includes the prompts. Each figure is the best of ROUNDS
-# rounds. Servers run one at a time with THREADS threads, each slot with a context of 512.
+# Every request asks /v1/completions for exactly TOKENS tokens (ignore_eos; temperature 1, no
+# top-k/top-p/min-p, a seed each) after a short prompt; the rate is all completion tokens over the
+# wall time from the first request sent to the last answer, so it includes the prompts, as the
+# engine's does. Each figure is the best of ROUNDS rounds. Servers run one at a time with THREADS threads, each slot with a context of 512.
 #
 #   bench/serve_batch.sh [BUILD_DIR]     (default: build)
 #   env: ORCHARD_BENCH_MODEL (default: the TinyLlama-shaped Q4_0 synthetic file, made on first use
