@@ -8,10 +8,15 @@
 #
 #   sudo bench/expert.sh [BUILD_DIR]    (needs root for ip netns; models in $ORCHARD_BENCH_MODELS)
 #
-# ORCHARD_BENCH_SPLITS (default "expert tensor pipeline") lists the 2-rank runs; "expert+busy"
+# ORCHARD_BENCH_SPLITS (default "expert tensor pipeline") lists the 2-rank runs; the expert
+# split runs with the replicated experts its plan chose (`orchard plan`'s expert_replicas, shown
+# as expert/rN); "expert0" is the expert split without replicas; "expert+busy"
 # is the expert split with ORCHARD_BUSY_POLL=1 (each rank spins on its socket instead of
 # sleeping in poll() while it waits for the other). ORCHARD_BENCH_ROUNDS repeats the whole set,
 # one round after another, so that the ratios of each round are measured side by side.
+# Each row shows measured ÷ predicted (the issue asks for 0.75-1.25) and, for the splits,
+# measured ÷ one rank with 2 threads (the issue asks for ≥ 0.95 from the expert split's decode).
+# About 6 minutes on a quiet 2-core host (one round: 5 runs, each loading the 1.9 GB model).
 set -euo pipefail
 build=$(realpath "${1:-build}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,14 +40,15 @@ ip -n $a addr add 10.78.0.1/24 dev veth-ea && ip -n $a link set veth-ea up && ip
 ip -n $b addr add 10.78.0.2/24 dev veth-eb && ip -n $b link set veth-eb up && ip -n $b link set lo up
 echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2"]}]' > "$hostfile"
 
-bench() {  # strategy[+busy] ranks cpus
-  local strategy=${1%+busy} ranks=$2 cpus=$3 poll=0
+bench() {  # strategy[+busy] ranks cpus [replicas]
+  local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0
   [ "$strategy" = "$1" ] || poll=1
+  strategy=${strategy%0}
   if [ "$ranks" = 1 ]; then
     taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
     "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
-      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --json"
+      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --expert-replicas $replicas --json"
   fi
 }
 
@@ -61,25 +67,37 @@ if command -v ping >/dev/null; then
 else
   latency_us=${ORCHARD_BENCH_LINK_US:-30}
 fi
-predict() {  # strategy world
-  "$build/orchard" plan -m "$model" --machines "$2" --world "$2" --strategy "$1" --memory-bw-gb-s "$bw" \
-    --compute-gflops "$gflops" --link-latency-us "$latency_us" --link-gbit-s 0 --prompt-tokens "$prompt" \
+predict() {  # strategy world [scale: machine figures × this, for one rank with 2 threads] [plan flags]
+  "$build/orchard" plan -m "$model" --machines "$2" --world "$2" --strategy "$1" "${@:4}" \
+    --memory-bw-gb-s "$(jq -n "$bw * ${3:-1}")" --compute-gflops "$(jq -n "$gflops * ${3:-1}")" \
+    --link-latency-us "$latency_us" --link-gbit-s 0 --prompt-tokens "$prompt" \
     --position $((prompt + gen / 2)) -c $((prompt + gen)) -b "$batch" --json
 }
 
 splits=${ORCHARD_BENCH_SPLITS:-expert tensor pipeline}
 declare -A predicted
 predicted[single]=$(predict single 1 | jq -c .)
+predicted[single2]=$(predict single 1 2 | jq -c .)
+declare -A replicas
 for split in $splits; do
-  predicted[$split]=$(predict "${split%+busy}" 2 | jq -c .)
+  strategy=${split%+busy}
+  if [ "$strategy" = expert0 ]; then
+    predicted[$split]=$(predict expert 2 1 --expert-replicas 0 | jq -c .)
+    replicas[$split]=0
+  else
+    predicted[$split]=$(predict "$strategy" 2 | jq -c .)
+    replicas[$split]=$(jq -r '.expert_replicas // 0' <<<"${predicted[$split]}")
+  fi
 done
 for round in $(seq "${ORCHARD_BENCH_ROUNDS:-1}"); do
 results=$(mktemp)
 {
   echo "single-1core $(bench single 1 0) ${predicted[single]}"
-  echo "single-2threads $(bench single 1 0,1) null"
+  echo "single-2threads $(bench single 1 0,1) ${predicted[single2]}"
   for split in $splits; do
-    echo "$split $(bench "$split" 2 -) ${predicted[$split]}"
+    label=$split
+    [ "${replicas[$split]}" -gt 0 ] && label="$split/r${replicas[$split]}"
+    echo "$label $(bench "$split" 2 - "${replicas[$split]}") ${predicted[$split]}"
   done
 } > "$results"
 python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" <<'PY'
@@ -98,14 +116,21 @@ print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks i
       f"one core each; plan from {float(sys.argv[5]):.1f} GB/s, {float(sys.argv[6]):.0f} GFLOP/s per rank, "
       f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate")
 print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
-      f"{'pp pred':>8} {'tg pred':>8} {'KB/token':>9}")
+      f"{'pp pred':>8} {'tg pred':>8} {'pp m/p':>7} {'tg m/p':>7} {'KB/token':>9}")
 for name, m, p in rows:
     pred = p["predicted"] if p else None
     print(f"{name:<16} {m['prompt_tok_s']:>9.1f} {m['gen_tok_s']:>9.2f} "
           f"{m['prompt_tok_s'] / base['prompt_tok_s']:>10.2f} {m['gen_tok_s'] / base['gen_tok_s']:>10.2f} "
           f"{m['prompt_tok_s'] / two['prompt_tok_s']:>9.2f} {m['gen_tok_s'] / two['gen_tok_s']:>9.2f} "
-          + (f"{pred['prompt_tok_s']:>8.1f} {pred['gen_tok_s']:>8.2f} {pred.get('wire_bytes_per_token', 0) / 1e3:>9.1f}"
-             if pred else f"{'':>8} {'':>8} {'':>9}"))
+          + (f"{pred['prompt_tok_s']:>8.1f} {pred['gen_tok_s']:>8.2f} {m['prompt_tok_s'] / pred['prompt_tok_s']:>7.2f} "
+             f"{m['gen_tok_s'] / pred['gen_tok_s']:>7.2f} {pred.get('wire_bytes_per_token', 0) / 1e3:>9.1f}"
+             if pred else f"{'':>8} {'':>8} {'':>7} {'':>7} {'':>9}"))
+expert = [(n, m) for n, m, _ in rows if n.startswith("expert") and "+busy" not in n]
+for n, m in expert:
+    print(f"{n}: decode {m['gen_tok_s'] / two['gen_tok_s']:.2f}× one rank with 2 threads (issue 14: ≥ 0.95), "
+          f"prompt {m['prompt_tok_s'] / two['prompt_tok_s']:.2f}×")
+off = [n for n, m, p in rows if p and not all(0.75 <= m[k] / p["predicted"][k] <= 1.25 for k in ("prompt_tok_s", "gen_tok_s"))]
+print("predictions within 25%: " + ("all" if not off else "not " + ", ".join(off)))
 PY
 rm -f "$results"
 done

@@ -31,10 +31,13 @@ void run(const std::string& model_path, const std::string& stats, const std::str
   if (counts.empty()) throw Error(error_message("bench", "no expert statistics in {}", stats));
   const auto& tok = engine.tokenizer();
   const auto prompt = tok.encode(text, tok.adds_bos());
-  // Each decode step's choices per MoE layer (the prompt's positions are not decode steps).
+  // Each decode step's choices per MoE layer, and the prompt's choices per layer (one chunk
+  // when the prompt fits a batch: its rows meet at every layer's combine).
   std::vector<std::pair<int32_t, std::vector<int32_t>>> steps;
+  std::vector<std::vector<int32_t>> prompt_choices(static_cast<size_t>(config.n_layers));
   engine.forward().observe_routing([&](int32_t layer, int32_t, int32_t pos, std::span<const int32_t> experts) {
     if (pos >= static_cast<int32_t>(prompt.size())) steps.emplace_back(layer, std::vector<int32_t>(experts.begin(), experts.end()));
+    else prompt_choices[static_cast<size_t>(layer)].insert(prompt_choices[static_cast<size_t>(layer)].end(), experts.begin(), experts.end());
   });
   model::GenerationOptions generation;
   generation.max_tokens = tokens;
@@ -59,9 +62,24 @@ void run(const std::string& model_path, const std::string& stats, const std::str
         busier += std::max(first, used - first);
       }
       for (int32_t l = 0; l < config.n_layers; ++l) held += shard.n_experts_held(l, config.n_expert);
-      std::printf("placement %-5s replicas %2d: busier rank %.3f choices, %.3f x the mean; rank 0 holds %.1f experts a layer\n",
+      // The prompt: each layer waits for the member with more of its rows' choices.
+      double prompt_busier = 0;
+      int32_t prompt_layers = 0;
+      for (int32_t l = 0; l < config.n_layers; ++l) {
+        const auto& chosen = prompt_choices[static_cast<size_t>(l)];
+        if (chosen.empty()) continue;
+        std::vector<int32_t> members(chosen.size());
+        model::assign_experts(shard, l, chosen, used, members);
+        double first = 0;
+        for (int32_t m : members) first += m == 0;
+        prompt_busier += std::max(first, static_cast<double>(chosen.size()) - first) / (chosen.size() / 2.0);
+        ++prompt_layers;
+      }
+      std::printf("placement %-5s replicas %2d: busier rank %.3f choices, %.3f x the mean; prompt (%zu rows) %.3f x; rank 0 "
+                  "holds %.1f experts a layer\n",
                   by_stats ? "stats" : "even", replicas, busier / static_cast<double>(steps.size()),
-                  busier / static_cast<double>(steps.size()) / (used / 2.0), held / config.n_layers);
+                  busier / static_cast<double>(steps.size()) / (used / 2.0), prompt.size(),
+                  prompt_layers > 0 ? prompt_busier / prompt_layers : 1.0, held / config.n_layers);
     }
 }
 

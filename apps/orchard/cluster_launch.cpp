@@ -32,7 +32,8 @@ bool launched_as_rank() { return std::getenv("ORCHARD_WORLD") || std::getenv("OM
 std::vector<std::string> rank_command(const parallel::SplitOptions& split) {
   static const std::map<std::string, bool> placing = {
       {"--hostfile", true}, {"--discover", false}, {"--ssh", true},  {"--cluster", true},       {"--secret", true},
-      {"--strategy", true}, {"--tp", true},        {"--pp", true},   {"--split-weights", true}, {"--world", true}};
+      {"--strategy", true}, {"--tp", true},        {"--pp", true},   {"--split-weights", true}, {"--world", true},
+      {"--expert-replicas", true}};
   const std::vector<std::string>& words = command_line_storage();
   ORCHARD_CHECK(!words.empty(), "the command line was not remembered");
   // The ranks run this very binary, at the same path on every host (as mlx.launch runs the same
@@ -51,6 +52,7 @@ std::vector<std::string> rank_command(const parallel::SplitOptions& split) {
   out.push_back("--strategy");
   out.push_back(split.strategy);
   if (split.tp > 0) out.insert(out.end(), {"--tp", std::to_string(split.tp)});
+  if (split.expert_replicas > 0) out.insert(out.end(), {"--expert-replicas", std::to_string(split.expert_replicas)});
   if (!split.split_weights.empty()) {
     std::string list;
     for (double w : split.split_weights) list += (list.empty() ? "" : ",") + fmt::format("{:.6g}", w);
@@ -135,6 +137,7 @@ void adopt_plan(const cluster::Plan& plan, parallel::SplitOptions& split) {
   split.strategy = parallel::strategy_name(l.strategy);
   split.world = l.world();
   split.tp = l.tp > 1 && l.pp > 1 ? l.tp : 0;  // hybrid, or expert groups in pipeline stages
+  split.expert_replicas = l.expert_replicas;  // --strategy auto takes none of its own
   split.pp = 0;
   split.split_weights = l.pp > 1 ? l.stage_weights : l.tensor_weights;
   std::fprintf(stderr, "%s", cluster::format_plan(plan).c_str());

@@ -21,7 +21,7 @@ struct PlanFlags {
   std::string model, hostfile, strategy;
   bool discover = false, json = false;
   MachineOverrides machine;
-  int machines = 0, world = 0;
+  int machines = 0, world = 0, expert_replicas = -1;
   double link_latency_us = -1, link_gbps = -1;
   cluster::Workload work;
   int32_t context = 0;
@@ -76,6 +76,7 @@ void run_plan(PlanFlags f) {
   }
   if (!f.strategy.empty()) r.only = parallel::parse_strategy(f.strategy);
   r.world = f.world;
+  if (f.expert_replicas >= 0) r.expert_replicas = f.expert_replicas;
   if (f.world > static_cast<int>(r.machines.size())) {
     const std::string known = f.discover ? fmt::format("the {} machine(s) the agents found", r.machines.size())
                               : !f.hostfile.empty() ? fmt::format("the {} host(s) of {}", r.machines.size(), f.hostfile)
@@ -125,6 +126,9 @@ void add_plan_command(CLI::App& app) {
                      at_least(0));
   cmd->add_option("--strategy", f->strategy, "Only consider this strategy (single, pipeline, tensor, hybrid, expert)");
   cmd->add_option("--world", f->world, "Only consider plans over this many machines");
+  cmd->add_option("--expert-replicas", f->expert_replicas,
+                  "Splits of whole experts: replicate this many experts per layer (default: the planner chooses)")
+      ->check(at_least(0));
   cmd->add_option("-c,--ctx", f->context, "Context length to reserve KV cache for (default: the model's)");
   cmd->add_option("-b,--batch", f->work.chunk, "Prompt positions per forward pass")->capture_default_str();
   cmd->add_option("--prompt-tokens", f->work.prompt_tokens, "Prompt length for the prompt rate")->capture_default_str();

@@ -14,7 +14,7 @@ namespace orchard::app {
 
 inline void add_expert_stats_flag(CLI::App* cmd, std::string& path) {
   cmd->add_option("--expert-stats", path,
-                  "Add this job's expert routing counts to FILE (JSON); --strategy expert places experts by them")
+                  "Add this job's expert routing counts to FILE (JSON); --strategy expert (and hybrid) places experts by them")
       ->type_name("FILE");
 }
 
@@ -50,7 +50,7 @@ class ExpertStatsRecorder {
 
 // An expert split's placement from the counts in `path` (rank 0's are shared by the engine).
 inline void place_by_expert_stats(const std::string& path, parallel::Layout& layout) {
-  if (!path.empty() && layout.strategy == parallel::Strategy::Expert)
+  if (!path.empty() && (layout.strategy == parallel::Strategy::Expert || layout.strategy == parallel::Strategy::Hybrid))
     layout.expert_loads = parallel::read_expert_counts(path);
 }
 

@@ -19,7 +19,7 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
                   "single | pipeline | tensor | hybrid | expert (experts split whole) | auto (run, serve: the planner "
                   "picks)")
       ->capture_default_str();
-  cmd->add_option("--tp", o.tp, "Hybrid, expert: ranks per tensor-parallel (expert-parallel) group")->check(at_least(1));
+  cmd->add_option("--tp", o.tp, "Hybrid, expert: ranks per group inside a pipeline stage (a mixture of experts' groups split its experts, a dense model's its tensors)")->check(at_least(1));
   cmd->add_option("--pp", o.pp, "Hybrid, expert: pipeline stages (tp = world / pp)")->check(at_least(1));
   // One comma-separated word, so that a launcher can drop or replace it as one.
   cmd->add_option_function<std::string>(
@@ -36,7 +36,7 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
       },
       "Relative capacity of each pipeline stage (or tensor rank), comma-separated, e.g. 2,1");
   cmd->add_option("--expert-replicas", o.expert_replicas,
-                  "Expert: each layer's N most chosen experts (by --expert-stats) are held by every rank, and each "
+                  "Expert (and hybrid of a mixture of experts): each layer's N most chosen experts (by --expert-stats) are held by every rank, and each "
                   "token's choice of one is computed where the step's load is lighter")
       ->check(at_least(0));
   cmd->add_option("--backend", o.backend, "ring | shm | mpi (local ranks)")->capture_default_str();
@@ -57,9 +57,9 @@ inline void check_split_flags(const parallel::SplitOptions& o) {
     throw Error(error_message("parallel", "--tp and --pp shape a hybrid or expert split; --strategy {} does not take them "
                                           "(tensor uses every rank as one tensor group, pipeline every rank as a stage)",
                               o.strategy));
-  if (o.expert_replicas > 0 && o.strategy != "expert")
+  if (o.expert_replicas > 0 && o.strategy != "expert" && o.strategy != "hybrid")
     throw Error(error_message("parallel", "--expert-replicas replicates experts of an expert split; --strategy {} "
-                                          "does not take it (pass --strategy expert)",
+                                          "does not take it (pass --strategy expert, or hybrid for a mixture of experts)",
                               o.strategy));
   // Under `orchard launch` or mpirun the world is the launcher's, not --world.
   const char* launched = std::getenv("ORCHARD_WORLD");

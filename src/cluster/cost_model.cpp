@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
+#include <numeric>
 #include <string_view>
 
 #include "comm/algorithms/collectives.h"
@@ -12,6 +14,12 @@ namespace orchard::cluster {
 namespace {
 
 constexpr double kFloatBytes = 4.0;
+// Float passes over a row per layer that every rank makes for every row (rank_cost): two RMS
+// norms (read, write), two residual adds (two reads, a write), quantizing two products' inputs
+// (a read, a quarter write each); and with partners, two sums that each read the row's two
+// parts and write it, then copy it out again (comm's reduce-scatter and all-gather).
+constexpr double kRowPasses = 2 * 2 + 2 * 3 + 2 * 1.25;
+constexpr double kSumPasses = 2 * 4;
 // Fixed runtime memory besides weights, KV cache and scratch: code, thread stacks, allocator.
 constexpr double kBaseOverheadBytes = 512.0 * (1 << 20);
 
@@ -109,25 +117,41 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double attn_share = (2 * q * s.n_heads() / c.n_heads + 2 * kv * s.n_kv_heads() / c.n_kv_heads) / (2 * q + 2 * kv);
   double ffn_share = c.n_expert > 0 ? static_cast<double>(s.n_expert_ff()) / c.n_ff_exp
                                     : static_cast<double>(s.n_ff()) / c.n_ff;
-  // The share of a token's active FFN this rank reads: its rows of every expert (tensor), or,
-  // holding whole experts, the chosen ones among them. Those fall unevenly: a token's
-  // n_expert_used choices among n_expert are hypergeometric, and the decode step waits for the
-  // busier rank, taken as one standard deviation above the mean.
-  double decode_share = ffn_share;
-  if (layout.strategy == parallel::Strategy::Expert && c.n_expert > 0 && s.n_layers() > 0) {
-    double held = 0;
-    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) held += s.n_experts_held(l, c.n_expert);
-    const double p = held / s.n_layers() / c.n_expert, n = c.n_expert, used = c.n_expert_used;
-    const double spread = n > 1 ? std::sqrt(used * p * (1 - p) * (n - used) / (n - 1)) : 0;
-    ffn_share = p;
-    decode_share = std::min({used * p + spread, used, p * n}) / used;
+  // The share of a token's active FFN this rank reads in a decode step (its rows of every
+  // expert under a tensor split), and of a prompt's expert products it computes.
+  double decode_share = ffn_share, prompt_share = ffn_share;
+  if (layout.splits_experts(c) && s.n_layers() > 0 && !s.expert_holders.empty()) {
+    // Whole experts: memory for every one held (its run and the replicas), a decode step
+    // waiting at each layer for the busiest member (expected_busiest_choices), a prompt's
+    // many choices spread as the runs and the replicas dealt to the lighter member give them.
+    double held = 0, busiest = 0, computed = 0;
+    const int32_t members = layout.tp;
+    for (int32_t l = s.layer_begin; l < s.layer_end; ++l) {
+      std::vector<int32_t> only(static_cast<size_t>(members), 0);
+      int32_t shared = 0;
+      for (uint64_t holders : s.expert_holders[static_cast<size_t>(l)]) {
+        if ((holders & (holders - 1)) != 0) {
+          ++shared;
+          continue;
+        }
+        for (int32_t m = 0; m < members; ++m)
+          if (holders == uint64_t{1} << m) ++only[static_cast<size_t>(m)];
+      }
+      held += only[static_cast<size_t>(s.expert_member)] + shared;
+      busiest += expected_busiest_choices(only, shared, c.n_expert_used) / c.n_expert_used;
+      computed += (only[static_cast<size_t>(s.expert_member)] + static_cast<double>(shared) / members) / c.n_expert;
+    }
+    ffn_share = held / s.n_layers() / c.n_expert;
+    decode_share = busiest / s.n_layers();
+    prompt_share = computed / s.n_layers();
+    r.expert_balance = decode_share * members;
   }
   const double vocab_share = static_cast<double>(s.n_vocab()) / c.vocab_size;
   const double layers = s.n_layers();
   const double layer_bytes = m.attn_bytes * attn_share + m.ffn_bytes * ffn_share;
   const double layer_read_bytes = m.attn_bytes * attn_share + m.ffn_bytes * decode_share * m.ffn_active_fraction;
   // A prompt's many tokens spread over every rank's experts: the mean share.
-  const double layer_params = m.attn_params * attn_share + m.ffn_params * ffn_share * m.ffn_active_fraction;
+  const double layer_params = m.attn_params * attn_share + m.ffn_params * prompt_share * m.ffn_active_fraction;
   const double out_bytes = s.has_output ? m.output_bytes * vocab_share : 0;
   const double out_params = s.has_output ? m.output_params * vocab_share : 0;
   // One position, one layer.
@@ -160,12 +184,35 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   double expert_flops = 0, expert_tokens = 0;
   if (c.n_expert > 0 && m.expert_params > 0) {
     expert_tokens = chunk * c.n_expert_used / c.n_expert;
-    expert_flops = 2.0 * expert_tokens * layers * m.expert_params * ffn_share;
+    // A split of whole experts waits at each layer for the member with the most of the chunk's
+    // choices: binomially spread around its share, the busiest about 0.8 (two members:
+    // sqrt(2/π)) to sqrt(2 ln g) standard deviations above it.
+    double busiest = prompt_share;
+    if (layout.splits_experts(c) && layout.tp > 1) {
+      const double choices = chunk * c.n_expert_used, g = layout.tp;
+      const double above = g == 2 ? std::sqrt(2 / std::numbers::pi) : std::sqrt(2 * std::log(g));
+      busiest = std::min(1.0, prompt_share + above * std::sqrt(choices * prompt_share * (1 - prompt_share)) / choices);
+    }
+    r.prompt_expert_balance = prompt_share > 0 ? busiest / prompt_share : 1;
+    expert_flops = 2.0 * expert_tokens * layers * m.expert_params * busiest;
   }
   const double rate = machine.compute_gflops * 1e9;
-  const double compute_s =
-      (flops - expert_flops) / rate + expert_flops / (rate * expert_efficiency(machine, expert_tokens));
-  r.prompt_chunk_ms = std::max(compute_s, (layers * layer_bytes + out_bytes) / bw) * 1e3;
+  // What every rank does for every row of the chunk whatever its share (RankCost::
+  // prompt_repeated_ms): kRowPasses float passes over a row per layer (its two norms, two
+  // residual adds, quantizing its attention and FFN inputs; with partners, the sums of the two
+  // all-reduces or combines, which read and write whole rows on every rank), and the router,
+  // n_embd × n_expert multiply-adds a row, computed row by row at the rate of a product over
+  // one token.
+  const double passes = kRowPasses + (layout.tp > 1 ? kSumPasses : 0);
+  const double router_flops = c.n_expert > 0 ? 2.0 * c.n_embd * c.n_expert : 0;
+  const double repeated_s = chunk * layers *
+                            (passes * c.n_embd * kFloatBytes / bw + router_flops / (rate * expert_efficiency(machine, 1)));
+  r.prompt_repeated_ms = repeated_s * 1e3;
+  // The experts' products (at the busiest member's share) at their measured rate, the rest dense.
+  const double mean_expert_flops = 2.0 * expert_tokens * layers * m.expert_params * prompt_share;
+  const double compute_s = (flops - mean_expert_flops) / rate +
+                           expert_flops / (rate * expert_efficiency(machine, expert_tokens)) + repeated_s;
+  r.prompt_chunk_ms = std::max(compute_s, (layers * layer_bytes + out_bytes) / bw + repeated_s) * 1e3;
   return r;
 }
 
@@ -180,6 +227,41 @@ double expert_efficiency(const MachineSpec& machine, double tokens) {
   const double e = curve[below] + (curve[above] - curve[below]) * (at - static_cast<double>(below));
   ORCHARD_CHECK(e > 0, "machine '{}' with an expert efficiency of {} at {} tokens", machine.host, e, tokens);
   return e;
+}
+
+double expected_busiest_choices(const std::vector<int32_t>& only, int32_t shared, int32_t used) {
+  auto choose = [](double n, int32_t k) {
+    if (k < 0 || k > n) return 0.0;
+    double r = 1;
+    for (int32_t i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+    return r;
+  };
+  const auto members = static_cast<int32_t>(only.size());
+  ORCHARD_CHECK(members > 0 && used >= 0 && shared >= 0, "{} members, {} chosen, {} replicated", members, used, shared);
+  const int32_t n = std::accumulate(only.begin(), only.end(), shared);
+  ORCHARD_CHECK(used <= n, "{} choices of {} experts", used, n);
+  // ways[s][x]: the ways to draw s choices among the members seen so far, at most x on one.
+  const auto side = static_cast<size_t>(used + 1);
+  std::vector<double> ways(side * side, 0.0), next(side * side);
+  ways[0] = 1;
+  for (int32_t held : only) {
+    std::fill(next.begin(), next.end(), 0.0);
+    for (int32_t sum = 0; sum <= used; ++sum)
+      for (int32_t most = 0; most <= sum; ++most) {
+        const double w = ways[static_cast<size_t>(sum) * side + static_cast<size_t>(most)];
+        if (w == 0) continue;
+        for (int32_t i = 0; sum + i <= used && i <= held; ++i)
+          next[static_cast<size_t>(sum + i) * side + static_cast<size_t>(std::max(most, i))] += w * choose(held, i);
+      }
+    ways.swap(next);
+  }
+  const int32_t even = (used + members - 1) / members;
+  double expected = 0;
+  for (int32_t sum = 0; sum <= used; ++sum)
+    for (int32_t most = 0; most <= sum; ++most)
+      expected += ways[static_cast<size_t>(sum) * side + static_cast<size_t>(most)] * choose(shared, used - sum) *
+                  std::max(most, even);
+  return expected / choose(n, used);
 }
 
 double ModelFacts::total_bytes() const {

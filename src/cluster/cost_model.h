@@ -98,6 +98,15 @@ struct RankCost {
   double usable_bytes = 0;   // memory_gb × kUsableMemoryFraction
   double gen_ms = 0;         // its share of one token: bytes read ÷ bandwidth
   double prompt_chunk_ms = 0;  // one prompt chunk: the larger of FLOPs ÷ rate and bytes ÷ bandwidth
+  // Splits of whole experts: the expected share of a decode step's expert choices the busiest
+  // member of its group computes, over the mean share (1: even; expected_busiest_choices).
+  double expert_balance = 1;
+  // Of prompt_chunk_ms: the work every rank repeats for every row of a chunk (norms, residual
+  // adds, quantized inputs, the router, summing partial outputs), which no split divides; and
+  // splits of whole experts: the busiest member's expected share of a chunk's expert choices
+  // over the mean share (binomial spread; 1: even).
+  double prompt_repeated_ms = 0;
+  double prompt_expert_balance = 1;
   double need_bytes() const { return weight_bytes + kv_bytes + overhead_bytes; }
   bool fits() const { return need_bytes() <= usable_bytes; }
 };
@@ -130,6 +139,15 @@ inline Prediction predict(const ModelFacts& model, const parallel::Layout& layou
                           const LinkSpec& link, const Workload& work) {
   return predict(model, layout, machines, link, link, work);
 }
+
+// The expected number of one token's `used` expert choices (drawn uniformly, without repeats,
+// from every expert of a layer) that the busiest member of an expert group computes, where
+// `only[m]` experts are held by member m alone and `shared` by every member: member m takes
+// the i_m choices only it holds, the replicated ones go to the least loaded
+// (model::assign_experts), so the busiest takes max(max_m i_m, ⌈used / members⌉). Summed over
+// the multivariate hypergeometric probabilities (float64). A decode step waits at every MoE
+// layer for that member: over the mean, used / members, it is the price of the imbalance.
+double expected_busiest_choices(const std::vector<int32_t>& only, int32_t shared, int32_t used);
 
 // Time of one message of `bytes` over `link`, in ms.
 double message_ms(const LinkSpec& link, double bytes);

@@ -1,6 +1,7 @@
 #include "cluster/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -51,6 +52,41 @@ std::vector<double> stage_sums(const std::vector<double>& per_rank, int tp) {
   return sums;
 }
 
+// Replicated experts per layer worth trying: none, then 1/16 to all of them.
+std::vector<int32_t> replica_options(const model::ModelConfig& c, const Layout& layout) {
+  std::vector<int32_t> options = {0};
+  if (!layout.splits_experts(c) || layout.tp < 2) return options;
+  for (int32_t part : {16, 8, 4, 2, 1})
+    if (c.n_expert / part > options.back()) options.push_back(c.n_expert / part);
+  return options;
+}
+
+// The prediction for `layout` (its replicas chosen here when it splits experts), or nullopt
+// when it does not fit or cannot split the model. Replicated experts cost memory and shipping
+// and buy balance: the fewest whose generation rate is within kReplicasGain of the best that fits.
+std::optional<Prediction> predict_fitting(const PlanRequest& request, Layout layout, const std::vector<MachineSpec>& ms,
+                                          const LinkSpec& tensor_link, const LinkSpec& stage_link) {
+  std::vector<Prediction> fitting;
+  const std::vector<int32_t> options = request.expert_replicas && layout.splits_experts(request.model.config)
+                                          ? std::vector<int32_t>{*request.expert_replicas}
+                                          : replica_options(request.model.config, layout);
+  for (int32_t replicas : options) {
+    layout.expert_replicas = replicas;
+    try {
+      Prediction p = predict(request.model, layout, ms, tensor_link, stage_link, request.work);
+      if (p.fits) fitting.push_back(std::move(p));
+    } catch (const Error&) {
+      return std::nullopt;  // the model cannot be split this way (more ranks than heads, ...)
+    }
+  }
+  if (fitting.empty()) return std::nullopt;
+  double best = 0;
+  for (const Prediction& p : fitting) best = std::max(best, p.gen_tok_s);
+  for (Prediction& p : fitting)
+    if (p.gen_tok_s * kReplicasGain >= best) return std::move(p);
+  return std::nullopt;
+}
+
 void try_layout(const PlanRequest& request, const std::vector<size_t>& subset, Layout layout,
                 std::vector<Candidate>& out) {
   if (request.only && *request.only != layout.strategy) return;
@@ -69,22 +105,47 @@ void try_layout(const PlanRequest& request, const std::vector<size_t>& subset, L
     const LinkSpec tensor_link = worst_link(request, subset, [&](size_t a, size_t b) { return a / tp == b / tp; });
     const LinkSpec stage_link = worst_link(request, subset, [&](size_t a, size_t b) { return a / tp != b / tp; });
     try {
-      Prediction p = predict(request.model, layout, ms, tensor_link, stage_link, request.work);
-      if (p.fits) out.push_back({std::move(p), subset});
+      layout.validate(request.model.config, layout.world());
     } catch (const Error&) {
       return;  // the model cannot be split this way (more ranks than heads, ...)
     }
+    if (auto p = predict_fitting(request, layout, ms, tensor_link, stage_link)) out.push_back({std::move(*p), subset});
     if (layout.world() == 1) return;
   }
 }
 
-std::string strategy_words(const Prediction& p) {
+// `subset` reordered so that each run of `group` machines (a hybrid's group inside a stage)
+// holds machines joined by the fastest links: from the first machine left, it and the
+// group - 1 others nearest to it (lowest latency, then most bandwidth). Pods of low-latency
+// links become groups, the slower links fall between the stages.
+std::vector<size_t> grouped_by_links(const PlanRequest& request, const std::vector<size_t>& subset, int group) {
+  if (request.links.empty()) return subset;
+  std::vector<size_t> left = subset, out;
+  while (!left.empty()) {
+    const size_t first = left.front();
+    left.erase(left.begin());
+    std::stable_sort(left.begin(), left.end(), [&](size_t a, size_t b) {
+      const LinkSpec &x = request.links[first][a], &y = request.links[first][b];
+      if (x.latency_us != y.latency_us) return x.latency_us < y.latency_us;
+      return (x.gbps == 0 ? INFINITY : x.gbps) > (y.gbps == 0 ? INFINITY : y.gbps);
+    });
+    out.push_back(first);
+    const auto take = std::min(left.size(), static_cast<size_t>(group - 1));
+    out.insert(out.end(), left.begin(), left.begin() + static_cast<std::ptrdiff_t>(take));
+    left.erase(left.begin(), left.begin() + static_cast<std::ptrdiff_t>(take));
+  }
+  return out;
+}
+
+std::string strategy_words(const Prediction& p, const model::ModelConfig& config) {
   const Layout& l = p.layout;
   switch (l.strategy) {
     case Strategy::Single: return "a single machine";
     case Strategy::Pipeline: return fmt::format("a pipeline of {} stages", l.pp);
     case Strategy::Tensor: return fmt::format("a tensor split over {} machines", l.tp);
-    case Strategy::Hybrid: return fmt::format("a hybrid of {} pipeline stages × {} tensor ranks", l.pp, l.tp);
+    case Strategy::Hybrid:
+      return l.splits_experts(config) ? fmt::format("a hybrid of {} pipeline stages × {} expert-parallel ranks", l.pp, l.tp)
+                 : fmt::format("a hybrid of {} pipeline stages × {} tensor ranks", l.pp, l.tp);
     case Strategy::Expert:
       return l.pp == 1 ? fmt::format("an expert split over {} machines", l.tp)
                        : fmt::format("{} pipeline stages × {} expert-parallel ranks", l.pp, l.tp);
@@ -128,24 +189,51 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
   const std::string links = p.layout.world() == 1 ? "no links"
                             : p.layout.tp == 1     ? link_words(p.stage_link)
                             : p.layout.pp == 1     ? link_words(p.link)
-                                                   : link_words(p.link) + " inside tensor groups, " +
+                                                   : link_words(p.link) + " inside groups, " +
                                                      link_words(p.stage_link) + " between stages";
   text += fmt::format("Chosen: {} ({}, {}), predicting {:.1f} tok/s generation and {:.0f} tok/s prompt. ",
-                      strategy_words(p), links, request.link_source, p.gen_tok_s, p.prompt_tok_s);
+                      strategy_words(p, m.config), links, request.link_source, p.gen_tok_s, p.prompt_tok_s);
   const double per_token_sums = 2.0 * m.config.n_layers;
   if (m.config.n_expert > 0)
     text += fmt::format("A mixture of experts: a token uses {} of {} experts per layer, {:.0f}% of the FFN's weights. ",
                         m.config.n_expert_used, m.config.n_expert, m.ffn_active_fraction * 100);
-  if (p.layout.strategy == Strategy::Expert) {
+  if (p.layout.splits_experts(m.config)) {
     const model::Shard& s = p.ranks.front().shard;
-    text += fmt::format("Each machine holds whole experts ({} of {} on the first) with its share of the attention "
+    const int32_t replicas = p.layout.expert_replicas;
+    text += fmt::format("Each machine holds whole experts ({} of {} on the first{}) with its share of the attention "
                         "heads, and computes only the chosen experts it holds: a token's choices fall unevenly, so "
-                        "the busier machine paces each step ({:.1f} ms of weight reads); attention and experts are "
-                        "summed in {:.0f} all-reduces per token ({:.1f} ms, {:.0f} KB on the wire). ",
+                        "the busiest machine of a group paces each step ({:.2f}× the mean share of a step's choices; "
+                        "{:.1f} ms of weight reads); attention and experts are summed in {:.0f} all-reduces per token "
+                        "({:.1f} ms, {:.0f} KB on the wire). ",
                         s.n_experts_held(s.layer_begin, m.config.n_expert), m.config.n_expert,
-                        p.gen_compute_ms, per_token_sums, p.allreduce_ms, p.wire_bytes_per_token / 1e3);
+                        replicas > 0 ? fmt::format(", {} of them replicated on every machine of the group", replicas) : "",
+                        p.ranks.front().expert_balance, p.gen_compute_ms, per_token_sums, p.allreduce_ms,
+                        p.wire_bytes_per_token / 1e3);
+    // What the replicas buy, against the same split without them.
+    std::vector<MachineSpec> ms;
+    for (size_t i : chosen.machines) ms.push_back(request.machines[i]);
+    Layout plain = p.layout;
+    plain.expert_replicas = 0;
+    const Prediction without = predict(m, plain, ms, p.link, p.stage_link, request.work);
+    if (replicas > 0)
+      text += fmt::format("Replicas: {} experts of each layer (the most chosen by --expert-stats, else the first of each "
+                          "machine's run in turn) are held by every machine of its group, for {:.1f} GB more "
+                          "per machine, and a token's choice of one goes to the machine with fewer of the step's "
+                          "choices: with choices drawn evenly the busiest machine's share falls from {:.2f}× the mean "
+                          "to {:.2f}×, {:.1f} against {:.1f} tok/s without them (more replicas would gain under "
+                          "{:.0f}%). ",
+                          replicas,
+                          gb(p.ranks.front().weight_bytes - without.ranks.front().weight_bytes),
+                          without.ranks.front().expert_balance, p.ranks.front().expert_balance, p.gen_tok_s,
+                          without.gen_tok_s, (kReplicasGain - 1) * 100);
+    else if (p.layout.tp > 1)
+      text += fmt::format("No replicated experts: {}. ",
+                          without.ranks.front().expert_balance < 1 + (kReplicasGain - 1)
+                              ? "the choices already fall evenly"
+                              : "none fits beside the model, or none gains " +
+                                    fmt::format("{:.0f}%", (kReplicasGain - 1) * 100));
   }
-  if (p.layout.strategy == Strategy::Tensor || p.layout.strategy == Strategy::Hybrid) {
+  if (p.layout.strategy == Strategy::Tensor || (p.layout.strategy == Strategy::Hybrid && !p.layout.splits_experts(m.config))) {
     text += fmt::format("Each machine reads only its share of the weights ({:.1f} ms per token) and the {:.0f} all-reduces "
                         "per token cost {:.1f} ms. ",
                         p.gen_compute_ms, per_token_sums, p.allreduce_ms);
@@ -191,7 +279,7 @@ std::string explain(const PlanRequest& request, const Candidate& chosen, const s
   }
   if (more_machines)
     text += fmt::format("{} would predict {:.1f} tok/s, only {:.0f}% more, so fewer machines are used. ",
-                        strategy_words(more_machines->prediction), more_machines->prediction.gen_tok_s,
+                        strategy_words(more_machines->prediction, m.config), more_machines->prediction.gen_tok_s,
                         (more_machines->prediction.gen_tok_s / p.gen_tok_s - 1) * 100);
   if (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
@@ -220,11 +308,15 @@ Plan make_plan(const PlanRequest& request) {
       const int world = static_cast<int>(k);
       try_layout(request, subset, Layout::make(Strategy::Pipeline, world), fitting);
       try_layout(request, subset, Layout::make(Strategy::Tensor, world), fitting);
-      for (int tp = 2; tp < world; ++tp)
-        if (world % tp == 0) try_layout(request, subset, Layout::make(Strategy::Hybrid, world, tp), fitting);
-      if (request.model.config.n_expert > 0)
-        for (int tp = 2; tp <= world; ++tp)
-          if (world % tp == 0) try_layout(request, subset, Layout::make(Strategy::Expert, world, tp), fitting);
+      // Hybrid: groups inside pipeline stages (a mixture of experts' groups split its experts),
+      // in this order and with the fastest-linked machines grouped together.
+      for (int tp = 2; tp < world; ++tp) {
+        if (world % tp != 0) continue;
+        try_layout(request, subset, Layout::make(Strategy::Hybrid, world, tp), fitting);
+        const std::vector<size_t> pods = grouped_by_links(request, subset, tp);
+        if (pods != subset) try_layout(request, pods, Layout::make(Strategy::Hybrid, world, tp), fitting);
+      }
+      if (request.model.config.n_expert > 0) try_layout(request, subset, Layout::make(Strategy::Expert, world), fitting);
     }
   }
 
@@ -296,7 +388,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
     json a = {{"host", plan.hosts[r]}, {"machine", plan.machine_indices[r]}, {"rank", r}};
     if (p.layout.pp > 1 || p.layout.world() == 1) a["layers"] = {rc.shard.layer_begin, rc.shard.layer_end};
     if (p.layout.tp > 1) a["heads"] = {rc.shard.head_begin, rc.shard.head_end};
-    if (plan.strategy == Strategy::Expert) {
+    if (!rc.shard.expert_holders.empty()) {  // whole experts: expert splits, hybrid ones of a mixture of experts
       const auto experts = rc.shard.experts_of(rc.shard.layer_begin);
       a["experts"] = {experts.first, experts.second};
     }
@@ -307,11 +399,12 @@ nlohmann::json plan_to_json(const Plan& plan) {
   json considered = json::array();
   for (const Prediction& c : plan.considered)
     considered.push_back({{"strategy", parallel::strategy_name(c.layout.strategy)}, {"tp", c.layout.tp},
-                          {"pp", c.layout.pp}, {"gen_tok_s", c.gen_tok_s}, {"prompt_tok_s", c.prompt_tok_s},
+                          {"pp", c.layout.pp}, {"expert_replicas", c.layout.expert_replicas}, {"gen_tok_s", c.gen_tok_s}, {"prompt_tok_s", c.prompt_tok_s},
                           {"allreduce_ms", c.allreduce_ms}, {"wire_bytes_per_token", c.wire_bytes_per_token}});
   return {{"strategy", parallel::strategy_name(plan.strategy)},
           {"tp", p.layout.tp},
           {"pp", p.layout.pp},
+          {"expert_replicas", p.layout.expert_replicas},
           {"assignment", std::move(assignment)},
           {"predicted",
            {{"prompt_tok_s", p.prompt_tok_s},
@@ -322,6 +415,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
             {"allreduce_ms", p.allreduce_ms},
             {"messages_per_token", p.messages_per_token},
             {"wire_bytes_per_token", p.wire_bytes_per_token},
+            {"expert_balance", p.ranks.empty() ? 1.0 : p.ranks.front().expert_balance},
             {"speedup_vs_single", plan.single_gen_tok_s > 0 ? json(p.gen_tok_s / plan.single_gen_tok_s) : json(nullptr)}}},
           {"link", {{"latency_us", p.link.latency_us}, {"gbps", p.link.gbps}}},
           {"stage_link", {{"latency_us", p.stage_link.latency_us}, {"gbps", p.stage_link.gbps}}},
@@ -331,8 +425,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
 
 std::string format_plan(const Plan& plan) {
   const Prediction& p = plan.predicted;
-  std::string out = fmt::format("strategy {} (tp {}, pp {}): {:.1f} tok/s generation, {:.0f} tok/s prompt\n",
-                                parallel::strategy_name(plan.strategy), p.layout.tp, p.layout.pp, p.gen_tok_s, p.prompt_tok_s);
+  std::string out = fmt::format("strategy {} (tp {}, pp {}{}): {:.1f} tok/s generation, {:.0f} tok/s prompt\n",
+                                parallel::strategy_name(plan.strategy), p.layout.tp, p.layout.pp,
+                                p.layout.expert_replicas > 0 ? fmt::format(", {} replicated experts", p.layout.expert_replicas) : "",
+                                p.gen_tok_s, p.prompt_tok_s);
   out += fmt::format("{:<5} {:<20} {:>9} {:>9} {:>16} {:>8}\n", "rank", "host", "layers", "heads", "memory GB", "gen ms");
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     const RankCost& rc = p.ranks[r];

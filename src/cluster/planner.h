@@ -1,5 +1,5 @@
 #pragma once
-// Chooses single, pipeline, tensor or hybrid and the split, from the cost model's predictions.
+// Chooses single, pipeline, tensor, expert or hybrid and the split (and an expert split's replicas), from the cost model's predictions.
 // Pure: model facts, machines and links in; a Plan with its reasons out. No sockets.
 #include <optional>
 #include <string>
@@ -24,6 +24,8 @@ struct PlanRequest {
   std::optional<parallel::Strategy> only;
   // Only plans over exactly this many machines; 0: any number.
   int world = 0;  // said in the explanation: "measured", "what-if", ...
+  // Splits of whole experts replicate this many experts per layer; unset: the planner chooses.
+  std::optional<int32_t> expert_replicas;
 };
 
 struct Plan {
@@ -42,6 +44,9 @@ struct Plan {
 Plan make_plan(const PlanRequest& request);
 
 inline constexpr double kFewerMachinesGain = 1.05;
+// An expert split replicates the fewest experts whose predicted generation rate is within this
+// factor of the best number's (replicas take memory from the KV cache and bytes to ship).
+inline constexpr double kReplicasGain = 1.02;
 
 // {"strategy", "tp", "pp", "assignment": [{"host", "machine" (index into the request's machines:
 //  host names may repeat), "layers": [b, e], "heads": [b, e]}],

@@ -151,7 +151,8 @@ class WeightBinder {
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(buffer.data() + bytes * static_cast<size_t>(r), data + stride * static_cast<size_t>(r) + offset,
                     bytes);
-      return core::WeightMatrix::prepare(type, buffer.data(), rows, width, options_.allow_repack, &arena_);
+      return keep_unless_repacked(
+          core::WeightMatrix::prepare(type, buffer.data(), rows, width, options_.allow_repack, &arena_));
     }
     buffer.resize(sizeof(float) * static_cast<size_t>(width * rows));
     std::vector<float> row(static_cast<size_t>(cols));
@@ -160,8 +161,16 @@ class WeightBinder {
       std::memcpy(buffer.data() + sizeof(float) * static_cast<size_t>(width * r), row.data() + range.begin,
                   sizeof(float) * static_cast<size_t>(width));
     }
-    return core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width, options_.allow_repack,
-                                       &arena_);
+    return keep_unless_repacked(core::WeightMatrix::prepare(core::TensorType::F32, buffer.data(), rows, width,
+                                                            options_.allow_repack, &arena_));
+  }
+
+  // A gathered slice that was repacked lives on in its interleaved copy: the gathered bytes
+  // (the last of owned_) are no longer read, so they go, and a tensor rank's column slices
+  // take their memory once, not twice. A slice left as a view keeps them.
+  core::WeightMatrix keep_unless_repacked(core::WeightMatrix matrix) {
+    if (matrix.repacked()) owned_.pop_back();
+    return matrix;
   }
 
   const LoadOptions& options_;

@@ -32,7 +32,7 @@ Layout with_memory_weights(comm::Group& group, Layout layout) {
 // An expert split's placement must be the same on every rank (it decides which bytes each is
 // sent and which experts each sums): rank 0's expert statistics are everyone's.
 Layout with_rank0_expert_loads(comm::Group& group, Layout layout) {
-  if (layout.strategy != Strategy::Expert) return layout;
+  if (layout.strategy != Strategy::Expert && layout.strategy != Strategy::Hybrid) return layout;
   uint64_t shape[2] = {layout.expert_loads.size(), layout.expert_loads.empty() ? 0 : layout.expert_loads[0].size()};
   group.broadcast(shape, sizeof shape, 0);
   std::vector<double> flat;
@@ -112,7 +112,7 @@ Engine::Engine(const EngineOptions& requested, comm::Group* group)
     std::vector<int> members;
     for (int t = 0; t < layout.tp; ++t) members.push_back(layout.rank_at(layout.stage_of(rank), t));
     sums_ = std::make_unique<TensorGroupSums>(*group, std::move(members));
-    if (layout.strategy == Strategy::Expert) sums_->set_experts(config_.n_expert_shared > 0, options.expert_combine);
+    if (layout.splits_experts(config_)) sums_->set_experts(config_.n_expert_shared > 0, options.expert_combine);
   }
   const int32_t n_ctx = options.context > 0 ? options.context : config_.context_length;
   if (options.n_slots < 1) throw Error(error_message("engine", "at least one slot is needed, not {}", options.n_slots));

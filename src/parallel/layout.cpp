@@ -65,11 +65,11 @@ void Layout::validate(const model::ModelConfig& config, int world) const {
     throw Error(error_message("parallel", "{} stage weights for {} stages", stage_weights.size(), pp));
   if (!tensor_weights.empty() && static_cast<int>(tensor_weights.size()) != tp)
     throw Error(error_message("parallel", "{} tensor weights for {} tensor ranks", tensor_weights.size(), tp));
-  if (strategy == Strategy::Expert) {
-    if (config.n_expert == 0)
-      throw Error(error_message("parallel", "strategy expert splits the experts of a mixture of experts; {} has none "
-                                            "(use tensor)",
-                                config.name.empty() ? config.arch_name : config.name));
+  if (strategy == Strategy::Expert && config.n_expert == 0)
+    throw Error(error_message("parallel", "strategy expert splits the experts of a mixture of experts; {} has none "
+                                          "(use tensor)",
+                              config.name.empty() ? config.arch_name : config.name));
+  if (splits_experts(config)) {
     if (tp > config.n_expert)
       throw Error(error_message("parallel", "{} expert-parallel ranks for a model of {} experts per layer", tp,
                                 config.n_expert));
@@ -81,8 +81,10 @@ void Layout::validate(const model::ModelConfig& config, int world) const {
   if (expert_replicas < 0 || expert_replicas > config.n_expert)
     throw Error(error_message("parallel", "{} replicated experts per layer; the model has {}", expert_replicas,
                               config.n_expert));
-  if (expert_replicas > 0 && strategy != Strategy::Expert)
-    throw Error(error_message("parallel", "replicated experts are for an expert split, not {}", strategy_name(strategy)));
+  if (expert_replicas > 0 && !splits_experts(config))
+    throw Error(error_message("parallel", "replicated experts are for an expert split, not {}{} (a hybrid split of a "
+                                          "mixture of experts takes them too)",
+                              strategy_name(strategy), config.n_expert == 0 ? " of a dense model" : ""));
   if (!expert_loads.empty()) {
     if (static_cast<int32_t>(expert_loads.size()) != config.n_layers)
       throw Error(error_message("parallel", "expert statistics for {} layers; the model has {}", expert_loads.size(),
@@ -200,7 +202,7 @@ model::Shard shard_for_rank(const model::ModelConfig& c, const Layout& layout, i
   };
   std::tie(s.ff_begin, s.ff_end) = ff_rows(c.n_ff);
   s.expert_end = c.n_expert;
-  if (layout.strategy == Strategy::Expert && c.n_expert > 0) {
+  if (layout.splits_experts(c)) {
     // Whole experts: all their rows, a run of them.
     s.expert_ff_end = c.n_ff_exp;
     const auto even = proportional_split(c.n_expert, tp, layout.tensor_weights);

@@ -14,7 +14,9 @@ namespace orchard::parallel {
 
 // Expert: tensor groups as Tensor, except that each mixture-of-experts layer's experts are
 // split whole (a rank holds some experts, all of their rows) instead of every expert's rows;
-// with tp < world, pipeline stages of such groups (a hybrid with expert-split groups).
+// with tp < world, pipeline stages of such groups. Hybrid: pipeline stages of groups of tp
+// ranks, meant for pods of fast links joined by slower ones; a group splits a mixture of
+// experts by experts (as Expert) and a dense model by tensor (Layout::splits_experts).
 enum class Strategy { Single, Pipeline, Tensor, Hybrid, Expert };
 // The most ranks of one expert group (model::Shard::expert_holders has a bit per member).
 inline constexpr int kMaxExpertGroup = 64;
@@ -43,6 +45,13 @@ struct Layout {
   int32_t expert_replicas = 0;
 
   int world() const { return tp * pp; }
+  // Whether each group holds whole experts of `config`'s mixture-of-experts layers: expert
+  // splits, and hybrid ones of a mixture of experts (inside a pod a token's hidden state goes
+  // only to the ranks holding its experts' outputs' owners; across pods one hidden state per
+  // stage). False for a dense model.
+  bool splits_experts(const model::ModelConfig& config) const {
+    return config.n_expert > 0 && (strategy == Strategy::Expert || strategy == Strategy::Hybrid);
+  }
   int stage_of(int rank) const { return rank / tp; }
   int tensor_rank_of(int rank) const { return rank % tp; }
   int rank_at(int stage, int tensor_rank) const { return stage * tp + tensor_rank; }

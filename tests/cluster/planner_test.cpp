@@ -2,7 +2,9 @@
 // figures worked out by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "cluster/hardware_catalog.h"
@@ -337,9 +339,11 @@ TEST(CostModel, ExpertSplitHandWorked) {
   EXPECT_NEAR(r.weight_bytes, layers * (moe.attn_bytes + moe.ffn_bytes) / 2 + moe.output_bytes / 2 + moe.embedding_bytes,
               1);
   EXPECT_NEAR(r.weight_bytes, tensor.ranks[0].weight_bytes, 1);
-  // 2 of 8 experts chosen, 4 held: 1 expected here, standard deviation sqrt(2 × ½ × ½ × 6/7);
-  // the busier rank reads (1 + 0.6547) of the 2 chosen experts' bytes.
-  const double busy = (1 + std::sqrt(2 * 0.25 * 6.0 / 7)) / 2;
+  // 2 of 8 experts chosen, 4 held by each: both on one rank with probability 2 × C(4,2) / C(8,2)
+  // = 12/28, else one each; the busier rank reads (2 × 12 + 1 × 16) / 28 of the 2 chosen
+  // experts' bytes.
+  const double busy = (2 * 12 + 1 * 16) / 28.0 / 2;
+  EXPECT_NEAR(r.expert_balance, busy * 2, 1e-12);
   const double read = layers * (moe.attn_bytes / 2 + moe.ffn_bytes * moe.ffn_active_fraction * busy) + moe.output_bytes / 2;
   EXPECT_NEAR(expert.gen_compute_ms, read / 10e9 * 1e3, 1e-9);
   EXPECT_GT(expert.gen_compute_ms, tensor.gen_compute_ms);
@@ -350,6 +354,104 @@ TEST(CostModel, ExpertSplitHandWorked) {
   EXPECT_DOUBLE_EQ(tensor.wire_bytes_per_token, expert.wire_bytes_per_token);
   EXPECT_DOUBLE_EQ(pipe.wire_bytes_per_token, 1024.0 + logits);
   EXPECT_EQ(expert.messages_per_token, tensor.messages_per_token);
+}
+
+// The busiest member's expected share of a token's choices, against a count over every choice
+// of `used` among the experts (an independent enumeration): the i_m choices only member m
+// holds are its own, the replicated ones fill the lighter members.
+double enumerated_busiest(const std::vector<int32_t>& only, int32_t shared, int32_t used) {
+  std::vector<int32_t> owner;  // per expert: its member, or -1 when everyone holds it
+  for (size_t m = 0; m < only.size(); ++m)
+    for (int32_t e = 0; e < only[m]; ++e) owner.push_back(static_cast<int32_t>(m));
+  for (int32_t e = 0; e < shared; ++e) owner.push_back(-1);
+  const auto n = static_cast<int32_t>(owner.size());
+  double total = 0, count = 0;
+  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+    if (__builtin_popcount(mask) != used) continue;
+    std::vector<int32_t> load(only.size(), 0);
+    int32_t free = 0;
+    for (int32_t e = 0; e < n; ++e)
+      if (mask >> e & 1u) owner[static_cast<size_t>(e)] < 0 ? ++free : ++load[static_cast<size_t>(owner[static_cast<size_t>(e)])];
+    for (; free > 0; --free) ++*std::min_element(load.begin(), load.end());
+    total += *std::max_element(load.begin(), load.end());
+    ++count;
+  }
+  return total / count;
+}
+
+TEST(CostModel, ExpectedBusiestChoicesCountsEveryDraw) {
+  for (const auto& [only, shared, used] : std::vector<std::tuple<std::vector<int32_t>, int32_t, int32_t>>{
+           {{4, 4}, 0, 2}, {{8, 8}, 0, 4}, {{6, 6}, 4, 4}, {{3, 3, 3}, 3, 4}, {{5, 2, 4}, 1, 3}, {{2, 2, 2, 2}, 0, 8}})
+    EXPECT_NEAR(expected_busiest_choices(only, shared, used), enumerated_busiest(only, shared, used), 1e-12)
+        << only.size() << " members, " << shared << " shared, " << used << " used";
+  // moe-3b's 4 of 32 on 2 ranks: the busier rank computes 1.35× the mean share without
+  // replicas, 1.04× with 16 of them (docs/parallel.md), 1 with every expert on both.
+  EXPECT_NEAR(expected_busiest_choices({16, 16}, 0, 4) / 2, 1.3504, 1e-4);
+  EXPECT_NEAR(expected_busiest_choices({8, 8}, 16, 4) / 2, 1.0413, 1e-4);
+  EXPECT_DOUBLE_EQ(expected_busiest_choices({0, 0}, 32, 4) / 2, 1.0);
+}
+
+// The planner replicates experts when memory allows and the balance they buy is worth it, and
+// says how many and why; without room beside the model it replicates none.
+TEST(Planner, ReplicatesExpertsWhenItPays) {
+  PlanRequest r;
+  r.model = ModelFacts::from_preset("qwen3-30b-a3b:q4_k_m");
+  const MachineSpec roomy{"a", 128, 100, 2000};
+  r.machines = {roomy, roomy};
+  r.default_link = {10, 80};
+  r.work.context = 4096;
+  r.only = Strategy::Expert;
+  const Plan plan = make_plan(r);
+  const int32_t replicas = plan.predicted.layout.expert_replicas;
+  EXPECT_GT(replicas, 0) << plan.explanation;
+  EXPECT_LT(plan.predicted.ranks[0].expert_balance, 1.2);
+  parallel::Layout plain = plan.predicted.layout;
+  plain.expert_replicas = 0;
+  const Prediction without = predict(r.model, plain, {roomy, roomy}, r.default_link, r.work);
+  EXPECT_NEAR(without.ranks[0].expert_balance, expected_busiest_choices({64, 64}, 0, 8) / 4, 1e-9);
+  EXPECT_GT(plan.predicted.gen_tok_s, without.gen_tok_s * kReplicasGain);
+  EXPECT_NE(plan.explanation.find(fmt::format("Replicas: {} experts of each layer", replicas)), std::string::npos)
+      << plan.explanation;
+  EXPECT_EQ(plan_to_json(plan)["expert_replicas"], replicas);
+  EXPECT_NE(format_plan(plan).find(fmt::format("{} replicated experts", replicas)), std::string::npos);
+  // Half the model's memory each and hardly more: no room for replicas.
+  const double tight_gb = (without.ranks[0].need_bytes() + 0.2e9) / kUsableMemoryFraction / 1e9;
+  r.machines = {MachineSpec{"a", tight_gb, 100, 2000}, MachineSpec{"b", tight_gb, 100, 2000}};
+  const Plan tight = make_plan(r);
+  EXPECT_EQ(tight.predicted.layout.expert_replicas, 0) << tight.explanation;
+  EXPECT_NE(tight.explanation.find("No replicated experts"), std::string::npos) << tight.explanation;
+}
+
+// Four machines in two pods of fast cables, listed interleaved, the pods joined by a slow
+// network: for a mixture of experts the plan is a hybrid of expert groups inside the pods and
+// pipeline stages across them.
+TEST(Planner, HybridPutsExpertGroupsInsidePodsOfFastLinks) {
+  PlanRequest r;
+  r.model = ModelFacts::from_preset("qwen3-235b-a22b:q4_k_m");
+  for (int i = 0; i < 4; ++i)
+    r.machines.push_back(machine_from_chip(HardwareCatalog::builtin().chip("M3 Ultra"), 96, "mac" + std::to_string(i)));
+  r.links.assign(4, std::vector<LinkSpec>(4, LinkSpec{3000, 1}));
+  r.links[0][2] = r.links[2][0] = r.links[1][3] = r.links[3][1] = LinkSpec{10, 80};
+  r.world = 4;
+  const Plan plan = make_plan(r);
+  EXPECT_EQ(plan.strategy, Strategy::Hybrid) << plan.explanation;
+  EXPECT_TRUE(plan.predicted.layout.splits_experts(r.model.config));
+  EXPECT_EQ(plan.predicted.layout.tp, 2);
+  EXPECT_EQ(plan.predicted.link.latency_us, 10);
+  EXPECT_EQ(plan.predicted.stage_link.latency_us, 3000);
+  // Each stage's group is one pod.
+  const auto& m = plan.machine_indices;
+  EXPECT_EQ(r.links[m[0]][m[1]].latency_us, 10);
+  EXPECT_EQ(r.links[m[2]][m[3]].latency_us, 10);
+  EXPECT_NE(plan.explanation.find("pipeline stages × 2 expert-parallel ranks"), std::string::npos) << plan.explanation;
+  EXPECT_FALSE(plan.predicted.ranks[0].shard.expert_holders.empty());
+  // A dense model's hybrid keeps tensor groups.
+  r.model = ModelFacts::from_preset("llama-70b:q8_0");
+  const Plan dense = make_plan(r);
+  if (dense.strategy == Strategy::Hybrid) {
+    EXPECT_NE(dense.explanation.find("tensor ranks"), std::string::npos) << dense.explanation;
+  }
+  EXPECT_TRUE(dense.predicted.ranks[0].shard.expert_holders.empty());
 }
 
 // The planner weighs an expert split among the others and says why in words: chosen, how the
@@ -378,8 +480,12 @@ TEST(Planner, ConsidersAndExplainsAnExpertSplit) {
   EXPECT_GT(plan.predicted.gen_tok_s, 0);
   EXPECT_GT(plan.predicted.prompt_tok_s, 0);
   EXPECT_NE(plan.explanation.find("Chosen: an expert split over 2 machines"), std::string::npos) << plan.explanation;
-  EXPECT_NE(plan.explanation.find("holds whole experts (4 of 8 on the first)"), std::string::npos) << plan.explanation;
+  const int32_t replicas = plan.predicted.layout.expert_replicas;
+  EXPECT_NE(plan.explanation.find(fmt::format("holds whole experts ({} of 8 on the first", 4 + replicas / 2)),
+            std::string::npos)
+      << plan.explanation;
   const nlohmann::json j = plan_to_json(plan);
+  EXPECT_EQ(j["expert_replicas"], replicas);
   EXPECT_EQ(j["assignment"][1]["experts"], nlohmann::json({4, 8}));
   EXPECT_GT(j["predicted"]["wire_bytes_per_token"].get<double>(), 0);
 }
@@ -411,21 +517,38 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   work.prompt_tokens = 64;
   work.chunk = 64;
   const auto one = parallel::Layout::make(Strategy::Single, 1);
-  const double with_curve = predict(moe, one, {measured}, LinkSpec{}, work).ranks[0].prompt_chunk_ms;
-  const double without = predict(moe, one, {dense}, LinkSpec{}, work).ranks[0].prompt_chunk_ms;
+  const RankCost curved = predict(moe, one, {measured}, LinkSpec{}, work).ranks[0];
+  const RankCost flat = predict(moe, one, {dense}, LinkSpec{}, work).ranks[0];
+  // What every row repeats per layer: 12.5 float passes over its 4·d bytes at the bandwidth
+  // (1e6 GB/s: nearly free) and the router's 2·d·E FLOPs at the one-token rate (0.1 of the
+  // dense rate with the curve).
+  const double layers = moe.config.n_layers, d = moe.config.n_embd, router = 2 * d * moe.config.n_expert;
+  const double passes_ms = 64 * layers * 12.5 * 4 * d / 1e15 * 1e3;
+  EXPECT_NEAR(flat.prompt_repeated_ms, passes_ms + 64 * layers * router / 100e9 * 1e3, 1e-9);
+  EXPECT_NEAR(curved.prompt_repeated_ms, passes_ms + 64 * layers * router / 10e9 * 1e3, 1e-9);
+  const double with_curve = curved.prompt_chunk_ms - curved.prompt_repeated_ms;
+  const double without = flat.prompt_chunk_ms - flat.prompt_repeated_ms;
   // 64 tokens × 2 of 8 experts: 16 tokens per expert, efficiency 0.5: those FLOPs take twice
   // as long. FLOPs of the experts: 2 × 16 tokens × every expert's parameters, per layer.
-  const double layers = moe.config.n_layers;
   const double expert_ms = 2.0 * 16 * layers * stacks / 100e9 * 1e3;
   EXPECT_NEAR(with_curve - without, expert_ms * (1 / 0.5 - 1), 1e-9);
   // Every FLOP of the chunk at the dense rate without a curve.
   const double flops = 2.0 * 64 * layers * (moe.attn_params + moe.ffn_params * moe.ffn_active_fraction) +
                        2.0 * moe.output_params;
   EXPECT_NEAR(without, flops / 100e9 * 1e3, 1e-9);
-  // An expert split holds half the experts: half those FLOPs on each rank, at the same rate.
+  // An expert split holds half the experts; the chunk's 128 choices fall binomially on the two,
+  // and each layer waits for the busier: sqrt(2/π) standard deviations (sqrt(128 / 4)) above
+  // 64 of them. Its share of those FLOPs, at the same rate.
   const auto split = predict(moe, parallel::Layout::make(Strategy::Expert, 2), {measured, measured}, LinkSpec{}, work);
   const auto split_dense = predict(moe, parallel::Layout::make(Strategy::Expert, 2), {dense, dense}, LinkSpec{}, work);
-  EXPECT_NEAR(split.ranks[0].prompt_chunk_ms - split_dense.ranks[0].prompt_chunk_ms, expert_ms / 2, 1e-9);
+  const double busier = (64 + std::sqrt(2 / M_PI) * std::sqrt(128 * 0.25)) / 128;
+  EXPECT_NEAR(split.ranks[0].prompt_expert_balance, busier / 0.5, 1e-12);
+  EXPECT_NEAR(split.ranks[0].prompt_chunk_ms - split.ranks[0].prompt_repeated_ms -
+                  (split_dense.ranks[0].prompt_chunk_ms - split_dense.ranks[0].prompt_repeated_ms),
+              expert_ms * busier, 1e-9);
+  // With a partner the sums' 8 passes more per row and layer.
+  EXPECT_NEAR(split_dense.ranks[0].prompt_repeated_ms - flat.prompt_repeated_ms, 64 * layers * 8 * 4 * d / 1e15 * 1e3,
+              1e-9);
   // Between the points, linear in log2 of the tokens; beyond them, flat.
   EXPECT_NEAR(expert_efficiency(measured, 24), 0.5 + 0.1 * std::log2(1.5), 1e-12);
   EXPECT_DOUBLE_EQ(expert_efficiency(measured, 0.5), 0.1);

@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "model/model_files.h"
@@ -144,6 +146,36 @@ TEST(ResidentExperts, UnchosenExpertsAreNeitherCopiedNorRead) {
       }
     }
     EXPECT_GT(checked, 0);
+  }
+}
+
+// A tensor rank's column slice of ffn_down (whole 32-element blocks of a Q4_0 matrix) holds the
+// file's values for its columns, repacked (its gathered bytes then dropped) or read as rows
+// (which keep them).
+TEST(ColumnSlices, HoldTheFilesColumnsRepackedOrNot) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("llama", "tiny", "q4_0"));
+  const auto config = model::ModelConfig::from_gguf(file);
+  model::Shard shard = model::Shard::whole(config);
+  shard.ff_begin = config.n_ff / 2;  // 384 of 768: twelve whole blocks
+  const model::gguf::TensorInfo& down = *file.find_tensor("blk.1.ffn_down.weight");
+  const int64_t cols = down.shape[0], width = config.n_ff - shard.ff_begin;
+  for (bool repack : {true, false}) {
+    model::LoadOptions load;
+    load.allow_repack = repack;
+    const model::ModelWeights weights(file, config, shard, load);
+    const core::WeightMatrix& w = weights.layer(1).w_down;
+    ASSERT_EQ(w.cols(), width);
+    if (!repack) {
+      EXPECT_FALSE(w.repacked());
+    }
+    std::vector<float> row(static_cast<size_t>(cols)), slice(static_cast<size_t>(width));
+    for (int64_t r = 0; r < config.n_embd; r += 37) {
+      core::dequantize_row_reference(down.type, down.data + core::row_bytes(down.type, cols) * static_cast<size_t>(r),
+                                     row.data(), cols);
+      w.dequantize_row(r, slice.data());
+      for (int64_t c = 0; c < width; ++c)
+        ASSERT_EQ(slice[static_cast<size_t>(c)], row[static_cast<size_t>(shard.ff_begin + c)]) << r << ", " << c;
+    }
   }
 }
 

@@ -82,6 +82,43 @@ TEST(ExpertLayout, InsidePipelineStages) {
   EXPECT_EQ(s.experts_of(2), (std::pair<int32_t, int32_t>{4, 8}));
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A hybrid of a mixture of experts puts expert groups inside its stages (the layout of an
+// expert split with --tp), replicas and all; a dense model's hybrid keeps tensor groups.
+TEST(ExpertLayout, HybridOfAMixtureOfExpertsSplitsExperts) {
+  const auto c = moe_config(4);
+  auto hybrid = parallel::Layout::make(parallel::Strategy::Hybrid, 4, 2);
+  auto expert = parallel::Layout::make(parallel::Strategy::Expert, 4, 2);
+  hybrid.expert_replicas = expert.expert_replicas = 2;
+  hybrid.validate(c, 4);
+  EXPECT_TRUE(hybrid.splits_experts(c));
+  for (int r = 0; r < 4; ++r) {
+    const auto h = parallel::shard_for_rank(c, hybrid, r), e = parallel::shard_for_rank(c, expert, r);
+    EXPECT_EQ(h.layer_begin, e.layer_begin);
+    EXPECT_EQ(h.experts_of(h.layer_begin), e.experts_of(e.layer_begin));
+    EXPECT_EQ(h.expert_holders, e.expert_holders);
+    EXPECT_EQ(h.n_expert_ff(), c.n_ff_exp);  // whole experts, every row
+    EXPECT_EQ(h.n_experts_held(h.layer_begin, c.n_expert), 4 + 1);  // its run and the other run's replica
+  }
+  auto dense = moe_config(4);
+  dense.n_expert = dense.n_expert_used = dense.n_ff_exp = 0;
+  auto dense_hybrid = parallel::Layout::make(parallel::Strategy::Hybrid, 4, 2);
+  EXPECT_FALSE(dense_hybrid.splits_experts(dense));
+  const auto d = parallel::shard_for_rank(dense, dense_hybrid, 1);
+  EXPECT_TRUE(d.expert_holders.empty());
+  EXPECT_EQ(d.n_ff(), dense.n_ff / 2);
+  dense_hybrid.expert_replicas = 1;
+  EXPECT_NE(error_of([&] { dense_hybrid.validate(dense, 4); }).find("the model has 0"), std::string::npos);
+}
+
 // With measured counts each rank's run of a layer's experts carries about an equal share of its
 // choices, not an equal number of experts; each layer has its own runs.
 TEST(ExpertLayout, PlacementFollowsCounts) {
@@ -104,15 +141,6 @@ TEST(ExpertLayout, PlacementFollowsCounts) {
   four.expert_loads = {{10000, 0, 0, 0, 0, 0, 0, 0}, {}};
   EXPECT_EQ(expert_runs(c, four, 0), (Runs{{0, 1}, {1, 2}, {2, 3}, {3, 8}}));
   EXPECT_EQ(expert_runs(c, four, 1), (Runs{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));  // no counts: even
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Replicated hot experts: the N most chosen experts of each layer are held by every member

@@ -198,12 +198,12 @@ std::vector<Case> all_cases() {
     for (std::string type : {"f32", "q8_0", "q4_k_m"}) {
       cases.push_back({arch, "tiny", type, "pipeline", 2});
       cases.push_back({arch, "tiny", type, "tensor", 2});
-      cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
       // Expert parallelism: each rank holds whole experts (4 or 2 of the 8) and sums only
-      // theirs; alone, and as the groups of a 2-stage pipeline.
+      // theirs; alone, and as the groups of a 2-stage pipeline: a hybrid of a mixture of
+      // experts (the same layout as expert with --tp 2).
       cases.push_back({arch, "tiny", type, "expert", 2});
       cases.push_back({arch, "tiny", type, "expert", 4});
-      cases.push_back({arch, "tiny", type, "expert", 4, 2});
+      cases.push_back({arch, "tiny", type, "hybrid", 4, 2});
     }
   // deepseek2's V3 kind routes by sigmoid scores among the experts of the best groups: with
   // quantized weights a tensor split's rounding noise (see above) can tip a near-tied group,
@@ -215,10 +215,11 @@ std::vector<Case> all_cases() {
   // the same latent attention above.
   for (std::string type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({"deepseek2", "tiny", type, "pipeline", 2});
   cases.push_back({"deepseek2", "tiny", "f32", "tensor", 2});
-  cases.push_back({"deepseek2", "tiny", "f32", "hybrid", 4, 2});
-  // Shared experts under an expert split: split by rows like a dense FFN, counted once.
+  // Shared experts under an expert split: split by rows like a dense FFN, counted once; and
+  // expert groups inside the stages of a hybrid, given by --tp to an expert split or by hybrid.
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 2});
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 4, 2});
+  cases.push_back({"deepseek2", "tiny", "f32", "hybrid", 4, 2});
   // Each way of combining the experts' outputs, forced (a prompt's chunks and every decode
   // step), over 2 and 3 ranks (3 owners of uneven row runs, some of one row's owners holding
   // none of it) and both transports; with shared experts (every row touched everywhere) and
@@ -240,7 +241,7 @@ std::vector<Case> all_cases() {
     cases.push_back({"qwen3moe", "tiny", "f32", "expert", 3, 0, combine, "", 3});
   }
   cases.push_back({"qwen3moe", "tiny", "q8_0", "expert", 2, 0, "", "", 8});
-  cases.push_back({"mixtral", "tiny", "f32", "expert", 4, 2, "", "", 2});
+  cases.push_back({"mixtral", "tiny", "f32", "hybrid", 4, 2, "", "", 2});
   cases.push_back({"deepseek2", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 4});
   cases.push_back({"gpt-oss", "tiny", "f32", "expert", 2, 0, "all-to-all", "", 2});
   // gpt-oss: the sinks split with their heads, the experts' gate/up biases with their rows; the
