@@ -1,34 +1,43 @@
 // orchard chat: a conversation in the terminal. Each turn goes through the server's own request
-// path (serve::openai::Service on a one-slot LocalEngine and its scheduler), so the prompt is the
-// model's chat template over the whole history, exactly as `orchard serve` would render it, and
-// stopping a reply is the scheduler's cancellation.
+// path (serve::openai::Service on a one-slot engine and its scheduler: a LocalEngine, or rank 0's
+// SplitEngine of a split), so the prompt is the model's chat template over the whole history,
+// exactly as `orchard serve` would render it, and stopping a reply is the scheduler's
+// cancellation.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <random>
 #include <string>
 
 #include "apps/orchard/cache_type_flag.h"
+#include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/flag_ranges.h"
 #include "apps/orchard/progress.h"
 #include "apps/orchard/sampling_flags.h"
+#include "apps/orchard/signal_stopper.h"
+#include "apps/orchard/split_flags.h"
 #include "core/error.h"
+#include "parallel/engine.h"
 #include "serve/chat_templates.h"
 #include "serve/local_engine.h"
 #include "serve/metrics.h"
 #include "serve/openai/service.h"
 #include "serve/scheduler.h"
+#include "serve/split_engine.h"
 
 namespace orchard::app {
 namespace {
 
 struct ChatOptions {
   serve::LocalEngineOptions engine;
+  parallel::SplitOptions split;
+  ClusterLaunchFlags cluster;
   model::SamplerOptions sampling;
   bool seed_given = false;
   int32_t max_tokens = 0;  // per reply; 0: the rest of the context
@@ -66,17 +75,21 @@ struct Reply {
 };
 
 // Prints the job's text as it comes; Ctrl-C cancels it (what was printed stays the reply).
-Reply stream_reply(serve::Job& job) {
+// With a reply parser (Harmony), only the content is printed and kept, not the analysis.
+Reply stream_reply(serve::Job& job, const std::shared_ptr<serve::structured::ToolCallParser>& parser) {
   Reply reply;
+  auto print = [&](const std::string& text) {
+    if (text.empty()) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    reply.text += text;
+  };
   for (;;) {
     if (interrupted.exchange(false)) job.cancel();
     const serve::JobUpdate u = job.wait(std::chrono::milliseconds(100));
-    if (!u.text.empty()) {
-      std::fwrite(u.text.data(), 1, u.text.size(), stdout);
-      std::fflush(stdout);
-      reply.text += u.text;
-    }
+    print(parser ? parser->push(u.text).content : u.text);
     if (u.finished) {
+      if (parser) print(parser->finish().last.content);
       reply.reason = u.finish_reason;
       reply.usage = u.usage;
       reply.error = u.error;
@@ -85,17 +98,8 @@ Reply stream_reply(serve::Job& job) {
   }
 }
 
-void chat(ChatOptions o) {
-  std::optional<serve::ChatFamily> forced;
-  if (o.chat_template != "auto") {
-    forced = serve::parse_chat_family(o.chat_template);
-    if (!forced) throw Error(error_message("chat", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
-  }
-  ProgressBar bar("loading " + o.engine.model_path);
-  o.engine.n_slots = 1;
-  o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
-  serve::LocalEngine engine(o.engine);
-  bar.finish();
+// The conversation, on `engine` (one slot: the whole model here, or rank 0 of a split).
+void converse(serve::Engine& engine, ChatOptions o, std::optional<serve::ChatFamily> forced) {
   const serve::ChatFamily family =
       forced ? *forced : serve::pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture);
   serve::Metrics metrics;
@@ -142,16 +146,16 @@ void chat(ChatOptions o) {
     request.sampling = o.sampling;
     request.seeded = true;
     request.default_max_tokens = o.max_tokens;
-    std::shared_ptr<serve::Job> job;
+    serve::openai::Started started;
     try {
-      job = service.start(std::move(request)).job;
+      started = service.start(std::move(request));
     } catch (const serve::openai::ApiError& e) {
       history.pop_back();
       std::fprintf(stderr, "orchard chat: %s%s\n", e.message().c_str(),
                    e.code() == "context_length_exceeded" ? " (/clear starts a new conversation)" : "");
       continue;
     }
-    const Reply reply = stream_reply(*job);
+    const Reply reply = stream_reply(*started.job, started.tool_parser);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (reply.reason == serve::FinishReason::Error) {
@@ -171,6 +175,59 @@ void chat(ChatOptions o) {
   if (terminal) std::fputs("\n", stdout);
 }
 
+void chat(ChatOptions o) {
+  std::optional<serve::ChatFamily> forced;
+  if (o.chat_template != "auto") {
+    forced = serve::parse_chat_family(o.chat_template);
+    if (!forced)
+      throw Error(error_message("chat", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral, deepseek, harmony)",
+                                o.chat_template));
+  }
+  check_split_flags(o.split);
+  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch, o.engine.cache_type})) {
+    if (*code != 0) std::exit(*code);
+    return;
+  }
+  ProgressBar bar("loading " + o.engine.model_path);
+  o.engine.n_slots = 1;
+  const bool split = o.split.world > 1 || o.split.strategy != "single" || std::getenv("ORCHARD_WORLD");
+  if (!split) {
+    o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    serve::LocalEngine engine(o.engine);
+    bar.finish();
+    converse(engine, o, forced);
+    return;
+  }
+  parallel::EngineOptions options;
+  options.model_path = o.engine.model_path;
+  options.threads = o.engine.threads > 0 ? o.engine.threads : parallel::threads_per_local_rank(o.split);
+  options.context = o.engine.n_ctx;
+  options.batch = o.engine.max_batch;
+  options.allow_repack = o.engine.allow_repack;
+  options.n_slots = 1;
+  options.cache_type = o.engine.cache_type;
+  // Ctrl-C stops a reply on rank 0; the launcher of local ranks leaves it alone, and the other
+  // ranks block it (they stop when rank 0 tells them, at its end of input).
+  o.split.ranks_take_interrupt = true;
+  parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
+    if (!group) throw Error(error_message("chat", "a split needs more than one rank (--world, or started by orchard launch)"));
+    if (group->rank() != 0) SignalStopper::block_signals();
+    options.layout = layout;
+    if (group->rank() == 0) options.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+    parallel::Engine engine(options, group);
+    bar.finish();
+    if (group->rank() != 0) {
+      serve::follow_split_engine(engine, *group);
+      return;
+    }
+    // Followers wait for rank 0's next command under the comm timeout: beat well inside it,
+    // also while a person types.
+    const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
+    serve::SplitEngine split_engine(engine, *group, o.engine.model_path, o.engine.alias, heartbeat);
+    converse(split_engine, o, forced);
+  });
+}
+
 }  // namespace
 
 void add_chat_command(CLI::App& app) {
@@ -186,9 +243,12 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->engine.n_ctx, "Context length, the whole conversation's (default: the model's)")->check(at_least(0));
   cmd->add_option("-b,--batch", o->engine.max_batch, "Prompt positions per forward pass")->capture_default_str()->check(at_least(1));
   add_cache_type_flag(cmd, o->engine.cache_type);
-  cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral | deepseek | harmony")
+      ->capture_default_str();
   cmd->add_flag("--no-repack", [o](int64_t) { o->engine.allow_repack = false; },
                 "Use the file's weight layout as is (no interleaved copy)");
+  add_split_flags(cmd, o->split);
+  add_cluster_launch_flags(cmd, o->cluster);
   cmd->add_flag("--verbose", o->verbose, "After each reply, print its prompt (the rendered history) and reply token counts and speed");
   cmd->callback([o, seed] {
     ChatOptions options = *o;

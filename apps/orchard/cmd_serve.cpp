@@ -102,7 +102,7 @@ void serve_model(ServeOptions& o) {
   std::optional<serve::ChatFamily> forced;
   if (o.chat_template != "auto") {
     forced = serve::parse_chat_family(o.chat_template);
-    if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral)", o.chat_template));
+    if (!forced) throw Error(error_message("serve", "unknown chat template '{}' (auto, llama2, llama3, chatml, mistral, deepseek, harmony)", o.chat_template));
   }
 
   check_split_flags(o.split);
@@ -189,7 +189,8 @@ void add_serve_command(CLI::App& app) {
       ->check(at_least(1));
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(at_least(0));
   cmd->add_option("--alias", o->engine.alias, "Model id clients use (default: the file name without .gguf)");
-  cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral")->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template, "auto | llama2 | llama3 | chatml | mistral | deepseek | harmony")
+      ->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require this key from clients (Authorization: Bearer KEY); /health stays open");
   cmd->add_option("--api-key-file", o->api_key_file, "Require one of the keys in this file (one per line)")
       ->check(CLI::ExistingFile);

@@ -105,7 +105,10 @@ std::vector<RankExit> wait_all(const std::vector<pid_t>& pids, const Config& bas
   const auto grace = options.grace.count() > 0 ? options.grace : base.timeout + std::chrono::seconds(5);
   std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
   while (running > 0) {
-    if (const int signal = forwarding.take()) {
+    if (const int signal = forwarding.take(); signal == SIGINT && options.ranks_take_interrupt) {
+      // Rank 0's to handle, whether it came to the launcher alone or to the terminal's group.
+      if (!done[0]) ::kill(pids[0], SIGINT);
+    } else if (signal) {
       for (size_t r = 0; r < pids.size(); ++r)
         if (!done[r]) ::kill(pids[r], signal);
       if (kill_at == std::chrono::steady_clock::time_point::max()) kill_at = std::chrono::steady_clock::now() + grace;

@@ -27,6 +27,10 @@ struct LocalLaunchOptions {
   std::chrono::milliseconds grace{0};
   // Pin rank r to CPU r % cores where the system allows it (benchmarks).
   bool pin_cpus = false;
+  // SIGINT is rank 0's to handle (an interactive rank 0: `orchard chat`'s Ctrl-C stops a
+  // reply): the launcher passes it to rank 0 alone and does not count it as stopping the job.
+  // SIGTERM and SIGHUP still go to every rank.
+  bool ranks_take_interrupt = false;
 };
 
 // Forks `world` children; child r builds its Group from `base` (rank r, world `world`, local

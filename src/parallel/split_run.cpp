@@ -63,6 +63,7 @@ void run_split(const SplitOptions& o, const std::function<void(comm::Group*, con
   base.link.gbps = o.link_gbps;
   comm::LocalLaunchOptions launch;
   launch.pin_cpus = o.pin_cpus;
+  launch.ranks_take_interrupt = o.ranks_take_interrupt;
   std::fflush(stdout);  // the children inherit stdio buffers
   std::fflush(stderr);
   auto exits = comm::spawn_local_ranks(o.world, base, [&](comm::Group& group) { fn(&group, layout); }, launch);

@@ -26,6 +26,8 @@ struct SplitOptions {
   double link_gbps = 0;
   double timeout_s = 10;
   bool pin_cpus = false;
+  // Local ranks (--world): Ctrl-C is the program's to handle (comm::LocalLaunchOptions).
+  bool ranks_take_interrupt = false;
 };
 
 // Calls fn(group, layout) on every rank (group == nullptr for a single rank). Throws Error

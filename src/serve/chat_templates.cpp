@@ -6,11 +6,13 @@
 namespace orchard::serve {
 namespace {
 
-constexpr std::array<std::pair<ChatFamily, std::string_view>, 4> kFamilyNames = {{
+constexpr std::array<std::pair<ChatFamily, std::string_view>, 6> kFamilyNames = {{
     {ChatFamily::Llama2, "llama2"},
     {ChatFamily::Llama3, "llama3"},
     {ChatFamily::ChatML, "chatml"},
     {ChatFamily::Mistral, "mistral"},
+    {ChatFamily::DeepSeek, "deepseek"},
+    {ChatFamily::Harmony, "harmony"},
 }};
 
 // Turn markers that identify a family; checked in this order because Llama 2 templates contain
@@ -19,6 +21,9 @@ constexpr std::string_view kLlama3Marker = "<|start_header_id|>";
 constexpr std::string_view kChatMLMarker = "<|im_start|>";
 constexpr std::string_view kInstMarker = "[INST]";
 constexpr std::string_view kLlama2SystemMarker = "<<SYS>>";
+constexpr std::string_view kHarmonyMarker = "<|channel|>";
+constexpr std::string_view kDeepSeekUser = "<｜User｜>";
+constexpr std::string_view kDeepSeekAssistant = "<｜Assistant｜>";
 
 std::string_view trim(std::string_view s) {
   constexpr std::string_view kSpace = " \t\r\n";
@@ -74,6 +79,8 @@ std::string render_inst(ChatFamily family, std::span<const ChatMessage> messages
       system += m.content;
     } else if (m.role == "user") {
       user_turn(m.content);
+    } else if (m.role == "raw") {
+      out += m.content;
     } else {
       if (!system.empty()) user_turn("");
       if (llama2) {
@@ -87,6 +94,72 @@ std::string render_inst(ChatFamily family, std::span<const ChatMessage> messages
     }
   }
   if (!system.empty()) user_turn("");
+  return out;
+}
+
+// DeepSeek V3/R1: the system text first, then <｜User｜> and <｜Assistant｜> turns, each reply
+// closed with the end-of-sentence token.
+std::string render_deepseek(std::span<const ChatMessage> messages, std::string_view eos) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system") continue;
+    if (!out.empty()) out += "\n\n";
+    out += m.content;
+  }
+  for (const ChatMessage& m : messages) {
+    if (m.role == "user") {
+      out += kDeepSeekUser;
+      out += m.content;
+    } else if (m.role == "assistant") {
+      out += kDeepSeekAssistant;
+      out += m.content;
+      out += eos;
+    } else if (m.role == "raw") {
+      out += m.content;
+    }
+  }
+  out += kDeepSeekAssistant;
+  return out;
+}
+
+// OpenAI's Harmony format (gpt-oss): a system message of its own (the reasoning effort and the
+// channels), the caller's system text as the developer message's instructions with the tools'
+// namespace, then the conversation; the prompt ends where the assistant's next message starts.
+std::string render_harmony(std::span<const ChatMessage> messages) {
+  std::string instructions, tools;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system" || m.role == "developer") instructions += (instructions.empty() ? "" : "\n\n") + m.content;
+    if (m.role == "tools") tools += m.content;
+  }
+  std::string out =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every message.";
+  if (!tools.empty()) out += "\nCalls to these tools must go to the commentary channel: 'functions'.";
+  out += "<|end|>";
+  if (!instructions.empty() || !tools.empty()) {
+    out += "<|start|>developer<|message|>";
+    if (!instructions.empty()) out += "# Instructions\n\n" + instructions;
+    if (!instructions.empty() && !tools.empty()) out += "\n\n";
+    if (!tools.empty()) out += "# Tools\n\n## functions\n\nnamespace functions {\n\n" + tools + "} // namespace functions";
+    out += "<|end|>";
+  }
+  for (const ChatMessage& m : messages) {
+    if (m.role == "user") {
+      out += "<|start|>user<|message|>" + m.content + "<|end|>";
+    } else if (m.role == "assistant") {
+      // Text beside calls is a preamble (commentary); alone it is the final answer.
+      if (!m.content.empty() || m.tool_calls.empty())
+        out += std::string("<|start|>assistant<|channel|>") + (m.tool_calls.empty() ? "final" : "commentary") + "<|message|>" +
+               m.content + "<|end|>";
+      for (const ChatToolCall& c : m.tool_calls)
+        out += "<|start|>assistant<|channel|>commentary to=functions." + c.name + " <|constrain|>json<|message|>" + c.arguments +
+               "<|call|>";
+    } else if (m.role.starts_with("functions.")) {
+      out += "<|start|>" + m.role + " to=assistant<|channel|>commentary<|message|>" + m.content + "<|end|>";
+    }
+  }
+  out += "<|start|>assistant";
   return out;
 }
 
@@ -105,6 +178,8 @@ std::optional<ChatFamily> parse_chat_family(std::string_view name) {
 }
 
 std::optional<ChatFamily> family_from_template(std::string_view jinja) {
+  if (jinja.find(kHarmonyMarker) != std::string_view::npos) return ChatFamily::Harmony;
+  if (jinja.find(kDeepSeekAssistant) != std::string_view::npos) return ChatFamily::DeepSeek;
   if (jinja.find(kLlama3Marker) != std::string_view::npos) return ChatFamily::Llama3;
   if (jinja.find(kChatMLMarker) != std::string_view::npos) return ChatFamily::ChatML;
   if (jinja.find(kInstMarker) != std::string_view::npos)
@@ -119,6 +194,8 @@ std::optional<ChatFamily> family_from_vocab(const model::Tokenizer& tokenizer) {
     if (kind != model::TokenKind::Control && kind != model::TokenKind::UserDefined) continue;
     const std::string& text = tokenizer.token_text(id);
     if (text == kLlama3Marker) return ChatFamily::Llama3;
+    if (text == kHarmonyMarker) return ChatFamily::Harmony;
+    if (text == kDeepSeekAssistant) return ChatFamily::DeepSeek;
     if (text == kChatMLMarker) found = ChatFamily::ChatML;
     if (text == kInstMarker && !found) found = ChatFamily::Mistral;
   }
@@ -126,7 +203,10 @@ std::optional<ChatFamily> family_from_vocab(const model::Tokenizer& tokenizer) {
 }
 
 ChatFamily family_from_architecture(std::string_view arch) {
-  return arch.starts_with("qwen") ? ChatFamily::ChatML : ChatFamily::Llama2;
+  if (arch.starts_with("qwen")) return ChatFamily::ChatML;
+  if (arch.starts_with("deepseek")) return ChatFamily::DeepSeek;
+  if (arch == "gpt-oss") return ChatFamily::Harmony;
+  return ChatFamily::Llama2;
 }
 
 ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& tokenizer, std::string_view arch) {
@@ -142,6 +222,8 @@ std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages
     case ChatFamily::ChatML: return render_chatml(messages);
     case ChatFamily::Llama2:
     case ChatFamily::Mistral: return render_inst(family, messages, bos, eos);
+    case ChatFamily::DeepSeek: return render_deepseek(messages, eos);
+    case ChatFamily::Harmony: return render_harmony(messages);
   }
   return render_chatml(messages);
 }

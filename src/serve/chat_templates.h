@@ -18,6 +18,8 @@ enum class ChatFamily {
   Llama3,   // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
   ChatML,   // <|im_start|>role\ncontent<|im_end|>\n (Qwen)
   Mistral,  // [INST] user [/INST] assistant</s> (system text leads the first user turn)
+  DeepSeek, // system<｜User｜>user<｜Assistant｜>assistant<｜end▁of▁sentence｜> (V3, R1)
+  Harmony,  // <|start|>role<|channel|>...<|message|>content<|end|> (gpt-oss; OpenAI's Harmony)
 };
 
 // A call an assistant turn made (OpenAI's message.tool_calls[i]).
@@ -31,13 +33,16 @@ struct ChatMessage {
   // {role, content}, as before turns had tool calls (no initializer warnings at those sites).
   ChatMessage(std::string role_ = {}, std::string content_ = {}) : role(std::move(role_)), content(std::move(content_)) {}
 
-  std::string role;  // "system", "user" or "assistant"; "tool" before structured::render_tool_turns
+  // "system", "user" or "assistant"; "tool" before structured::render_tool_turns, which may
+  // also write "raw" (text put into the prompt as is: Mistral, DeepSeek), "ipython" (Llama 3),
+  // "tools" (Harmony: the functions namespace) and "functions.NAME" (Harmony: a result).
+  std::string role;
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // assistant turns that called tools
   std::string tool_call_id;              // tool turns: the call answered
 };
 
-// "llama2", "llama3", "chatml", "mistral"
+// "llama2", "llama3", "chatml", "mistral", "deepseek", "harmony"
 std::string_view chat_family_name(ChatFamily family);
 // Inverse of chat_family_name; nullopt for any other text.
 std::optional<ChatFamily> parse_chat_family(std::string_view name);
@@ -47,7 +52,8 @@ std::optional<ChatFamily> parse_chat_family(std::string_view name);
 std::optional<ChatFamily> family_from_template(std::string_view jinja);
 // The family whose turn markers are special tokens of this vocabulary; nullopt when none are.
 std::optional<ChatFamily> family_from_vocab(const model::Tokenizer& tokenizer);
-// The family an architecture's models use by default: qwen* → ChatML, anything else → Llama2.
+// The family an architecture's models use by default: qwen* → ChatML, deepseek* → DeepSeek,
+// gpt-oss → Harmony, anything else → Llama2.
 ChatFamily family_from_architecture(std::string_view arch);
 // Template metadata first (may be empty), then vocabulary, then architecture.
 ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& tokenizer, std::string_view arch);
@@ -58,7 +64,10 @@ ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& toke
 // of sequence token, closing earlier assistant turns in the Llama 2 and Mistral formats. Roles
 // other than system/user/assistant are the caller's to refuse. In the families without a system
 // role (Llama 2, Mistral) system text leads the next user turn, or stands as a user turn of its
-// own when no user turn follows it.
+// own when no user turn follows it. Harmony writes its system message (reasoning effort medium,
+// its channels) and puts system/developer text in the developer message's instructions; earlier
+// assistant turns are final-channel messages, their tool_calls commentary messages to
+// functions.NAME.
 std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages, std::string_view bos,
                         std::string_view eos);
 

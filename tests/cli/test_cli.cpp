@@ -415,5 +415,50 @@ TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
   std::filesystem::remove_all(dir);
 }
 
+// `chat` split over two local ranks (a pipeline) gives the replies one rank gives, turn after
+// turn through a pipe, and Ctrl-C there still stops a reply (the launcher passes it to rank 0)
+// rather than the job.
+TEST(Chat, ASplitOverTwoLocalRanksChatsAsOneRank) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> base = {"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"};
+  std::vector<std::string> split = base;
+  split.insert(split.end(), {"--world", "2", "--strategy", "pipeline"});
+  const std::string turns = "hi\nhow so?\n/exit\n";
+  Ran one = run_to_end(orchard(base), std::chrono::seconds(60), turns);
+  Ran two = run_to_end(orchard(split), std::chrono::seconds(120), turns);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(two.out, one.out);
+  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
+  EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
+
+  const std::string dir = ::testing::TempDir() + "/chat-split-interrupt-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
+  std::vector<std::string> endless(split);
+  endless.erase(endless.begin() + 3, endless.begin() + 5);  // no -n: a reply runs to the context's end
+  ASSERT_EQ(std::count(endless.begin(), endless.end(), "-n"), 0);
+  const pid_t pid = testing::start(orchard(endless), err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");
+  ASSERT_NE(input, nullptr);
+  auto wait_until = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 6000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  ASSERT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
+  // To the launcher: it passes Ctrl-C on to rank 0 (the other ranks block it).
+  kill(pid, SIGINT);
+  ASSERT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; })) << testing::read_text(err);
+  std::fputs("more\n/exit\n", input);
+  std::fclose(input);
+  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+  EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace orchard

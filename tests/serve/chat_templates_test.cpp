@@ -44,6 +44,27 @@ TEST(ChatTemplates, Mistral) {
             "[INST] Be brief.\n\nHi [/INST]Hello!</s>[INST] Name a fruit. [/INST]");
 }
 
+// DeepSeek V3's template: the system text first, no BOS (the tokenizer's), replies closed by EOS.
+TEST(ChatTemplates, DeepSeek) {
+  EXPECT_EQ(render_chat(ChatFamily::DeepSeek, kConversation, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+            "Be brief.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Name a fruit.<｜Assistant｜>");
+}
+
+// OpenAI's Harmony format (gpt-oss): its own system message, the caller's system text as the
+// developer's instructions, earlier replies in the final channel.
+TEST(ChatTemplates, Harmony) {
+  EXPECT_EQ(render_chat(ChatFamily::Harmony, kConversation, "<|startoftext|>", "<|return|>"),
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\n"
+            "Reasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+            "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+            "<|start|>user<|message|>Hi<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hello!<|end|>"
+            "<|start|>user<|message|>Name a fruit.<|end|>"
+            "<|start|>assistant");
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  EXPECT_EQ(render_chat(ChatFamily::Harmony, user, "", "").find("<|start|>developer"), std::string::npos);
+}
+
 TEST(ChatTemplates, SystemWithoutUserTurnStandsAlone) {
   const std::vector<ChatMessage> only_system = {{"system", "Rules."}};
   EXPECT_EQ(render_chat(ChatFamily::Llama2, only_system, "<s>", "</s>"), "[INST] <<SYS>>\nRules.\n<</SYS>> [/INST]");
@@ -64,6 +85,8 @@ TEST(ChatTemplates, FamilyFromTemplateMarkers) {
   EXPECT_EQ(family_from_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatFamily::Mistral);
   EXPECT_EQ(family_from_template("{{ message['content'] }}"), std::nullopt);
   EXPECT_EQ(family_from_template(""), std::nullopt);
+  EXPECT_EQ(family_from_template("{{- \"<|start|>assistant<|channel|>final<|message|>\" }}"), ChatFamily::Harmony);
+  EXPECT_EQ(family_from_template("{{'<｜User｜>' + message['content'] + '<｜Assistant｜>'}}"), ChatFamily::DeepSeek);
 }
 
 model::Tokenizer vocab_with(std::vector<std::string> specials) {
@@ -84,6 +107,12 @@ TEST(ChatTemplates, FamilyFromVocabulary) {
   EXPECT_EQ(family_from_vocab(vocab_with({"<|endoftext|>", "<|im_start|>", "<|im_end|>"})), ChatFamily::ChatML);
   EXPECT_EQ(family_from_vocab(vocab_with({"[INST]", "[/INST]"})), ChatFamily::Mistral);
   EXPECT_EQ(family_from_vocab(vocab_with({"<s>", "</s>"})), std::nullopt);
+  EXPECT_EQ(family_from_vocab(vocab_with({"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>"})), ChatFamily::Harmony);
+  EXPECT_EQ(family_from_vocab(vocab_with({"<｜User｜>", "<｜Assistant｜>"})), ChatFamily::DeepSeek);
+  // The tool-call markers a reply is parsed by decode to their text; other control tokens don't.
+  const auto mistral = vocab_with({"[INST]", "[/INST]", "[TOOL_CALLS]"});
+  EXPECT_EQ(mistral.decode(mistral.encode("[TOOL_CALLS]", false)), "[TOOL_CALLS]");
+  EXPECT_EQ(mistral.decode(mistral.encode("[INST]", false)), "");
 }
 
 TEST(ChatTemplates, PickPrefersTemplateThenVocabularyThenArchitecture) {
@@ -93,10 +122,13 @@ TEST(ChatTemplates, PickPrefersTemplateThenVocabularyThenArchitecture) {
   EXPECT_EQ(pick_chat_family("", chatml_vocab, "llama"), ChatFamily::ChatML);
   EXPECT_EQ(pick_chat_family("", plain_vocab, "qwen3"), ChatFamily::ChatML);
   EXPECT_EQ(pick_chat_family("", plain_vocab, "llama"), ChatFamily::Llama2);
+  EXPECT_EQ(pick_chat_family("", plain_vocab, "deepseek2"), ChatFamily::DeepSeek);
+  EXPECT_EQ(pick_chat_family("", plain_vocab, "gpt-oss"), ChatFamily::Harmony);
 }
 
 TEST(ChatTemplates, FamilyNamesRoundTrip) {
-  for (ChatFamily f : {ChatFamily::Llama2, ChatFamily::Llama3, ChatFamily::ChatML, ChatFamily::Mistral})
+  for (ChatFamily f : {ChatFamily::Llama2, ChatFamily::Llama3, ChatFamily::ChatML, ChatFamily::Mistral, ChatFamily::DeepSeek,
+                       ChatFamily::Harmony})
     EXPECT_EQ(parse_chat_family(chat_family_name(f)), f);
   EXPECT_EQ(parse_chat_family("jinja"), std::nullopt);
 }

@@ -371,36 +371,178 @@ TEST(ToolCalls, GrammarAcceptsExactlyCallsOfTheAllowedFunctions) {
   EXPECT_FALSE(accepts(*llama3, R"({"name": "get_weather", "parameters": {"city": "x"}})"));
 }
 
-TEST(ToolCalls, ParsesCallsWholeAndStreamedAtEveryCut) {
-  const std::string reply = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
-                            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{}\"}\n</tool_call>";
-  for (size_t cut = 0; cut <= reply.size(); ++cut) {
-    ToolCallParser p(ToolStyle::Hermes, "call_");
-    std::string content = p.push(reply.substr(0, cut));
-    content += p.push(reply.substr(cut));
-    ToolCallParser::Result r = p.finish();
-    content += r.content;
-    ASSERT_EQ(r.calls.size(), 2u) << cut;
-    EXPECT_EQ(content, "Let me check.\n");
-    EXPECT_EQ(r.calls[0].id, "call_0");
-    EXPECT_EQ(r.calls[0].name, "get_weather");
-    EXPECT_EQ(json::parse(r.calls[0].arguments), json::parse(R"({"city": "Oslo"})"));
-    EXPECT_EQ(r.calls[1].arguments, "{}");
-  }
-  // Text that only looks like a call's start is content.
-  ToolCallParser p(ToolStyle::Hermes, "c");
-  std::string content = p.push("a <tool");
-  content += p.push("box> b <tool_call>{not json}");
-  ToolCallParser::Result r = p.finish();
-  EXPECT_TRUE(r.calls.empty());
-  EXPECT_EQ(content + r.content, "a <toolbox> b <tool_call>{not json}");
+// A reply fed to the parser in pieces, and what came out, checked against OpenAI's streaming
+// shape: each call's first piece has its id and name, later pieces only arguments, and the
+// pieces' arguments add up to the call's.
+struct Streamed {
+  std::string content, reasoning;
+  std::vector<ChatToolCall> calls;  // from finish()
+  std::vector<ChatToolCall> pieced;  // assembled from the deltas
+  size_t argument_pieces = 0;
+};
 
-  EXPECT_EQ(parse_tool_calls(ToolStyle::Llama3, R"( {"name": "get_time", "parameters": {"tz": "UTC"}} )", "x").at(0).arguments,
-            R"({"tz":"UTC"})");
+Streamed stream(ToolStyle style, std::string_view reply, const std::vector<size_t>& cuts) {
+  ToolCallParser p(style, "call_");
+  Streamed out;
+  auto take = [&](const ReplyDelta& d) {
+    out.content += d.content;
+    out.reasoning += d.reasoning;
+    for (const ToolCallDelta& c : d.calls) {
+      if (c.index == static_cast<int>(out.pieced.size())) {
+        EXPECT_FALSE(c.id.empty());
+        EXPECT_FALSE(c.name.empty());
+        out.pieced.push_back({c.id, c.name, c.arguments});
+      } else {
+        EXPECT_EQ(c.index, static_cast<int>(out.pieced.size()) - 1);
+        EXPECT_TRUE(c.id.empty() && c.name.empty());
+        out.pieced.back().arguments += c.arguments;
+      }
+      if (!c.arguments.empty()) ++out.argument_pieces;
+    }
+  };
+  size_t at = 0;
+  for (size_t cut : cuts) {
+    take(p.push(reply.substr(at, cut - at)));
+    at = cut;
+  }
+  take(p.push(reply.substr(at)));
+  ToolCallParser::Finished f = p.finish();
+  take(f.last);
+  out.calls = f.calls;
+  EXPECT_EQ(out.calls.size(), out.pieced.size());
+  for (size_t i = 0; i < std::min(out.calls.size(), out.pieced.size()); ++i) {
+    EXPECT_EQ(out.calls[i].id, out.pieced[i].id);
+    EXPECT_EQ(out.calls[i].name, out.pieced[i].name);
+    EXPECT_EQ(out.calls[i].arguments, out.pieced[i].arguments);
+  }
+  return out;
+}
+
+std::vector<size_t> every_byte(std::string_view s) {
+  std::vector<size_t> cuts;
+  for (size_t i = 1; i < s.size(); ++i) cuts.push_back(i);
+  return cuts;
+}
+
+// Each style's hand-written reply, cut at every byte and byte by byte: the same content, the
+// same calls, and arguments that stream in more than one piece.
+void expect_calls_at_every_cut(ToolStyle style, std::string_view reply, const std::string& content,
+                               const std::vector<std::pair<std::string, json>>& calls, const std::string& reasoning = "",
+                               bool streams = true) {
+  for (size_t cut = 0; cut <= reply.size() + 1; ++cut) {
+    const Streamed s = cut <= reply.size() ? stream(style, reply, {cut}) : stream(style, reply, every_byte(reply));
+    EXPECT_EQ(s.content, content) << cut;
+    EXPECT_EQ(s.reasoning, reasoning) << cut;
+    ASSERT_EQ(s.calls.size(), calls.size()) << cut;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(s.calls[i].id, "call_" + std::to_string(i));
+      EXPECT_EQ(s.calls[i].name, calls[i].first) << cut;
+      EXPECT_EQ(json::parse(s.calls[i].arguments), calls[i].second) << cut << " " << s.calls[i].arguments;
+    }
+    if (cut > reply.size() && streams && !calls.empty()) {
+      EXPECT_GT(s.argument_pieces, calls.size());
+    }
+  }
+  const ToolCallParser::Result whole = ToolCallParser(style, "call_").whole(reply);
+  EXPECT_EQ(whole.calls.size(), calls.size());
+  EXPECT_EQ(whole.reasoning, reasoning);
+}
+
+TEST(ToolCalls, ParsesCallsWholeAndStreamedAtEveryCut) {
+  expect_calls_at_every_cut(ToolStyle::Hermes,
+                            "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{}\"}\n</tool_call>",
+                            "Let me check.\n", {{"get_weather", {{"city", "Oslo"}}}, {"get_time", json::object()}});
+  // Arguments stream as written: the pieces add up to the model's own text.
+  const Streamed bytes = stream(ToolStyle::Hermes, R"(<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "}"}]}}</tool_call>)",
+                                every_byte(R"(<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "}"}]}}</tool_call>)"));
+  ASSERT_EQ(bytes.calls.size(), 1u);
+  EXPECT_EQ(bytes.calls[0].arguments, R"({"a": [1, {"b": "}"}]})");
+  // Keys in another order don't stream but are read whole at the end.
+  const Streamed swapped = stream(ToolStyle::Hermes, R"(<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>)", {5, 20});
+  ASSERT_EQ(swapped.calls.size(), 1u);
+  EXPECT_EQ(json::parse(swapped.calls[0].arguments), json::parse(R"({"x": 1})"));
+
+  // Text that only looks like a call's start is content.
+  const Streamed fake = stream(ToolStyle::Hermes, "a <toolbox> b <tool_call>{not json}", {7, 20});
+  EXPECT_TRUE(fake.calls.empty());
+  EXPECT_EQ(fake.content, "a <toolbox> b <tool_call>{not json}");
+
+  expect_calls_at_every_cut(ToolStyle::Llama3, R"( {"name": "get_time", "parameters": {"tz": "UTC"}} )", "",
+                            {{"get_time", {{"tz", "UTC"}}}});
+  expect_calls_at_every_cut(ToolStyle::Llama3, R"(<|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}})", "",
+                            {{"get_time", {{"tz", "UTC"}}}});
   EXPECT_TRUE(parse_tool_calls(ToolStyle::Llama3, "The time is now.", "x").empty());
   ToolCallParser plain(ToolStyle::Llama3, "c");
-  EXPECT_EQ(plain.push("  Hello"), "  Hello");
-  EXPECT_EQ(plain.push(" {x}"), " {x}");
+  EXPECT_EQ(plain.push("  Hello").content, "  Hello");
+  EXPECT_EQ(plain.push(" {x}").content, " {x}");
+}
+
+// Replies as Mistral's, DeepSeek's and gpt-oss's models write them (their model cards and chat
+// templates), parsed at every cut.
+TEST(ToolCalls, ParsesMistralDeepSeekAndHarmonyCalls) {
+  expect_calls_at_every_cut(ToolStyle::Mistral,
+                            R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}, "id": "a1b2c3d4e"}, )"
+                            R"({"name": "get_time", "arguments": {}}])",
+                            "", {{"get_weather", {{"city", "Oslo"}, {"unit", "c"}}}, {"get_time", json::object()}});
+  expect_calls_at_every_cut(ToolStyle::Mistral, "Sure. [TOOL_CALLS][{\"arguments\": {\"tz\": \"UTC\"}, \"name\": \"get_time\"}]", "Sure. ",
+                            {{"get_time", {{"tz", "UTC"}}}}, "", false);
+  EXPECT_TRUE(parse_tool_calls(ToolStyle::Mistral, "[TOOL_CALLS] not a list", "x").empty());
+
+  expect_calls_at_every_cut(ToolStyle::DeepSeek,
+                            "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                            "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n"
+                            "{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                            "Checking.", {{"get_weather", {{"city", "Oslo"}}}, {"get_time", json::object()}});
+  // V3.1 writes the name first, then the arguments without a code fence. Spacing before the
+  // calls is no content.
+  expect_calls_at_every_cut(ToolStyle::DeepSeek,
+                            "\r <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜>"
+                            "<｜tool▁calls▁end｜>",
+                            "", {{"get_weather", {{"city", "Oslo"}}}});
+  EXPECT_EQ(ToolCallParser(ToolStyle::DeepSeek, "x").whole("<｜tool▁calls▁begin｜>oops").content, "<｜tool▁calls▁begin｜>oops");
+
+  // Harmony: the analysis channel is reasoning, the final channel content; a commentary message
+  // to=functions.NAME is a call (its <|call|> ends generation, so the text stops there).
+  expect_calls_at_every_cut(ToolStyle::Harmony,
+                            "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                            "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}",
+                            "", {{"get_weather", {{"city", "Oslo"}}}}, "Need the weather.");
+  // The recipient may stand in the role's header; <|end|> is not in the text (a control token).
+  expect_calls_at_every_cut(ToolStyle::Harmony,
+                            "<|channel|>analysis<|message|>Time.<|start|>assistant to=functions.get_time<|channel|>commentary json"
+                            "<|message|>{\"tz\": \"UTC\"}<|call|>",
+                            "", {{"get_time", {{"tz", "UTC"}}}}, "Time.");
+  expect_calls_at_every_cut(ToolStyle::Harmony,
+                            "<|channel|>analysis<|message|>User greets. Reply.<|end|><|start|>assistant<|channel|>final<|message|>"
+                            "Hello! <|tricky|> 1<2",
+                            "Hello! <|tricky|> 1<2", {}, "User greets. Reply.");
+  // A model that ignores the format: its text is content.
+  EXPECT_EQ(ToolCallParser(ToolStyle::Harmony, "x").whole("Just text.").content, "Just text.");
+}
+
+// Each style's grammar for tool_choice "required" writes a call that its parser reads back.
+TEST(ToolCalls, EveryStylesRequiredCallParsesBack) {
+  const std::vector<std::pair<ToolStyle, std::string>> cases = {
+      {ToolStyle::Mistral, R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"},
+      {ToolStyle::DeepSeek,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>"
+       "<｜tool▁calls▁end｜>"},
+      {ToolStyle::Harmony, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"},
+  };
+  for (const auto& [style, text] : cases) {
+    auto g = tool_call_grammar(style, kTools);
+    EXPECT_TRUE(accepts(*g, text)) << text;
+    EXPECT_FALSE(accepts(*g, text.substr(0, text.size() - 1) + "x")) << text;
+    // No spacing inside the format's markers (the grammar allows it before values only).
+    std::string spaced = text;
+    spaced.insert(spaced.find("get_weather"), "\r ");
+    EXPECT_FALSE(accepts(*g, spaced)) << spaced;
+    const std::vector<ChatToolCall> calls = parse_tool_calls(style, text, "c");
+    ASSERT_EQ(calls.size(), 1u) << text;
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(json::parse(calls[0].arguments), json::parse(R"({"city": "Oslo"})"));
+  }
 }
 
 TEST(ToolCalls, RendersToolsCallsAndResultsInTheTemplatesStyle) {
@@ -428,6 +570,62 @@ TEST(ToolCalls, RendersToolsCallsAndResultsInTheTemplatesStyle) {
   EXPECT_EQ(llama3[3].role, "ipython");
   EXPECT_NE(render_chat(ChatFamily::Llama3, llama3, "", "").find("<|start_header_id|>ipython<|end_header_id|>\n\n12:00<|eot_id|>"),
             std::string::npos);
+}
+
+// The formats' own renderings of tools, calls and results, written out by hand from their chat
+// templates (Mistral v3, DeepSeek V3, gpt-oss).
+TEST(ToolCalls, RendersMistralDeepSeekAndHarmonyTurns) {
+  std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Weather in Oslo?"}, {"assistant", ""},
+                                       {"tool", "{\"temp\": 3}"}, {"tool", "12:00"}};
+  messages[2].tool_calls = {{"call_1", "get_weather", R"({"city":"Oslo"})"}, {"call_2", "get_time", "{}"}};
+  messages[3].tool_call_id = "call_1";
+  messages[4].tool_call_id = "call_2";
+  const std::span<const ToolFunction> time_only = std::span(kTools).subspan(1);
+
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, render_tool_turns(ToolStyle::Mistral, messages, time_only), "<s>", "</s>"),
+            R"([AVAILABLE_TOOLS] [{"type":"function","function":{"name":"get_time","parameters":{}}}][/AVAILABLE_TOOLS])"
+            "[INST] Be brief.\n\nWeather in Oslo? [/INST]"
+            R"([TOOL_CALLS] [{"name":"get_weather","arguments":{"city":"Oslo"},"id":"call_1"},{"name":"get_time","arguments":{},"id":"call_2"}]</s>)"
+            R"([TOOL_RESULTS] {"content":"{\"temp\": 3}","call_id":"call_1"}[/TOOL_RESULTS])"
+            R"([TOOL_RESULTS] {"content":"12:00","call_id":"call_2"}[/TOOL_RESULTS])");
+
+  EXPECT_EQ(render_chat(ChatFamily::DeepSeek, render_tool_turns(ToolStyle::DeepSeek, messages, time_only), "", "<｜end▁of▁sentence｜>"),
+            "Be brief.\n\n## Tools\n\nYou have access to the following tools:\n\n### get_time\n\nParameters: {}\n\n"
+            "To call tools, answer in exactly this form, one <｜tool▁call▁begin｜>...<｜tool▁call▁end｜> block per call:\n"
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGUMENTS\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+            "<｜User｜>Weather in Oslo?<｜Assistant｜><｜tool▁calls▁begin｜>"
+            "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Oslo\"}\n```<｜tool▁call▁end｜>\n"
+            "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+            "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{\"temp\": 3}<｜tool▁output▁end｜>\n"
+            "<｜tool▁output▁begin｜>12:00<｜tool▁output▁end｜><｜tool▁outputs▁end｜><｜Assistant｜>");
+
+  EXPECT_EQ(render_chat(ChatFamily::Harmony, render_tool_turns(ToolStyle::Harmony, messages, kTools), "", ""),
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\n"
+            "Reasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
+            "Calls to these tools must go to the commentary channel: 'functions'.<|end|>"
+            "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
+            "// Weather of a city\ntype get_weather = (_: {\ncity: string,\nunit?: \"c\" | \"f\",\n}) => any;\n\n"
+            "type get_time = () => any;\n\n} // namespace functions<|end|>"
+            "<|start|>user<|message|>Weather in Oslo?<|end|>"
+            "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>"
+            "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>"
+            "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"temp\": 3}<|end|>"
+            "<|start|>functions.get_time to=assistant<|channel|>commentary<|message|>12:00<|end|>"
+            "<|start|>assistant");
+}
+
+// JSON Schema in Harmony's TypeScript-like declarations: descriptions as comments, optional
+// properties with '?', enums as unions, arrays, nested objects, defaults.
+TEST(ToolCalls, HarmonyNamespaceWritesSchemasAsTypes) {
+  const std::vector<ToolFunction> tools = {{"search", "Search the web.\nUse sparingly.", json::parse(R"({"type": "object",
+      "properties": {"query": {"type": "string", "description": "What to look for"},
+                     "limit": {"type": "integer", "default": 5},
+                     "tags": {"type": "array", "items": {"type": ["string", "null"]}},
+                     "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}},
+      "required": ["query"]})")}};
+  EXPECT_EQ(harmony_namespace(tools),
+            "// Search the web.\n// Use sparingly.\ntype search = (_: {\nlimit?: number, // default: 5\n// What to look for\nquery: string,\n"
+            "tags?: (string | null)[],\nwhere?: {\n  lat: number,\n},\n}) => any;\n\n");
 }
 
 // The scheduler holds a request to its constraint: the fake model's favourite token is refused
@@ -551,11 +749,26 @@ TEST(StructuredRequests, BodiesCarryToolCalls) {
   EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0],
             json::parse(R"({"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}})"));
   StreamWriter writer(Endpoint::ChatCompletions, meta, false);
-  const std::string event = writer.tool_calls(calls);
-  const json chunk = json::parse(event.substr(6));
-  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+  // A call's first piece names it; a later one (with reasoning and content before it) carries
+  // only its index and more arguments, each kind in an event of its own, as OpenAI's are.
+  const std::string first = writer.delta({"", "", {{0, "call_0", "f", ""}}});
+  const json chunk = json::parse(first.substr(6));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0],
+            json::parse(R"({"index": 0, "id": "call_0", "type": "function", "function": {"name": "f", "arguments": ""}})"));
   EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  const std::string later = writer.delta({"hm", "ok", {{0, "", "", R"({"a":)"}}});
+  std::vector<json> events;
+  for (size_t at = 0; (at = later.find("data: ", at)) != std::string::npos; at += 6)
+    events.push_back(json::parse(later.substr(at + 6, later.find("\n\n", at) - at - 6)));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json::parse(R"({"reasoning_content": "hm"})"));
+  EXPECT_EQ(events[1]["choices"][0]["delta"], json::parse(R"({"content": "ok"})"));
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["tool_calls"][0], json::parse(R"({"index": 0, "function": {"arguments": "{\"a\":"}})"));
+  EXPECT_EQ(writer.delta({}), "");
   EXPECT_NE(writer.end(FinishReason::Stop, {}, true).find(R"("finish_reason":"tool_calls")"), std::string::npos);
+  // Reasoning in a whole answer is message.reasoning_content.
+  const json reasoned = json::parse(completion_body(Endpoint::ChatCompletions, meta, "Hi", FinishReason::Stop, {3, 4}, {}, "think"));
+  EXPECT_EQ(reasoned["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": "Hi", "reasoning_content": "think"})"));
 }
 
 }  // namespace

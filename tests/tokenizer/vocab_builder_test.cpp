@@ -126,6 +126,9 @@ TEST(VocabBuilderLayout, ByteLevelSpecialsAndMergeConsistency) {
     const std::vector<std::string> specials =
         style == VocabStyle::Llama3Bpe
             ? std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}
+        : style == VocabStyle::Gpt4oBpe
+            ? std::vector<std::string>{"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                                       "<|start|>", "<|end|>", "<|message|>", "<|call|>"}
             : std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     for (size_t i = 0; i < specials.size(); ++i) {
       const size_t id = v.tokens.size() - specials.size() + i;
@@ -141,8 +144,19 @@ TEST(VocabBuilderLayout, ByteLevelSpecialsAndMergeConsistency) {
       ASSERT_EQ(eot.size(), 1u);
       EXPECT_TRUE(t.is_end_of_generation(eot[0]));
       EXPECT_TRUE(t.is_end_of_generation(t.eos()));
+    } else if (style == VocabStyle::Gpt4oBpe) {
+      // Harmony: a reply ends at <|return|> or <|call|>, not at the <|end|> closing its analysis,
+      // and the markers of its messages and channels decode to their text (llama.cpp does the same).
+      EXPECT_EQ(v.pre, "gpt-4o");
+      EXPECT_FALSE(t.adds_bos());
+      EXPECT_EQ(t.token_text(t.eos()), "<|return|>");
+      const auto id = [&](std::string_view text) { return t.encode(text, false).at(0); };
+      EXPECT_TRUE(t.is_end_of_generation(id("<|call|>")));
+      EXPECT_FALSE(t.is_end_of_generation(id("<|end|>")));
+      const std::vector<TokenId> reply = t.encode("<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Hi", false);
+      EXPECT_EQ(t.decode(reply), "<|channel|>analysis<|message|>hm<|start|>assistant<|channel|>final<|message|>Hi");
     } else {
-      EXPECT_EQ(v.pre, style == VocabStyle::Gpt4oBpe ? "gpt-4o" : "qwen2");
+      EXPECT_EQ(v.pre, "qwen2");
       EXPECT_FALSE(t.adds_bos());
       EXPECT_EQ(t.token_text(t.eos()), "<|im_end|>");
       EXPECT_TRUE(t.is_end_of_generation(t.encode("<|endoftext|>", false).at(0)));

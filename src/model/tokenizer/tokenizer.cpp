@@ -21,6 +21,17 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
 };
 
+// Control tokens that carry a reply's structure are decoded as their text (as llama.cpp keeps
+// them), so that a server can tell a reply's parts apart: OpenAI's Harmony format (gpt-oss)
+// marks messages and channels with them, Mistral and DeepSeek their tool calls.
+constexpr std::string_view kShownControlTexts[] = {
+    "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
+// In Harmony, <|end|> closes a message of the reply (its analysis) rather than the reply, which
+// <|return|> or <|call|> end.
+constexpr std::string_view kHarmonyReplyEnd = "<|return|>";
+constexpr std::string_view kHarmonyEndTexts[] = {"<|return|>", "<|call|>"};
+
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -317,6 +328,13 @@ Tokenizer Tokenizer::from_vocab(VocabData vocab) {
   if (vocab.kinds.size() != n) {
     throw FormatError(error_message("tokenizer", "tokenizer.ggml.token_type has {} entries for {} tokens", vocab.kinds.size(), n));
   }
+  const bool harmony = std::find(vocab.tokens.begin(), vocab.tokens.end(), kHarmonyReplyEnd) != vocab.tokens.end() &&
+                       std::find(vocab.tokens.begin(), vocab.tokens.end(), "<|channel|>") != vocab.tokens.end();
+  for (size_t i = 0; i < n; ++i) {
+    if (vocab.kinds[i] == TokenKind::Control &&
+        std::find(std::begin(kShownControlTexts), std::end(kShownControlTexts), vocab.tokens[i]) != std::end(kShownControlTexts))
+      vocab.kinds[i] = TokenKind::UserDefined;
+  }
   const std::pair<const char*, TokenId> special_ids[] = {
       {"bos_token_id", vocab.bos}, {"eos_token_id", vocab.eos}, {"unknown_token_id", vocab.unknown},
       {"padding_token_id", vocab.padding}, {"eot_token_id", vocab.eot}};
@@ -340,7 +358,9 @@ Tokenizer Tokenizer::from_vocab(VocabData vocab) {
     if ((kind == TokenKind::Control || kind == TokenKind::UserDefined) && !text.empty()) {
       impl->specials_by_first_byte[static_cast<unsigned char>(text[0])].push_back(id);
     }
-    const bool end_text = std::find(std::begin(kEndOfGenerationTexts), std::end(kEndOfGenerationTexts), text) != std::end(kEndOfGenerationTexts);
+    const bool end_text =
+        harmony ? std::find(std::begin(kHarmonyEndTexts), std::end(kHarmonyEndTexts), text) != std::end(kHarmonyEndTexts)
+                : std::find(std::begin(kEndOfGenerationTexts), std::end(kEndOfGenerationTexts), text) != std::end(kEndOfGenerationTexts);
     if (end_text || id == vocab.eos || id == vocab.eot) impl->end_of_generation.push_back(id);
   }
   if (!impl->sentence_piece) {

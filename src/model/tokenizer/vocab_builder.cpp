@@ -200,9 +200,13 @@ VocabData build_sentence_piece(int32_t vocab_size) {
 
 VocabData build_byte_level(VocabStyle style, int32_t vocab_size) {
   const bool llama3 = style == VocabStyle::Llama3Bpe;
+  const bool harmony = style == VocabStyle::Gpt4oBpe;
+  // gpt-oss's o200k_harmony specials, in their order there: its chat format is OpenAI's Harmony.
   const std::vector<std::string> specials =
-      llama3 ? std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}
-             : std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+      llama3    ? std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}
+      : harmony ? std::vector<std::string>{"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                                           "<|start|>", "<|end|>", "<|message|>", "<|call|>"}
+                : std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   const int32_t fixed = 256 + static_cast<int32_t>(specials.size());
   if (vocab_size < fixed) {
     throw Error(error_message("tokenizer", "this byte-level BPE vocabulary needs at least {} tokens, not {}", fixed, vocab_size));
@@ -247,6 +251,14 @@ VocabData build_byte_level(VocabStyle style, int32_t vocab_size) {
     vocab.eos = special_id(1);
     vocab.eot = special_id(2);
     vocab.add_bos = true;
+  } else if (harmony) {
+    // A reply ends with <|return|> (or <|call|> for a tool call); <|end|> only closes a message
+    // of the reply, such as its analysis.
+    vocab.bos = special_id(0);
+    vocab.eos = special_id(2);
+    vocab.eot = special_id(2);
+    vocab.padding = special_id(1);
+    vocab.add_bos = false;
   } else {
     // Qwen2 (and ChatML generally) has no BOS in use; <|endoftext|> is its BOS/padding and
     // <|im_end|> ends a turn.

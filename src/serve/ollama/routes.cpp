@@ -41,16 +41,17 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
         if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
         const std::shared_ptr<structured::ToolCallParser>& tools = c->started.tool_parser;
         std::string out;
-        // With tools, text that may be a call is held until it is known to be one.
-        const std::string content = tools ? tools->push(u.text) : u.text;
+        // With a reply parser, text that may be a call is held until it is known to be one
+        // (calls go out whole at the end) and reasoning is left out.
+        const std::string content = tools ? tools->push(u.text).content : u.text;
         if (!content.empty()) out += chunk_line(c->answer, content);
         if (u.finished && u.finish_reason == FinishReason::Error) {
           out += failure_line(u);
         } else if (u.finished) {
           if (tools) {
             // Ollama streams the calls as one message of their own before the last line.
-            structured::ToolCallParser::Result rest = tools->finish();
-            if (!rest.content.empty() || !rest.calls.empty()) out += chunk_line(c->answer, rest.content, rest.calls);
+            structured::ToolCallParser::Finished rest = tools->finish();
+            if (!rest.last.content.empty() || !rest.calls.empty()) out += chunk_line(c->answer, rest.last.content, rest.calls);
           }
           out += final_line(c->answer, "", u.finish_reason, u.usage, c->elapsed_ns());
         } else if (out.empty() && Clock::now() - last_write >= probe)

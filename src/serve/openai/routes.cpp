@@ -39,17 +39,19 @@ void stream_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::du
         const JobUpdate u = s->job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
         if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
         std::string out;
-        // With tools, text that may be a call is held until it is known to be one.
-        const std::string content = s->tool_parser ? s->tool_parser->push(u.text) : u.text;
-        if (!content.empty()) out += writer->text(content);
+        // With a reply parser, text that may be a call is held until it is known to be one, and
+        // reasoning is told apart from content.
+        if (s->tool_parser)
+          out += writer->delta(s->tool_parser->push(u.text));
+        else if (!u.text.empty())
+          out += writer->text(u.text);
         if (u.finished && u.finish_reason == FinishReason::Error) {
           out += writer->error(engine_error(u));
         } else if (u.finished) {
           bool called = false;
           if (s->tool_parser) {
-            structured::ToolCallParser::Result rest = s->tool_parser->finish();
-            if (!rest.content.empty()) out += writer->text(rest.content);
-            if (!rest.calls.empty()) out += writer->tool_calls(rest.calls);
+            structured::ToolCallParser::Finished rest = s->tool_parser->finish();
+            out += writer->delta(rest.last);
             called = !rest.calls.empty();
           }
           out += writer->end(u.finish_reason, u.usage, called);
@@ -72,14 +74,16 @@ void whole_answer(std::shared_ptr<Started> s, httplib::Response& res, Clock::dur
   send_whole_answer(res, kJson, std::move(job), probe, [s](const JobUpdate& u, std::string& text) {
     // The status line has gone out already; the body still says what happened.
     std::vector<ChatToolCall> calls;
+    std::string reasoning;
     if (s->tool_parser && u.finish_reason != FinishReason::Error) {
       structured::ToolCallParser::Result split = s->tool_parser->whole(text);
       text = std::move(split.content);
+      reasoning = std::move(split.reasoning);
       calls = std::move(split.calls);
     }
     return u.finish_reason == FinishReason::Error
                ? error_body(engine_error(u))
-               : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage, calls);
+               : completion_body(s->request.endpoint, s->meta, text, u.finish_reason, u.usage, calls, reasoning);
   });
 }
 

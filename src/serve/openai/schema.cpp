@@ -484,16 +484,18 @@ json calls_json(std::span<const ChatToolCall> calls, bool indexed) {
 }  // namespace
 
 std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
-                            const Usage& usage, std::span<const ChatToolCall> calls) {
+                            const Usage& usage, std::span<const ChatToolCall> calls, std::string_view reasoning) {
   json j = response_head(endpoint, meta, false);
   const bool called = !calls.empty() && reason == FinishReason::Stop;
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", called ? "tool_calls" : finish_reason_name(reason)}};
-  if (endpoint == Endpoint::ChatCompletions && !calls.empty())
-    choice["message"] = {{"role", "assistant"}, {"content", text.empty() ? json(nullptr) : json(text)}, {"tool_calls", calls_json(calls, false)}};
-  else if (endpoint == Endpoint::ChatCompletions)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
+  if (endpoint == Endpoint::ChatCompletions) {
+    json message = {{"role", "assistant"}, {"content", text.empty() && !calls.empty() ? json(nullptr) : json(text)}};
+    if (!reasoning.empty()) message["reasoning_content"] = reasoning;
+    if (!calls.empty()) message["tool_calls"] = calls_json(calls, false);
+    choice["message"] = std::move(message);
+  } else {
     choice["text"] = text;
+  }
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(usage);
   return dump(j);
@@ -507,13 +509,14 @@ std::string models_body(const ModelInfo& info) {
 StreamWriter::StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage)
     : endpoint_(endpoint), meta_(std::move(meta)), include_usage_(include_usage) {}
 
-std::string StreamWriter::chunk(std::string_view delta, const char* finish_reason, const json* calls) {
+std::string StreamWriter::chunk(std::string_view delta, const char* finish_reason, const json* calls, std::string_view reasoning) {
   json j = response_head(endpoint_, meta_, true);
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   if (endpoint_ == Endpoint::ChatCompletions) {
     json d = json::object();
     if (!role_sent_) d["role"] = "assistant";
-    if (!delta.empty() || (!role_sent_ && calls == nullptr)) d["content"] = delta;
+    if (!delta.empty() || (!role_sent_ && calls == nullptr && reasoning.empty())) d["content"] = delta;
+    if (!reasoning.empty()) d["reasoning_content"] = reasoning;
     if (calls != nullptr) d["tool_calls"] = *calls;
     role_sent_ = true;
     choice["delta"] = d;
@@ -528,9 +531,28 @@ std::string StreamWriter::chunk(std::string_view delta, const char* finish_reaso
 
 std::string StreamWriter::text(std::string_view delta) { return chunk(delta, nullptr); }
 
-std::string StreamWriter::tool_calls(std::span<const ChatToolCall> calls) {
-  const json list = calls_json(calls, true);
-  return chunk("", nullptr, &list);
+std::string StreamWriter::delta(const structured::ReplyDelta& d) {
+  std::string out;
+  if (!d.reasoning.empty()) out += chunk("", nullptr, nullptr, d.reasoning);
+  if (!d.content.empty()) out += chunk(d.content, nullptr);
+  if (!d.calls.empty()) {
+    json list = json::array();
+    for (const structured::ToolCallDelta& c : d.calls) {
+      json piece = {{"index", c.index}};
+      // A call's first piece names it (its arguments start empty, as OpenAI's do); later ones
+      // carry only more of the arguments.
+      if (!c.id.empty()) {
+        piece["id"] = c.id;
+        piece["type"] = "function";
+        piece["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+      } else {
+        piece["function"] = {{"arguments", c.arguments}};
+      }
+      list.push_back(std::move(piece));
+    }
+    out += chunk("", nullptr, &list);
+  }
+  return out;
 }
 
 std::string StreamWriter::end(FinishReason reason, const Usage& usage, bool called_tools) {

@@ -117,9 +117,10 @@ struct ResponseMeta {
 std::string error_body(const ApiError& error);
 // The whole answer of a request without "stream".
 // With tool calls (chat), the message carries them, its content is null when `text` is empty,
-// and finish_reason is "tool_calls".
+// and finish_reason is "tool_calls". Reasoning (Harmony's analysis) is message.reasoning_content,
+// as llama.cpp's server names it.
 std::string completion_body(Endpoint endpoint, const ResponseMeta& meta, std::string_view text, FinishReason reason,
-                            const Usage& usage, std::span<const ChatToolCall> calls = {});
+                            const Usage& usage, std::span<const ChatToolCall> calls = {}, std::string_view reasoning = {});
 // GET /v1/models.
 std::string models_body(const ModelInfo& info);
 
@@ -129,8 +130,10 @@ class StreamWriter {
   StreamWriter(Endpoint endpoint, ResponseMeta meta, bool include_usage);
   // The event carrying `delta` (for chat, the first one also carries the assistant role).
   std::string text(std::string_view delta);
-  // The event carrying the calls as delta.tool_calls, each whole (index, id, type, function).
-  std::string tool_calls(std::span<const ChatToolCall> calls);
+  // The events of a piece of a chat reply: delta.reasoning_content, delta.content, then
+  // delta.tool_calls (a call's first piece with index, id, type and name, later ones with its
+  // index and more of its arguments), each kind in an event of its own; nothing when it is empty.
+  std::string delta(const structured::ReplyDelta& d);
   // The last events: the finish reason ("tool_calls" when the answer called tools), the usage
   // when asked for, then "data: [DONE]".
   std::string end(FinishReason reason, const Usage& usage, bool called_tools = false);
@@ -140,7 +143,8 @@ class StreamWriter {
   static std::string keep_alive();
 
  private:
-  std::string chunk(std::string_view delta, const char* finish_reason, const nlohmann::json* calls = nullptr);
+  std::string chunk(std::string_view delta, const char* finish_reason, const nlohmann::json* calls = nullptr,
+                    std::string_view reasoning = {});
 
   Endpoint endpoint_;
   ResponseMeta meta_;

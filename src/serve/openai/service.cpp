@@ -107,7 +107,9 @@ Started Service::start(ApiRequest request) {
   s.meta.id = fmt::format("{}-{:016x}", endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl", random_u64());
   s.meta.created = unix_seconds();
   s.meta.model = info.id;
-  if (tools_on) s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()));
+  // Harmony replies always need reading: their analysis channel is reasoning, not content.
+  if (tools_on || (endpoint == Endpoint::ChatCompletions && style == structured::ToolStyle::Harmony))
+    s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()));
   try {
     s.job = scheduler_.submit(std::move(g));
   } catch (const QueueFullError&) {

@@ -21,8 +21,8 @@ struct Started {
   ApiRequest request;
   ResponseMeta meta;
   std::shared_ptr<Job> job;
-  // Chat with tools the model may call: splits its text into content and tool_calls. Null
-  // without tools (or with tool_choice "none").
+  // Chat with tools the model may call, or in Harmony: splits its text into content, reasoning
+  // and tool_calls. Null otherwise (no tools, or tool_choice "none").
   std::shared_ptr<structured::ToolCallParser> tool_parser;
 };
 

@@ -5,12 +5,21 @@
 // tool_choice "required" or a named function.
 //
 // Styles, by chat family:
-//   Hermes (ChatML/Qwen, and Llama 2 / Mistral, which have no tool format of their own): tools
-//     listed in <tools></tools> in the system turn; a call is
+//   Hermes (ChatML/Qwen, and Llama 2, which has no tool format of its own): tools listed in
+//     <tools></tools> in the system turn; a call is
 //     <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>; results come back in a user
 //     turn as <tool_response>\n...\n</tool_response>.
 //   Llama 3 (3.1's JSON tool calling): tools listed in the first user turn; a call is the whole
 //     reply, {"name": ..., "parameters": {...}}; results come back as "ipython" turns.
+//   Mistral (v3 tokenizer): [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the last user turn;
+//     calls are [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]; results are
+//     [TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS].
+//   DeepSeek (V3/R1): tools described in the system text; calls are
+//     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//     (V3.1's NAME<｜tool▁sep｜>{...} is read too); results are <｜tool▁output▁begin｜> blocks.
+//   Harmony (gpt-oss): tools in the developer message's `namespace functions`, TypeScript-like;
+//     a call is a commentary message to=functions.NAME; results are messages from
+//     functions.NAME. Its replies also carry an analysis channel, returned as reasoning.
 #include <memory>
 #include <span>
 #include <string>
@@ -30,40 +39,92 @@ struct ToolFunction {
   nlohmann::json parameters;  // a JSON schema of the arguments (an object)
 };
 
-enum class ToolStyle { Hermes, Llama3 };
+enum class ToolStyle { Hermes, Llama3, Mistral, DeepSeek, Harmony };
 ToolStyle tool_style(ChatFamily family);
 
 // The messages to render: tools described where the style puts them (when `tools` is not
-// empty), assistant turns' tool_calls written into their content, tool turns as the style's
-// result turns. Roles are then system/user/assistant (and "ipython" for Llama 3).
+// empty), assistant turns' tool_calls written into their content (Harmony: kept, its renderer
+// writes them), tool turns as the style's result turns. Roles are then system/user/assistant,
+// "ipython" (Llama 3), "raw" (Mistral, DeepSeek), "tools" and "functions.NAME" (Harmony).
 std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const ChatMessage> messages, std::span<const ToolFunction> tools);
+
+// Harmony's TypeScript-like declaration of the tools, the body of its `namespace functions`.
+std::string harmony_namespace(std::span<const ToolFunction> tools);
 
 // The grammar of one call of one of `allowed` (each a function of `tools`), arguments following
 // its parameters schema. Throws SchemaError for a schema the grammar can't honour.
 std::shared_ptr<Grammar> tool_call_grammar(ToolStyle style, std::span<const ToolFunction> allowed);
 
-// Splits a reply into content and calls. Fed the text as it comes (push), it returns the
-// content that is certainly not part of a call; finish() returns the rest of the content and
-// the calls. When a call does not parse, its text counts as content and no call is returned.
+// A piece of a streamed call: the first piece of call `index` has its id and name (and maybe
+// arguments), later ones only more of the arguments' text, as OpenAI streams them.
+struct ToolCallDelta {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+// What a piece of the reply's text adds: content shown to the user, reasoning (Harmony's
+// analysis channel) and pieces of calls. Within one delta reasoning comes first, then content,
+// then the calls.
+struct ReplyDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallDelta> calls;
+  bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+};
+
+// Splits a reply into content, reasoning and calls as it streams. push() returns what is
+// certainly known; a call's arguments stream as they are written once its name is known.
+// A call region that does not parse (no name where one belongs) is held and read whole at
+// finish(); if no call comes out of it, its text counts as content.
 class ToolCallParser {
  public:
   // Call ids are `id_prefix` followed by the call's index.
   ToolCallParser(ToolStyle style, std::string id_prefix);
-  std::string push(std::string_view text);
+  ReplyDelta push(std::string_view text);
+  struct Finished {
+    ReplyDelta last;                  // what push() had not returned yet
+    std::vector<ChatToolCall> calls;  // every call of the reply, whole
+  };
+  Finished finish();
   struct Result {
-    std::string content;  // what push() had not returned yet
+    std::string content;
+    std::string reasoning;
     std::vector<ChatToolCall> calls;
   };
-  Result finish();
-  // A whole reply at once (push then finish); content is empty when only spacing surrounds the calls.
+  // A whole reply at once; content is empty when only spacing surrounds the calls.
   Result whole(std::string_view text);
 
  private:
+  enum class Mode { Text, Header, Arguments, Trailer, Held, Done, Body };
+  void run(ReplyDelta& out, bool at_end);
+  bool step_text(ReplyDelta& out, bool at_end);
+  bool step_header(ReplyDelta& out, bool at_end);
+  bool step_arguments(ReplyDelta& out);
+  bool step_trailer(bool at_end);
+  bool step_harmony_header(ReplyDelta& out, bool at_end);
+  bool step_harmony_body(ReplyDelta& out, bool at_end);
+  void add_content(ReplyDelta& out, std::string_view text);
+  void start_call(ReplyDelta& out, std::string name);
+  void add_arguments(ReplyDelta& out, std::string_view text);
+
   ToolStyle style_;
   std::string id_prefix_;
-  std::string held_;       // text not returned yet
-  bool in_calls_ = false;  // a call has started: everything from here is held
-  bool started_ = false;   // Llama 3: the reply's first non-space byte was seen
+  std::string held_;          // text not consumed yet
+  std::string region_;        // the calls' text since the first opener, for a region that fails
+  Mode mode_ = Mode::Text;
+  bool started_ = false;      // the reply's first non-space byte was seen
+  bool content_started_ = false;  // content other than spacing was returned
+  std::string space_;         // spacing at the reply's start, held until it is known to be content
+  std::vector<ChatToolCall> calls_;
+  // The arguments value being scanned: nesting depth, inside a string, after a backslash.
+  int depth_ = 0;
+  bool in_string_ = false, escaped_ = false, string_value_ = false;
+  std::string string_args_;   // a value given as a JSON string, decoded once it closes
+  bool object_closed_ = false;  // Mistral: the call's object after its arguments has closed
+  // Harmony: the message being read (reasoning, content, or a call) and whether its header is done.
+  enum class Channel { Content, Reasoning, Call } channel_ = Channel::Content;
 };
 
 // The calls in `text` as the style writes them (empty when it holds none, or one doesn't parse).
