@@ -208,6 +208,9 @@ export class WorldMap {
   // a change (`refresh`).
   async requestDetail(refresh = false) {
     if (this.mode() !== "detail" || !this.fetchMarks) return;
+    // A refresh waits for the request in flight (a new view replaces it): refreshes that each
+    // replaced the last would never see an answer where one takes longer than they come.
+    if (refresh && this.inflight) { this.refreshAfter = true; return; }
     const req = this.viewRequest();
     const ticket = ++this.pending;
     if (!refresh) this.svg.dataset.loading = "1";
@@ -218,11 +221,17 @@ export class WorldMap {
       return this.draw();
     }
     let answer;
+    this.inflight = ticket;
     try {
       answer = await this.fetchMarks(req.views.map((v) => v.v), req.cell.toFixed(2), MAX_MARKS - 10, req.clusters);
     } catch {
       if (ticket === this.pending) delete this.svg.dataset.loading;
       return; // the next view or update asks again
+    } finally {
+      if (this.inflight === ticket) {
+        this.inflight = 0;
+        if (this.refreshAfter) { this.refreshAfter = false; setTimeout(() => this.requestDetail(true), 0); }
+      }
     }
     if (ticket !== this.pending || this.mode() !== "detail") return; // a newer view was asked for
     delete this.svg.dataset.loading;
