@@ -350,13 +350,14 @@ void Population::unplace_locked(Region& g, const Row& r) {
   }
 }
 
-void Population::link_locked(uint32_t at, int sign) {
+void Population::link_locked(uint32_t at, int sign, bool orders) {
   Row& r = rows_[at];
   Region& g = regions_[r.m.region];
   if (sign > 0) {
-    place_locked(g, at);
+    if (r.slot < 0) place_locked(g, at);
     add_locked(r, +1);
-    for (auto& order : sorted_) order.insert(at);
+    if (orders)
+      for (auto& order : sorted_) order.insert(at);
     kinds_locked(at, +1);
     if (!r.m.pod.empty()) pod_rows_[r.m.pod].push_back(at);
     if (r.m.online) grid_locked(g, r, +1);
@@ -370,46 +371,38 @@ void Population::link_locked(uint32_t at, int sign) {
     if (members.empty()) pod_rows_.erase(it);
   }
   kinds_locked(at, -1);
-  for (auto& order : sorted_) order.erase(at);
+  if (orders)
+    for (auto& order : sorted_) order.erase(at);
   add_locked(r, -1);
   unplace_locked(g, r);
 }
 
 void Population::update_locked(uint32_t at, Machine next) {
   Row& row = rows_[at];
-  const Machine& was = row.m;
-  // A new region, pod or spot in a kind's list is simplest as leaving and coming back; else only
-  // the orders whose key changed and the grid cells (when what they sum changed) are touched.
-  if (was.region != next.region || was.pod != next.pod || was.chip != next.chip || was.memory_bytes != next.memory_bytes ||
-      was.seat != next.seat || was.online != next.online) {
-    const int64_t slot = row.slot;
-    const bool same_region = was.region == next.region;
-    link_locked(at, -1);
-    row.m = std::move(next);
-    row.cls = chip_class(row.m.chip);
-    if (!same_region) {
-      link_locked(at, +1);
-      return;
-    }
-    // Same region: back on the slot it had.
-    Region& g = regions_[row.m.region];
-    take_slot_locked(g, slot, at);
-    row.slot = slot;
-    add_locked(row, +1);
-    for (auto& order : sorted_) order.insert(at);
-    kinds_locked(at, +1);
-    if (!row.m.pod.empty()) pod_rows_[row.m.pod].push_back(at);
-    if (row.m.online) grid_locked(g, row, +1);
-    return;
-  }
+  // Only the orders whose key changed are touched (a machine going offline moves in the uptime
+  // order alone).
   std::array<bool, kSorts> resort{};
   for (int s = 0; s < kSorts; ++s) {
-    resort[static_cast<size_t>(s)] = compare_key(static_cast<MachineQuery::Sort>(s), was, next) != 0;
+    resort[static_cast<size_t>(s)] = compare_key(static_cast<MachineQuery::Sort>(s), row.m, next) != 0;
     if (resort[static_cast<size_t>(s)]) sorted_[static_cast<size_t>(s)].erase(at);
   }
-  add_locked(row, -1);
-  row.m = std::move(next);
-  add_locked(row, +1);
+  const Machine& was = row.m;
+  if (was.region != next.region || was.pod != next.pod || was.chip != next.chip || was.memory_bytes != next.memory_bytes ||
+      was.seat != next.seat || was.online != next.online) {
+    // A new region, pod, kind or share of the map's grid: out of those indexes and back in, on
+    // the slot it had while it stays in its region.
+    const int64_t slot = was.region == next.region ? row.slot : -1;
+    link_locked(at, -1, false);
+    row.m = std::move(next);
+    row.cls = chip_class(row.m.chip);
+    row.slot = slot;
+    if (slot >= 0) take_slot_locked(regions_[row.m.region], slot, at);
+    link_locked(at, +1, false);
+  } else {
+    add_locked(row, -1);
+    row.m = std::move(next);
+    add_locked(row, +1);
+  }
   for (int s = 0; s < kSorts; ++s)
     if (resort[static_cast<size_t>(s)]) sorted_[static_cast<size_t>(s)].insert(at);
 }

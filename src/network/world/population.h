@@ -236,7 +236,9 @@ class Population {
   void apply_locked(Pending& p);
   void touched_locked(const Machine& m);  // counts a machine and its region as changed
   nlohmann::json record_locked(const std::string& id) const;  // Changes::records' form, or null
-  void link_locked(uint32_t at, int sign);  // puts a row into (or takes it out of) every index
+  // Puts a row into (or takes it out of) every index; the sort orders only with `orders`. A row
+  // put in with a slot already (taken by the caller) keeps it.
+  void link_locked(uint32_t at, int sign, bool orders = true);
   void update_locked(uint32_t at, Machine next);
   void kinds_locked(uint32_t at, int sign);
   void grid_locked(Region& g, const Row& r, int sign);
