@@ -8,7 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <random>
+#include <set>
 #include <thread>
+#include <variant>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "network/world/world_assets.h"
@@ -114,7 +120,10 @@ TEST(WorldPopulation, SummaryAggregatesRegionsByHand) {
   EXPECT_EQ(lisbon["pods"], 1);
   EXPECT_EQ(lisbon["seats"], json({{"dedicated", 2}, {"shared", 1}}));
   EXPECT_EQ(lisbon["jobs_served"], 24);
-  EXPECT_EQ(lisbon["slots"], 4);
+  // The spiral reaches its outermost taken slot; four machines sit within the first ring.
+  const int64_t lisbon_last = std::max({p->slot("a"), p->slot("b"), p->slot("c"), p->slot("d")});
+  EXPECT_EQ(lisbon["slots"], lisbon_last + 1);
+  EXPECT_LE(lisbon_last, 12);
   const json& tokyo = region(s, "Tokyo, JP");
   EXPECT_EQ(tokyo["classes"], json({1, 1, 0, 0}));
   EXPECT_EQ(tokyo["memory_bytes"], 40 * GiB);
@@ -144,7 +153,7 @@ TEST(WorldPopulation, SummaryAggregatesRegionsByHand) {
   EXPECT_EQ(s["totals"]["jobs_served"], 28 - 7 + 1);
   EXPECT_EQ(s["regions"].size(), 2u);  // nobody left unshared
   EXPECT_EQ(region(s, "Tokyo, JP")["online"], 2);
-  EXPECT_EQ(region(s, "Lisbon, PT")["slots"], 3);
+  EXPECT_EQ(region(s, "Lisbon, PT")["slots"], std::max({p->slot("a"), p->slot("b"), p->slot("c")}) + 1);
   EXPECT_EQ(p->machine("e")["jobs_served"], 0);
   EXPECT_FALSE(p->machine("e").contains("online_since"));
   EXPECT_EQ(p->machine("c")["tok_s"], 30.0);
@@ -192,26 +201,35 @@ TEST(WorldPopulation, MachinePagesFilterAndSortOnTheServer) {
 
 TEST(WorldPopulation, MapMarksAreMachinesOrClustersWithinTheBudget) {
   auto p = seven();
-  // Lisbon's spiral: a (ultra) at slot 0, b at 1 = (1, 0), c (max) at 2, d (offline) at 3.
   auto marks = [&](std::multimap<std::string, std::string> params) { return p->marks(world::MapQuery::parse(params)); };
-  json near = marks({{"v", "Lisbon, PT|-0.2|-0.2|1.2|0.2"}});
+  // Where each sits: distinct slots near the centre, the pod's two side by side.
+  const int64_t sa = p->slot("a"), sb = p->slot("b"), sc = p->slot("c"), sd = p->slot("d");
+  EXPECT_EQ(std::set<int64_t>({sa, sb, sc, sd}).size(), 4u);
+  EXPECT_EQ(std::abs(sa - sb), 1);
+  EXPECT_EQ(p->slot("nobody"), -1);
+  auto [ax, ay] = world::spiral_slot(sa);
+  auto around = [](double x, double y) {
+    return fmt::format("Lisbon, PT|{}|{}|{}|{}", x - 0.2, y - 0.2, x + 0.2, y + 0.2);
+  };
+  json near = marks({{"v", around(ax, ay)}});
   EXPECT_EQ(near["mode"], "machines");
-  EXPECT_EQ(near["in_view"], 2);
+  EXPECT_EQ(near["in_view"], 1);
   ASSERT_EQ(near["regions"].size(), 1u);
   const json& list = near["regions"][0]["machines"];
-  ASSERT_EQ(list.size(), 2u);
-  EXPECT_EQ(list[0], json({0.0, 0.0, "a", "M2 Ultra", 192 * GiB, "dedicated", "rack", 10, 1.5, 1'700'000'000'000}));
-  EXPECT_EQ(list[1][0], 1.0);
-  EXPECT_EQ(list[1][2], "b");
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0], json({std::round(ax * 10) / 10, std::round(ay * 10) / 10, "a", "M2 Ultra", 192 * GiB, "dedicated",
+                           "rack", 10, 1.5, 1'700'000'000'000}));
+  auto [dx, dy] = world::spiral_slot(sd);
+  EXPECT_EQ(marks({{"v", around(dx, dy)}})["in_view"], 0);  // d is offline
 
-  json both = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"v", "Tokyo, JP|-2|-2|2|2"}, {"v", "Nowhere|-2|-2|2|2"}});
+  json both = marks({{"v", "Lisbon, PT|-3|-3|3|3"}, {"v", "Tokyo, JP|-3|-3|3|3"}, {"v", "Nowhere|-3|-3|3|3"}});
   EXPECT_EQ(both["mode"], "machines");
   EXPECT_EQ(both["in_view"], 5);  // d is offline
   // Asked for clusters (machines too close to tell apart on screen): clusters, however few.
-  json asked = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"clusters", "1"}});
+  json asked = marks({{"v", "Lisbon, PT|-3|-3|3|3"}, {"clusters", "1"}});
   EXPECT_EQ(asked["mode"], "clusters");
   EXPECT_EQ(asked["marks"], 1);
-  json clustered = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"v", "Tokyo, JP|-2|-2|2|2"}, {"budget", "2"}});
+  json clustered = marks({{"v", "Lisbon, PT|-3|-3|3|3"}, {"v", "Tokyo, JP|-3|-3|3|3"}, {"budget", "2"}});
   EXPECT_EQ(clustered["mode"], "clusters");
   EXPECT_EQ(clustered["marks"], 2);
   ASSERT_EQ(clustered["regions"].size(), 2u);
@@ -221,7 +239,7 @@ TEST(WorldPopulation, MapMarksAreMachinesOrClustersWithinTheBudget) {
   EXPECT_EQ(cell[4], (192 + 192 + 64) * GiB);
   EXPECT_EQ(cell[5], 1);  // one pod
   // One cell per machine would be 3 marks: the cells double until one budget mark holds them.
-  json tight = marks({{"v", "Lisbon, PT|-2|-2|2|2"}, {"cell", "0.5"}, {"budget", "1"}});
+  json tight = marks({{"v", "Lisbon, PT|-3|-3|3|3"}, {"cell", "0.5"}, {"budget", "1"}});
   EXPECT_EQ(tight["marks"], 1);
   EXPECT_GE(tight["cell"].get<double>(), 2.0);
 
@@ -229,6 +247,256 @@ TEST(WorldPopulation, MapMarksAreMachinesOrClustersWithinTheBudget) {
            {{"v", "Lisbon, PT|0|0|1"}}, {{"v", "Lisbon, PT|1|0|0|1"}}, {{"v", "Lisbon, PT|a|0|1|1"}},
            {{"budget", "2001"}}, {{"cell", "0"}}, {{"clusters", "yes"}}}) {
     EXPECT_THROW(world::MapQuery::parse(bad), orchard::FormatError) << bad.begin()->second;
+  }
+}
+
+// The indexes against a plain scan: random populations under random changes, and at each step
+// random table pages and map views answered both by the population and by brute force over a
+// copy of every machine kept by the test (positions read back with slot(): that a slot stays put
+// and is never shared is checked here too).
+namespace {
+
+struct Reference {
+  std::map<std::string, world::Machine> machines;
+
+  json page(const world::MachineQuery& q) const {
+    std::vector<const world::Machine*> hits;
+    for (const auto& [id, m] : machines) {
+      if (q.online == world::MachineQuery::Online::Yes && !m.online) continue;
+      if (q.online == world::MachineQuery::Online::No && m.online) continue;
+      if (q.chip && m.chip != *q.chip) continue;
+      if (q.chip_class && world::chip_class(m.chip) != *q.chip_class) continue;
+      if (m.memory_bytes < q.min_memory || (q.region && m.region != *q.region) || (q.seat && m.seat != *q.seat) ||
+          (q.pod && m.pod != *q.pod))
+        continue;
+      hits.push_back(&m);
+    }
+    auto key = [&q](const world::Machine& m) -> std::variant<int64_t, double, std::string> {
+      switch (q.sort) {
+        case world::MachineQuery::Sort::Memory: return m.memory_bytes;
+        case world::MachineQuery::Sort::Chip: return m.chip;
+        case world::MachineQuery::Sort::Region: return m.region;
+        case world::MachineQuery::Sort::Seat: return m.seat;
+        case world::MachineQuery::Sort::Pod: return m.pod;
+        case world::MachineQuery::Sort::Jobs: return m.jobs_served;
+        case world::MachineQuery::Sort::TokS: return m.tok_s;
+        case world::MachineQuery::Sort::Uptime: return m.online ? -m.online_since : INT64_MIN;
+        case world::MachineQuery::Sort::Id: return m.id;
+      }
+      return int64_t{0};
+    };
+    std::stable_sort(hits.begin(), hits.end(), [&](const world::Machine* a, const world::Machine* b) {
+      auto ka = key(*a), kb = key(*b);
+      if (ka != kb) return q.descending ? kb < ka : ka < kb;
+      return a->id < b->id;
+    });
+    json ids = json::array();
+    for (int64_t i = q.offset; i < std::min<int64_t>(static_cast<int64_t>(hits.size()), q.offset + q.limit); ++i)
+      ids.push_back(hits[static_cast<size_t>(i)]->id);
+    return {{"matched", hits.size()}, {"ids", ids}};
+  }
+
+  // {"mode", "in_view", "cell", "marks": [...]} with machines as [region, x, y, id] and clusters
+  // as [region, cx, cy, count, classes, memory, pods, mean x, mean y].
+  json map(const world::MapQuery& q, const world::Population& p) const {
+    struct Hit {
+      size_t view;
+      int64_t slot;
+      double x, y;
+      const world::Machine* m;
+    };
+    std::vector<Hit> hits;
+    for (size_t v = 0; v < q.views.size(); ++v)
+      for (const auto& [id, m] : machines) {
+        if (m.region != q.views[v].region || !m.online) continue;
+        const int64_t slot = p.slot(id);
+        auto [x, y] = world::spiral_slot(slot);
+        if (x >= q.views[v].x0 && x <= q.views[v].x1 && y >= q.views[v].y0 && y <= q.views[v].y1)
+          hits.push_back({v, slot, x, y, &m});
+      }
+    json out = {{"in_view", hits.size()}, {"marks", json::array()}};
+    if (static_cast<int64_t>(hits.size()) <= q.budget && !q.clusters) {
+      std::sort(hits.begin(), hits.end(), [](const Hit& a, const Hit& b) { return std::tie(a.view, a.slot) < std::tie(b.view, b.slot); });
+      out["mode"] = "machines";
+      for (const Hit& h : hits)
+        out["marks"].push_back({q.views[h.view].region, std::round(h.x * 10) / 10, std::round(h.y * 10) / 10, h.m->id});
+      return out;
+    }
+    out["mode"] = "clusters";
+    const int top = world::kGridLevels - 1;
+    for (int level = std::clamp(static_cast<int>(std::ceil(std::log2(q.cell))), 0, top);; ++level) {
+      const double size = std::ldexp(1.0, level);
+      struct Sum {
+        int64_t count = 0, memory = 0;
+        double sx = 0, sy = 0;
+        std::vector<int64_t> classes = std::vector<int64_t>(4);
+        std::set<std::string> pods;
+      };
+      std::map<std::tuple<size_t, int64_t, int64_t>, Sum> cells;
+      for (const Hit& h : hits) {
+        Sum& c = cells[{h.view, static_cast<int64_t>(std::floor((h.x + world::kGridShift) / size)),
+                        static_cast<int64_t>(std::floor((h.y + world::kGridShift) / size))}];
+        c.count++;
+        c.memory += h.m->memory_bytes;
+        c.sx += h.x;
+        c.sy += h.y;
+        c.classes[static_cast<size_t>(world::chip_class(h.m->chip))]++;
+        if (!h.m->pod.empty()) c.pods.insert(h.m->pod);
+      }
+      if (static_cast<int64_t>(cells.size()) > q.budget && level < top) continue;
+      out["cell"] = size;
+      for (const auto& [key, c] : cells)
+        out["marks"].push_back({q.views[std::get<0>(key)].region, std::get<1>(key), std::get<2>(key), c.count, c.classes,
+                                c.memory, c.pods.size(), c.sx / static_cast<double>(c.count),
+                                c.sy / static_cast<double>(c.count)});
+      return out;
+    }
+  }
+};
+
+}  // namespace
+
+TEST(WorldPopulation, IndexesAnswerAsAScanOverRandomPopulationsAndChanges) {
+  const std::vector<std::string> chips = {"M1", "M2 Pro", "M3 Max", "M2 Ultra", "M4", "Apple M4 Max"};
+  const std::vector<std::string> regions = {"Lisbon, PT", "Tokyo, JP", "", "Quito, EC", "Oslo, NO"};
+  const std::vector<std::string> seats = {"shared", "dedicated"};
+  const std::vector<std::string> pods = {"", "", "", "", "p1", "p2", "p3"};
+  const std::vector<int64_t> mems = {8, 16, 24, 64, 192};
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(seed);
+    auto pick = [&rng](const auto& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
+    auto chance = [&rng](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+    world::Population p;
+    Reference ref;
+    std::map<std::string, std::pair<std::string, int64_t>> placed;  // id -> region, slot last seen
+    int next_id = 0;
+    auto fresh = [&](std::string id) {
+      return machine(std::move(id), pick(chips), pick(mems), pick(regions), pick(seats), pick(pods), chance(0.8),
+                     std::uniform_int_distribution<int64_t>(0, 20)(rng));
+    };
+    const int start = 200 + static_cast<int>(seed) * 150;
+    for (int step = 0; step < 12; ++step) {
+      const int changes = step == 0 ? start : 60;
+      for (int c = 0; c < changes; ++c) {
+        const double what = std::uniform_real_distribution<double>(0, 1)(rng);
+        if (step == 0 || ref.machines.empty() || what < 0.3) {
+          world::Machine m = fresh("m" + std::to_string(next_id++));
+          m.online_since = m.online ? 1'700'000'000'000 + std::uniform_int_distribution<int64_t>(0, 5)(rng) * 1000 : 0;
+          ref.machines[m.id] = m;
+          p.put(m);
+          continue;
+        }
+        auto it = ref.machines.begin();
+        std::advance(it, std::uniform_int_distribution<size_t>(0, ref.machines.size() - 1)(rng));
+        world::Machine& m = it->second;
+        if (what < 0.45) {
+          p.remove(m.id);
+          ref.machines.erase(it);
+        } else if (what < 0.7) {
+          const double speed = std::uniform_int_distribution<int>(1, 4)(rng) * 2.5;
+          p.job_served(m.id, speed);
+          m.jobs_served += 1;
+          m.tok_s = speed;
+        } else {
+          // describe: something about it changes (often only online), jobs and speed kept
+          world::Machine next = m;
+          next.online = chance(0.7);
+          next.online_since = next.online ? 1'700'000'000'000 + std::uniform_int_distribution<int64_t>(0, 5)(rng) * 1000 : 0;
+          if (chance(0.2)) next.region = pick(regions);
+          if (chance(0.2)) next.chip = pick(chips);
+          if (chance(0.2)) next.memory_bytes = pick(mems) * GiB;
+          if (chance(0.1)) next.pod = pick(pods);
+          if (chance(0.1)) next.seat = pick(seats);
+          world::Machine sent = next;
+          sent.jobs_served = 999;  // describe keeps what the population counted
+          p.describe(sent);
+          m = next;
+        }
+      }
+      p.commit();
+      ASSERT_EQ(p.size(), ref.machines.size());
+
+      // Slots: one machine per slot of a region; a machine that stayed in its region stayed put.
+      std::map<std::pair<std::string, int64_t>, std::string> taken;
+      std::map<std::string, std::pair<std::string, int64_t>> now;
+      for (const auto& [id, m] : ref.machines) {
+        const int64_t slot = p.slot(id);
+        ASSERT_GE(slot, 0) << id;
+        ASSERT_TRUE(taken.emplace(std::make_pair(m.region, slot), id).second) << id << " shares slot " << slot;
+        now[id] = {m.region, slot};
+        auto was = placed.find(id);
+        if (was != placed.end() && was->second.first == m.region) {
+          ASSERT_EQ(was->second.second, slot) << id << " moved";
+        }
+      }
+      placed = now;
+
+      for (int k = 0; k < 40; ++k) {
+        std::multimap<std::string, std::string> params;
+        if (chance(0.2)) params.emplace("chip", chance(0.9) ? pick(chips) : "M9");
+        if (chance(0.2)) params.emplace("class", pick(std::vector<std::string>{"base", "pro", "max", "ultra"}));
+        if (chance(0.2)) params.emplace("min_memory", std::to_string(pick(mems) * GiB));
+        if (chance(0.3)) params.emplace("region", chance(0.9) ? pick(regions) : "Nowhere");
+        if (chance(0.2)) params.emplace("seat", pick(seats));
+        if (chance(0.1)) params.emplace("pod", pick(pods));
+        if (chance(0.5)) params.emplace("online", pick(std::vector<std::string>{"true", "false", "any"}));
+        params.emplace("sort", pick(std::vector<std::string>{"memory", "chip", "region", "seat", "pod", "jobs", "tok_s", "uptime", "id"}));
+        if (chance(0.5)) params.emplace("order", chance(0.5) ? "asc" : "desc");
+        params.emplace("offset", std::to_string(chance(0.5) ? 0 : std::uniform_int_distribution<int>(0, 400)(rng)));
+        params.emplace("limit", std::to_string(std::uniform_int_distribution<int>(1, 80)(rng)));
+        const auto q = world::MachineQuery::parse(params);
+        json got = p.machines(q), want = ref.page(q);
+        std::string where;
+        for (const auto& [k2, v] : params) where += k2 + "=" + v + " ";
+        ASSERT_EQ(got["matched"], want["matched"]) << where;
+        ASSERT_EQ(json(ids(got)), want["ids"]) << where;
+      }
+
+      for (int k = 0; k < 30; ++k) {
+        std::multimap<std::string, std::string> params;
+        const int views = std::uniform_int_distribution<int>(1, 3)(rng);
+        for (int v = 0; v < views; ++v) {
+          std::uniform_real_distribution<double> at(-30, 30), span(0.5, 40);
+          const double x0 = at(rng), y0 = at(rng);
+          params.emplace("v", fmt::format("{}|{}|{}|{}|{}", pick(regions), x0, y0, x0 + span(rng), y0 + span(rng)));
+        }
+        params.emplace("cell", fmt::format("{}", std::uniform_real_distribution<double>(0.5, 20)(rng)));
+        params.emplace("budget", std::to_string(std::uniform_int_distribution<int>(1, 300)(rng)));
+        if (chance(0.2)) params.emplace("clusters", "1");
+        const auto q = world::MapQuery::parse(params);
+        json got = p.marks(q), want = ref.map(q, p);
+        std::string where;
+        for (const auto& [k2, v] : params) where += k2 + "=" + v + " ";
+        ASSERT_EQ(got["mode"], want["mode"]) << where;
+        ASSERT_EQ(got["in_view"], want["in_view"]) << where;
+        json flat = json::array();
+        for (const auto& r : got["regions"])
+          for (const auto& m : r.contains("machines") ? r["machines"] : r["clusters"]) {
+            json mark = m;
+            mark.insert(mark.begin(), r["region"]);
+            flat.push_back(mark);
+          }
+        if (got["mode"] == "machines") {
+          json simple = json::array();
+          for (const auto& m : flat) simple.push_back({m[0], m[1], m[2], m[3]});
+          ASSERT_EQ(simple, want["marks"]) << where;
+          continue;
+        }
+        ASSERT_EQ(got["cell"], want["cell"]) << where;
+        ASSERT_EQ(got["marks"], want["marks"].size()) << where;
+        ASSERT_EQ(flat.size(), want["marks"].size()) << where;
+        for (size_t i = 0; i < flat.size(); ++i) {
+          const json &g = flat[i], &w = want["marks"][i];
+          ASSERT_EQ(g[0], w[0]) << where;
+          ASSERT_NEAR(g[1].get<double>(), w[7].get<double>(), 0.051 + 1e-9) << where;
+          ASSERT_NEAR(g[2].get<double>(), w[8].get<double>(), 0.051 + 1e-9) << where;
+          ASSERT_EQ(g[3], w[3]) << where;
+          ASSERT_EQ(g[4], w[4]) << where;
+          ASSERT_EQ(g[5], w[5]) << where;
+          ASSERT_EQ(g[6], w[6]) << where;
+        }
+      }
+    }
   }
 }
 
@@ -278,7 +546,16 @@ TEST(WorldFeed, DeltasCarryOnlyWhatChangedAndHistoryAverages) {
   EXPECT_EQ(delta["regions"][0]["name"], "Tokyo, JP");
   EXPECT_EQ(delta["regions"][0]["online"], 1);
   EXPECT_EQ(delta["totals"]["online"], 5);
-  EXPECT_EQ(delta["machines"], json({{"changed", 1}, {"ids", {"f"}}}));
+  EXPECT_EQ(delta["machines"]["changed"], 1);
+  EXPECT_EQ(delta["machines"]["ids"], json({"f"}));
+  // f as the page held it and as it is now, on the same slot, changed by the second commit; the
+  // delta spans the population's versions from the previous one (the first commit) to it.
+  auto [fx, fy] = world::spiral_slot(p->slot("f"));
+  const json place = {std::round(fx * 10) / 10, std::round(fy * 10) / 10};
+  const json was = {"M4", 16 * GiB, "Tokyo, JP", "dedicated", "", true, 1, 1.5, 1'700'000'000'000, place[0], place[1]};
+  const json now = {"M4", 16 * GiB, "Tokyo, JP", "dedicated", "", false, 1, 1.5, 0, place[0], place[1]};
+  EXPECT_EQ(delta["machines"]["records"], json::array({json::array({"f", was, now, 2, 2})}));
+  EXPECT_EQ(delta["span"], json({1, 2}));
   EXPECT_FALSE(delta.contains("chips"));
   EXPECT_EQ(feed.since(0)[0].name, "summary");  // a new stream starts from the whole summary
 
@@ -457,8 +734,18 @@ TEST(WorldScale, AnswersStaySmallAsThePopulationGrows) {
     world::Population p;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n; ++i) {
+      // Hex like a public key's: differing from the first digit.
       char id[65];
-      std::snprintf(id, sizeof id, "%064llx", static_cast<unsigned long long>(i * 2654435761u));
+      uint64_t h[4];
+      for (uint64_t k = 0; k < 4; ++k) {
+        uint64_t z = static_cast<uint64_t>(i) * 4 + k + 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        h[k] = z ^ (z >> 31);
+      }
+      std::snprintf(id, sizeof id, "%016llx%016llx%016llx%016llx", static_cast<unsigned long long>(h[0]),
+                    static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(h[2]),
+                    static_cast<unsigned long long>(h[3]));
       p.put({id, chips[i % 6], "Region " + std::to_string((i * 7919) % 168 % (1 + i % 23)), i % 10 ? "shared" : "dedicated",
              i % 50 == 0 ? "pod" + std::to_string(i / 100) : "", mems[i % 7] * GiB, i % 5 != 0, i % 17, 10.0, 1'700'000'000'000});
     }

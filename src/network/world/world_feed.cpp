@@ -170,7 +170,11 @@ void WorldFeed::publish(json source, int64_t t_ms) {
   delta["regions"] = std::move(regions);
   if (changes.chips) delta["chips"] = full["chips"];
   delta["seats"] = full["seats"];
-  delta["machines"] = {{"changed", changes.machines_changed}, {"ids", changes.machines}};
+  delta["machines"] = {{"changed", changes.machines_changed}, {"ids", changes.machines}, {"records", std::move(changes.records)}};
+  // The population's versions this delta's machines changed between: a view fetched at a version
+  // in [from, to) misses some of them, one at `to` or after has them all.
+  delta["span"] = {through_, changes.through};
+  through_ = changes.through;
   if (full.contains("simulation")) delta["simulation"] = full["simulation"];
 
   summary_json_ = full.dump();

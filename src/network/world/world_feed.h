@@ -88,6 +88,7 @@ class WorldFeed {
   bool stop_ = false;
   int streams_ = 0;
   uint64_t version_ = 0;
+  uint64_t through_ = 0;  // the population's version the last delta reached
   std::string summary_json_;                        // the latest full summary, with its sample
   std::deque<std::pair<uint64_t, std::string>> deltas_;  // (version, delta), oldest first
   std::string last_totals_;                         // to tell a change from a tick

@@ -12,6 +12,16 @@ import {
   seatLabel, shortId, uptimeOf,
 } from "./format.js";
 
+// The page's own timeline (performance marks, read by the browser test): when this script began,
+// and when the first summary, map and table page were on screen.
+performance.mark("world:script");
+const firstTime = new Set();
+function markFirst(name) {
+  if (firstTime.has(name)) return;
+  firstTime.add(name);
+  performance.mark(`world:${name}`);
+}
+
 const $ = (id) => document.getElementById(id);
 const HOUR_MS = 3600 * 1000;
 const PAGE = 50;
@@ -54,7 +64,10 @@ const worldMap = new WorldMap($("map"), {
     if (clusters) q.set("clusters", "1");
     return getJson(`/v1/world/map?${q}`);
   },
+  recentDeltas: () => recentDeltas,
+  onStale: () => scheduleRefresh("map"),
   onView: ({ mode, marks, inView, zoom }) => {
+    if (marks > 0) markFirst("map");
     $("map-view").textContent = mode === "regions"
       ? `World view · ${formatNumber(marks)} region${marks === 1 ? "" : "s"} with machines online · scroll or pinch to zoom, click a region`
       : `Zoom ×${zoom.toFixed(zoom < 10 ? 1 : 0)} · ${formatNumber(inView)} machine${inView === 1 ? "" : "s"} in view` +
@@ -288,20 +301,31 @@ function tableQuery() {
 let tableTicket = 0;
 async function loadTable() {
   const ticket = ++tableTicket;
+  const query = tableQuery();
   let page;
   try {
-    page = await getJson(`/v1/world/machines?${tableQuery()}`);
+    page = await getJson(`/v1/world/machines?${query}`);
   } catch {
     return;
   }
   if (ticket !== tableTicket) return;
   const t = state.table;
-  t.matched = page.matched;
-  t.total = page.total;
   if (page.machines.length === 0 && t.offset > 0 && t.offset >= page.matched) {
     t.offset = Math.max(0, Math.floor((page.matched - 1) / PAGE) * PAGE); // the list got shorter
     return loadTable();
   }
+  t.page = page;
+  t.query = Object.fromEntries(query);
+  tableFetches++;
+  // Deltas that came while it was on its way, of changes after its version.
+  for (const d of recentDeltas) if (d.span[1] > page.at && !patchTable(d)) { scheduleRefresh("table"); break; }
+  renderTable();
+}
+
+function renderTable() {
+  const t = state.table, page = t.page;
+  t.matched = page.matched;
+  t.total = page.total;
   const now = nowMs();
   $("machines").tBodies[0].innerHTML = page.machines.map((n) => {
     const cls = chipClass(n.chip), up = uptimeOf(n, now);
@@ -325,25 +349,128 @@ async function loadTable() {
     const th = b.closest("th");
     th.setAttribute("aria-sort", b.dataset.sort === t.sort ? (t.order === "desc" ? "descending" : "ascending") : "none");
   }
-  document.body.dataset.tableVersion = String(ticket); // for tests and tools
+  document.body.dataset.tableVersion = String(tableTicket); // for tests and tools
+  document.body.dataset.tableFetches = String(tableFetches);
+  document.body.dataset.tablePatches = String(tablePatches);
+  markFirst("table");
+}
+
+// ---------------------------------------------------------------- deltas applied in place
+//
+// A delta lists the machines that changed (up to 100), each as it was and as it is, with the
+// population's versions of the commits that changed it first and last, and the span of versions
+// it covers. A view (a table page, a map view) says the version it is of: a change at or before it
+// is in the view already; one after it is applied to the view when the view can say where it
+// goes, else the view is asked for again.
+
+const recentDeltas = []; // the last few, for a view that arrives after them
+let tableFetches = 0, tablePatches = 0;
+
+const RECORD = ["chip", "memory_bytes", "region", "seat", "pod", "online", "jobs_served", "tok_s", "online_since", "x", "y"];
+function fromRecord(id, r) {
+  if (!r) return null;
+  const m = { id };
+  RECORD.forEach((k, i) => { m[k] = r[i]; });
+  return m;
+}
+
+// As the coordinator filters and sorts (population.cpp).
+function tableMatches(q, m) {
+  if (q.online === "true" && !m.online) return false;
+  if (q.online === "false" && m.online) return false;
+  if (q.chip !== undefined && m.chip !== q.chip) return false;
+  if (q.class !== undefined && chipClass(m.chip) !== q.class) return false;
+  if (q.min_memory !== undefined && m.memory_bytes < Number(q.min_memory)) return false;
+  if (q.region !== undefined && m.region !== q.region) return false;
+  if (q.seat !== undefined && m.seat !== q.seat) return false;
+  if (q.pod !== undefined && m.pod !== q.pod) return false;
+  return true;
+}
+const SORT_KEYS = {
+  memory: (m) => m.memory_bytes, chip: (m) => m.chip, region: (m) => m.region, seat: (m) => m.seat, pod: (m) => m.pod,
+  jobs: (m) => m.jobs_served, tok_s: (m) => m.tok_s, uptime: (m) => (m.online ? -m.online_since : -Infinity), id: (m) => m.id,
+};
+function keyCompare(q, a, b) {
+  const key = SORT_KEYS[q.sort] || SORT_KEYS.memory;
+  const x = key(a), y = key(b);
+  return x < y ? -1 : y < x ? 1 : 0;
+}
+// a comes before b in the table's order (ties by id, whatever the order).
+function tableBefore(q, a, b) {
+  const c = keyCompare(q, a, b);
+  if (c !== 0) return q.order === "desc" ? c > 0 : c < 0;
+  return a.id < b.id;
+}
+
+// Applies a delta to the table's page; false when it cannot say what the page now holds (a
+// machine before the page came or went, so the page's rows shift; a row left a full page and the
+// next one is not here).
+function patchTable(d) {
+  const t = state.table, page = t.page, q = t.query;
+  if (!page || !q) return true; // the first page is on its way
+  const [from, to] = d.span;
+  if (page.at >= to) return true; // in it already
+  if (page.at < from) return false; // a delta it never saw
+  const records = d.machines?.records || [];
+  if ((d.machines?.changed || 0) > records.length) return false; // more changed than it lists
+  const limit = Number(q.limit), offset = Number(q.offset);
+  const head = page.machines[0], tail = page.machines[page.machines.length - 1];
+  const full = page.machines.length === limit;
+  // Before the page's first row (with pages before it): everything on the page would move.
+  const beforePage = (m) => offset > 0 && (!head || tableBefore(q, m, head));
+  // After a full page's last row: on a later page.
+  const afterPage = (m) => full && tail && tableBefore(q, tail, m);
+  const rows = page.machines.slice();
+  let matched = page.matched;
+  for (const [id, wasRec, nowRec, first, lastAt] of records) {
+    if (lastAt <= page.at) continue; // the page has it
+    if (first <= page.at) return false; // changed both before and after the page: where it was is unknown
+    const was = fromRecord(id, wasRec), now = fromRecord(id, nowRec);
+    const wasIn = !!was && tableMatches(q, was), nowIn = !!now && tableMatches(q, now);
+    matched += (nowIn ? 1 : 0) - (wasIn ? 1 : 0);
+    const at = rows.findIndex((r) => r.id === id);
+    if (at >= 0) rows.splice(at, 1);
+    else if (wasIn && beforePage(was)) return false;
+    if (!nowIn || afterPage(now)) continue;
+    if (beforePage(now)) return false;
+    const row = { ...now };
+    delete row.x; delete row.y;
+    const to2 = rows.findIndex((r) => tableBefore(q, now, r));
+    rows.splice(to2 < 0 ? rows.length : to2, 0, row);
+  }
+  rows.length = Math.min(rows.length, limit); // what falls off the end is the next page's
+  if (rows.length < limit && matched > offset + rows.length) return false; // the next rows are not here
+  page.machines = rows;
+  page.matched = matched;
+  page.at = to;
+  tablePatches++;
+  renderTable();
+  return true;
+}
+
+function patchViews(d) {
+  recentDeltas.push(d);
+  while (recentDeltas.length > 8) recentDeltas.shift();
+  if (!patchTable(d)) scheduleRefresh("table");
+  if (worldMap.mode() === "detail" && !worldMap.patch(d)) scheduleRefresh("map");
 }
 
 // ---------------------------------------------------------------- data in
 
-// After a change, the views the page shows are asked for again, at most this often.
+// A view a delta could not be applied to is asked for again, at most this often.
 const REFRESH_MS = 2000;
 let refreshTimer = null, lastRefresh = 0;
-function scheduleRefresh(regions) {
-  const visible = worldMap.mode() === "detail";
-  const now = Date.now();
+const stale = new Set(); // "table", "map"
+function scheduleRefresh(what) {
+  stale.add(what);
   const run = () => {
     refreshTimer = null;
     lastRefresh = Date.now();
-    loadTable();
-    if (visible || worldMap.mode() === "detail") worldMap.requestDetail(true);
+    if (stale.delete("table")) loadTable();
+    if (stale.delete("map") && worldMap.mode() === "detail") worldMap.requestDetail(true);
   };
   if (refreshTimer) return;
-  refreshTimer = setTimeout(run, Math.max(0, REFRESH_MS - (now - lastRefresh)));
+  refreshTimer = setTimeout(run, Math.max(0, REFRESH_MS - (Date.now() - lastRefresh)));
 }
 
 function render() {
@@ -363,7 +490,8 @@ function render() {
   document.body.dataset.version = String(state.version || 0); // for tests and tools
 }
 
-function acceptSummary(doc) {
+// `polled`: from /v1/world (no event stream), which brings no deltas to patch the views with.
+function acceptSummary(doc, polled = false) {
   if (!doc || typeof doc !== "object") return;
   state.summary = { totals: doc.totals || {}, regions: doc.regions || [], chips: doc.chips || [], seats: doc.seats || {},
     simulation: doc.simulation };
@@ -371,7 +499,13 @@ function acceptSummary(doc) {
   state.receivedAt = Date.now();
   if (doc.sample) addSample(doc.sample);
   render();
-  scheduleRefresh();
+  markFirst("summary");
+  // The views need nothing from a stream's summary: its next delta's span says whether they
+  // missed a change. Polled, nothing else will tell them.
+  if (polled) {
+    if (state.table.page) scheduleRefresh("table");
+    if (worldMap.mode() === "detail") scheduleRefresh("map");
+  }
 }
 
 function acceptDelta(d) {
@@ -389,7 +523,8 @@ function acceptDelta(d) {
   state.receivedAt = Date.now();
   if (d.sample) addSample(d.sample);
   render();
-  if (d.machines?.changed || (d.regions || []).length) scheduleRefresh();
+  if (Array.isArray(d.span)) patchViews(d);
+  else if (d.machines?.changed) { scheduleRefresh("table"); scheduleRefresh("map"); }
 }
 
 function acceptHistory(h) {
@@ -410,7 +545,7 @@ async function poll() {
     const doc = await getJson("/v1/world");
     if (doc.version !== state.version || !doc.version) {
       if (!doc.sample) doc.sample = [Date.now(), doc.totals?.tok_s ?? 0, doc.totals?.jobs_per_min ?? 0];
-      acceptSummary(doc);
+      acceptSummary(doc, true);
     }
     setStatus("polling", "Updating every 2 s");
   } catch {

@@ -83,8 +83,11 @@ function classRing(parent, counts, r) {
 export class WorldMap {
   // onHover(info | null, element), onPin(info, element): info = {kind: "region"|"cluster"|"machine", ...}
   // fetchMarks(params) -> Promise of /v1/world/map's answer; onView({mode, marks, inView, zoom}).
-  constructor(svg, { onHover, onPin, fetchMarks, onView } = {}) {
+  // recentDeltas() -> the event stream's last deltas; onStale(): the marks need asking for again.
+  constructor(svg, { onHover, onPin, fetchMarks, onView, recentDeltas, onStale } = {}) {
     this.svg = svg;
+    this.recentDeltas = recentDeltas || (() => []);
+    this.onStale = onStale;
     this.onHover = onHover;
     this.onPin = onPin;
     this.fetchMarks = fetchMarks;
@@ -195,7 +198,8 @@ export class WorldMap {
       const [cx, cy] = r.at;
       if (cx + reach < x0 || cx - reach > x1 || cy + reach < y0 || cy - reach > y1) continue;
       const f = (v) => v.toFixed(1);
-      views.push({ region: r.name, at: r.at, v: `${r.name}|${f((x0 - cx) / SPACING)}|${f((y0 - cy) / SPACING)}|${f((x1 - cx) / SPACING)}|${f((y1 - cy) / SPACING)}` });
+      const rect = [f((x0 - cx) / SPACING), f((y0 - cy) / SPACING), f((x1 - cx) / SPACING), f((y1 - cy) / SPACING)];
+      views.push({ region: r.name, at: r.at, rect: rect.map(Number), v: `${r.name}|${rect.join("|")}` });
     }
     return { views, cell: Math.max(0.5, CELL_PX / unitPx), unitPx, clusters: unitPx < MACHINE_PX };
   }
@@ -204,25 +208,86 @@ export class WorldMap {
   // a change (`refresh`).
   async requestDetail(refresh = false) {
     if (this.mode() !== "detail" || !this.fetchMarks) return;
+    // A refresh waits for the request in flight (a new view replaces it): refreshes that each
+    // replaced the last would never see an answer where one takes longer than they come.
+    if (refresh && this.inflight) { this.refreshAfter = true; return; }
     const req = this.viewRequest();
     const ticket = ++this.pending;
     if (!refresh) this.svg.dataset.loading = "1";
     if (!req.views.length) {
-      this.detail = { req, answer: { mode: "machines", regions: [], in_view: 0, marks: 0 } };
+      // Nothing in view to keep up (a place that comes online here shows at the next gesture).
+      this.detail = { req, answer: { mode: "machines", regions: [], in_view: 0, marks: 0, at: Infinity } };
       delete this.svg.dataset.loading;
       return this.draw();
     }
     let answer;
+    this.inflight = ticket;
     try {
       answer = await this.fetchMarks(req.views.map((v) => v.v), req.cell.toFixed(2), MAX_MARKS - 10, req.clusters);
     } catch {
       if (ticket === this.pending) delete this.svg.dataset.loading;
       return; // the next view or update asks again
+    } finally {
+      if (this.inflight === ticket) {
+        this.inflight = 0;
+        if (this.refreshAfter) { this.refreshAfter = false; setTimeout(() => this.requestDetail(true), 0); }
+      }
     }
     if (ticket !== this.pending || this.mode() !== "detail") return; // a newer view was asked for
     delete this.svg.dataset.loading;
     this.detail = { req, answer };
+    this.fetches = (this.fetches || 0) + 1;
+    // Deltas that came while it was on its way, of changes after its version.
+    for (const d of this.recentDeltas()) if (d.span[1] > answer.at && !this.patch(d, false)) { this.onStale?.(); break; }
     this.draw();
+  }
+
+  // Applies an event-stream delta (see main.js) to the machines drawn: one that leaves the view
+  // or goes offline is taken away, one that comes into it is drawn on its slot. False when that
+  // cannot be done here (clusters, whose figures and places move; more changed than listed; a
+  // change the answer may half hold; past the budget): the view is then asked for again.
+  patch(d, redraw = true) {
+    if (!this.detail) return true;
+    const { req, answer } = this.detail;
+    if (!Number.isFinite(answer.at)) return false;
+    const [from, to] = d.span;
+    if (answer.at >= to) return true;
+    if (answer.at < from) return false;
+    const records = d.machines?.records || [];
+    if ((d.machines?.changed || 0) > records.length) return false;
+    const rects = new Map(req.views.map((v) => [v.region, v.rect]));
+    // A record: [chip, memory, region, seat, pod, online, jobs, tok_s, online_since, x, y].
+    const inView = (r) => {
+      const rect = r && r[5] ? rects.get(r[2]) : null;
+      return !!rect && r[9] >= rect[0] && r[9] <= rect[2] && r[10] >= rect[1] && r[10] <= rect[3];
+    };
+    const edits = [];
+    let count = answer.in_view || 0;
+    for (const [id, was, now, first, last] of records) {
+      if (last <= answer.at) continue;
+      const wasIn = inView(was), nowIn = inView(now);
+      if (!wasIn && !nowIn) continue;
+      if (first <= answer.at || answer.mode !== "machines") return false;
+      count += (nowIn ? 1 : 0) - (wasIn ? 1 : 0);
+      edits.push([id, wasIn ? was : null, nowIn ? now : null]);
+    }
+    if (count > MAX_MARKS - 10) return false;
+    for (const [id, was, now] of edits) {
+      if (was) {
+        const group = answer.regions.find((g) => g.region === was[2]);
+        if (group) group.machines = group.machines.filter((m) => m[2] !== id);
+      }
+      if (now) {
+        let group = answer.regions.find((g) => g.region === now[2]);
+        if (!group) answer.regions.push((group = { region: now[2], machines: [] }));
+        group.machines.push([now[9], now[10], id, now[0], now[1], now[3], now[4], now[6], now[7], now[8]]);
+      }
+    }
+    answer.in_view = answer.marks = count;
+    answer.at = to;
+    this.patches = (this.patches || 0) + 1;
+    if (edits.length && redraw) this.draw();
+    return true;
   }
 
   // Draws what the mode holds.
@@ -243,6 +308,8 @@ export class WorldMap {
     }
     this.svg.dataset.mode = mode;
     this.svg.dataset.marks = String(marks);
+    this.svg.dataset.fetches = String(this.fetches || 0); // for tests and tools
+    this.svg.dataset.patches = String(this.patches || 0);
     this.onView?.({ mode, marks, inView, zoom: this.transform.k });
   }
 

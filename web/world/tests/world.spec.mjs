@@ -18,68 +18,21 @@
 // and leaderboard match the coordinator; a phone-width (390 px) layout without sideways
 // scrolling. Saves world-desktop.png and world-phone.png in DIR. Every process it starts is
 // stopped on the way out, failed or not. (world_scale.spec.mjs: 20,000 machines.)
-import { spawn, spawnSync } from "node:child_process";
-import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
-import { mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { createInterface } from "node:readline";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+import { spawnSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { formatBytes, formatNumber } from "../src/format.js";
+import {
+  GiB, check, fail, finish, guardedPage, launch as launchIn, launchBrowser, nodeKey, portOf, setup, signedPost as signedPostTo,
+  stop, tapElement, waitFor, watchdog as startWatchdog,
+} from "./harness.mjs";
 
-const started = Date.now();
-const here = dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const arg = (name, fallback) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : fallback; };
-const orchard = arg("--orchard");
-const outDir = resolve(arg("--out", join(here, "..", "test-results")));
-const chromiumPath = process.env.ORCHARD_CHROMIUM || "/usr/bin/chromium";
-if (!orchard) { console.error("usage: world.spec.mjs --orchard <orchard binary> [--out DIR]"); process.exit(2); }
-mkdirSync(outDir, { recursive: true });
-const tmp = mkdtempSync(join(tmpdir(), "orchard-world-"));
+const ctx = setup("world", "world.spec.mjs --orchard <orchard binary> [--out DIR]");
+const { orchard, outDir, tmp, chromiumPath } = ctx;
+const launch = (argv, log) => launchIn(orchard, tmp, argv, log);
 const JOIN_LEAVE_MS = 2000;
 const AGENT_EXIT_MS = 12000; // a stopped agent exits when its long poll (10 s) returns
 const LIMIT_MS = 90000; // below ctest's TIMEOUT, so this test, not ctest, stops what it started
-
-const GiB = 1024 ** 3;
-let failures = 0;
-function check(cond, what) {
-  if (cond) console.log(`  ok   ${what}`);
-  else { failures++; console.log(`  FAIL ${what}`); }
-}
-async function waitFor(fn, timeoutMs, what) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return Date.now() - t0;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-// ------------------------------------------------------------------ processes
-
-const procs = new Set(); // everything started and not yet exited
-function launch(argv, log) {
-  const fd = openSync(join(tmp, log), "a");
-  const proc = spawn(orchard, argv, { stdio: ["ignore", fd, "pipe"] });
-  procs.add(proc);
-  proc.stderr.on("data", (d) => writeSync(fd, d));
-  proc.exited = new Promise((r) => proc.on("exit", () => { procs.delete(proc); r(); }));
-  return proc;
-}
-async function stop(list, graceMs) {
-  const live = list.filter((p) => procs.has(p));
-  for (const p of live) p.kill("SIGTERM");
-  const timer = new Promise((r) => setTimeout(r, graceMs));
-  await Promise.race([Promise.all(live.map((p) => p.exited)), timer]);
-  for (const p of live) if (procs.has(p)) p.kill("SIGKILL");
-  await Promise.all(live.map((p) => p.exited));
-}
-// Last resort (an exception before cleanup, a signal): nothing outlives the test.
-process.on("exit", () => { for (const p of procs) p.kill("SIGKILL"); });
-for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(1));
 
 // ------------------------------------------------------------------ the network
 
@@ -96,14 +49,7 @@ run(["make-model", "--shape", "tiny", "--type", "q8_0", "-o", join(modelsDir, "t
 const apiKey = run(["network", "add-key", "--db", db, "--name", "world-test"]);
 
 const coordinator = launch(["network", "--db", db, "--host", "127.0.0.1", "--port", "0"], "coordinator.log");
-const port = await new Promise((resolveStart, reject) => {
-  const timer = setTimeout(() => reject(new Error("the coordinator did not start in 10 s")), 10000);
-  coordinator.on("exit", (code) => reject(new Error(`the coordinator exited (${code})`)));
-  createInterface({ input: coordinator.stderr }).on("line", (line) => {
-    const m = line.match(/listening on [^ ]*:(\d+)/);
-    if (m) { clearTimeout(timer); resolveStart(Number(m[1])); }
-  });
-});
+const port = await portOf(coordinator, /listening on [^ ]*:(\d+)/, 10000);
 const base = `http://127.0.0.1:${port}`;
 // The radius on screen, in CSS px, of the smallest dot (from its r: a dot popping in is scaled).
 const smallestDotPx = (p) => p.$eval("#map", (svg) => {
@@ -115,14 +61,6 @@ const getWorld = async () => ({
   ...(await (await fetch(`${base}/v1/world`)).json()),
   nodes: (await (await fetch(`${base}/v1/world/machines?online=any&limit=500`)).json()).machines,
 });
-
-// A node key as the agent keeps it: hex of libsodium's secret key (seed, then public key), 0600.
-function nodeKey(file) {
-  const jwk = generateKeyPairSync("ed25519").privateKey.export({ format: "jwk" });
-  const seed = Buffer.from(jwk.d, "base64url"), pub = Buffer.from(jwk.x, "base64url");
-  if (file) writeFileSync(file, Buffer.concat([seed, pub]).toString("hex") + "\n", { mode: 0o600 });
-  return { id: pub.toString("hex"), jwk };
-}
 
 // Agents. Shared seats lend only while the owner is away: no idle wait, any load.
 const agents = [
@@ -153,18 +91,7 @@ const podMembers = [
   { name: "pacific-2", chip: "M3 Max", gib: 64, region: "Tokyo, JP", seat: "shared", pod: "pacific" },
 ];
 for (const m of podMembers) m.key = nodeKey();
-async function signedPost(key, path, body) {
-  const text = JSON.stringify(body);
-  const ts = Date.now(), nonce = randomBytes(16).toString("hex");
-  const digest = createHash("sha256").update(text).digest("hex");
-  const signature = sign(null, Buffer.from(`POST\n${path}\n${ts}\n${nonce}\n${digest}`),
-    { key: key.jwk, format: "jwk" }).toString("hex");
-  const r = await fetch(base + path, { method: "POST", body: text, headers: {
-    "content-type": "application/json", "x-orchard-node": key.id, "x-orchard-timestamp": String(ts),
-    "x-orchard-nonce": nonce, "x-orchard-signature": signature } });
-  if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
-  return r.json();
-}
+const signedPost = (key, path, body) => signedPostTo(port, key, path, body);
 const registerMember = (m) => signedPost(m.key, "/v1/nodes/register", {
   name: m.name, chip: m.chip, memory_bytes: m.gib * GiB, memory_bandwidth_gbs: 400, region: m.region,
   seat: m.seat, models: [], offering: true,
@@ -185,22 +112,8 @@ const jobApi = async (method, path, body) => {
 // ------------------------------------------------------------------ the browser
 
 let browser = null;
-const foreign = [];
-const consoleErrors = [];
-async function newPage(options) {
-  const context = await browser.newContext(options);
-  // Nothing may leave the coordinator: any other host is refused and counted.
-  await context.route("**/*", (route) => {
-    const u = new URL(route.request().url());
-    if (u.protocol === "data:" || (u.hostname === "127.0.0.1" && Number(u.port) === port)) return route.continue();
-    foreign.push(route.request().url());
-    return route.abort();
-  });
-  const page = await context.newPage();
-  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
-  page.on("pageerror", (e) => consoleErrors.push(String(e)));
-  return page;
-}
+const sink = { foreign: [], errors: [] };
+const newPage = (options) => guardedPage(browser, port, options, sink);
 
 const online = new Set(); // ids the test expects online
 const dot = (id) => `#map circle.dot[data-node-id="${id}"]`;
@@ -222,10 +135,7 @@ async function zoomInto(page, region) {
   await waitFor(async () => (await page.getAttribute("#map", "data-mode")) === "machines" && !(await page.getAttribute("#map", "data-loading")), 5000, `zoomed into ${region}`);
 }
 
-const watchdog = setTimeout(() => {
-  console.log(`  FAIL the test ran over ${LIMIT_MS / 1000} s`);
-  process.exit(1); // the exit handler kills what runs
-}, LIMIT_MS);
+const watchdog = startWatchdog(LIMIT_MS);
 
 try {
   console.log(`[world] coordinator ${base} (${tmp})`);
@@ -271,12 +181,7 @@ try {
     `${asset} is JavaScript, cached as immutable`);
   check((await fetch(`${base}/world/assets/nope.js`)).status === 404, "an unknown asset is a 404");
 
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true, // playwright runs it with a fresh temporary --user-data-dir
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchBrowser(chromiumPath);
   console.log(`[world] chromium ${browser.version()}`);
 
   // -- desktop
@@ -319,6 +224,8 @@ try {
   await page.waitForTimeout(400);
 
   // a machine joins (an agent starts), one leaves (an agent stops): both show within 2 s
+  const tableCounters = () => page.evaluate(() => [Number(document.body.dataset.tableFetches), Number(document.body.dataset.tablePatches)]);
+  const [fetchesBefore, patchesBefore] = await tableCounters();
   let t0 = Date.now();
   online.add(startAgent(joiner));
   await waitFor(() => page.$('#map .mark.region[data-region="Reykjavik, IS"]'), 10000, "the joining machine's region");
@@ -337,6 +244,13 @@ try {
   await signedPost(pacific.key, "/v1/nodes/heartbeat", { offering: false });
   await waitFor(async () => !(await page.$('#map .mark.region[data-region="Sydney, AU"]')), JOIN_LEAVE_MS, "a withdrawn pod member's region to go");
   check(true, "a withdrawn pod member leaves the map");
+  // The table took those from the event stream's deltas, not by asking again.
+  const tableIds = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.map((r) => r.dataset.nodeId));
+  const onlineSorted = async () => (await (await fetch(`${base}/v1/world/machines?limit=500`)).json()).machines.map((n) => n.id);
+  await waitFor(async () => JSON.stringify(await tableIds()) === JSON.stringify(await onlineSorted()), 3000, "the table to follow the joins and leaves");
+  const [fetchesAfter, patchesAfter] = await tableCounters();
+  check(fetchesAfter === fetchesBefore && patchesAfter > patchesBefore,
+    `the table's rows follow a join and two leaves, in the server's order, patched from ${patchesAfter - patchesBefore} deltas with no new request (${fetchesAfter - fetchesBefore})`);
 
   // table filters, answered by the coordinator, against its own list
   const now = await getWorld();
@@ -369,21 +283,30 @@ try {
   check(overflow <= 0, `phone: no sideways scrolling (overflow ${overflow} px)`);
   const mapWidth = await phone.$eval("#map", (m) => m.getBoundingClientRect().width);
   check(mapWidth > 300 && mapWidth <= 390, `phone: the map fits the screen (${Math.round(mapWidth)} px)`);
-  await phone.press('#map .mark.region[data-region="Toronto, CA"]', "Enter");
-  await waitFor(async () => (await phone.getAttribute("#map", "data-mode")) === "machines" && !(await phone.getAttribute("#map", "data-loading")), 5000, "phone: zoomed into Toronto");
+  // A finger, not a key: a touch tap (touchstart/touchend, then the click the browser makes of it)
+  // on Toronto's mark, through d3-zoom's own touch handling, zooms into it.
+  check(await phone.evaluate(() => navigator.maxTouchPoints > 0 && "ontouchstart" in window), "phone: the browser has a touch screen");
+  await phone.evaluate(() => {
+    window.__touches = [];
+    for (const t of ["touchstart", "touchend", "click"]) window.addEventListener(t, () => window.__touches.push(t), { capture: true });
+  });
+  await tapElement(phone, '#map .mark.region[data-region="Toronto, CA"]');
+  const touches = await phone.evaluate(() => window.__touches.join(" "));
+  check(/touchstart touchend.*click/.test(touches), `phone: the tap reached the page as a touch (${touches})`);
+  await waitFor(async () => (await phone.getAttribute("#map", "data-mode")) === "machines" && !(await phone.getAttribute("#map", "data-loading")), 5000, "phone: zoomed into Toronto by a tap");
+  check(true, "phone: tapping a region zooms into it");
   const smallest = await smallestDotPx(phone);
   check(smallest >= 2.9, `phone: the smallest machine is a dot of ${smallest.toFixed(1)} px radius (>= 3)`);
-  await phone.tap(dot(agents.find((a) => a.name === "toronto-m1ultra").key.id));
+  await tapElement(phone, dot(agents.find((a) => a.name === "toronto-m1ultra").key.id));
   check(/M1 Ultra/.test(await phone.textContent("#tooltip")), "phone: tapping a dot shows its details");
   await phone.screenshot({ path: join(outDir, "world-phone.png"), fullPage: true });
 
-  check(consoleErrors.length === 0, `no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
-  check(foreign.length === 0, `no request left the coordinator${foreign.length ? ": " + foreign.join(", ") : ""}`);
+  check(sink.errors.length === 0, `no console errors${sink.errors.length ? ": " + sink.errors.join(" | ") : ""}`);
+  check(sink.foreign.length === 0, `no request left the coordinator${sink.foreign.length ? ": " + sink.foreign.join(", ") : ""}`);
   await Promise.race([paris.proc.exited, new Promise((r) => setTimeout(r, AGENT_EXIT_MS - (Date.now() - parisStopped)))]);
   check(paris.proc.exitCode === 0, `the agent stopped first has exited by itself (${Date.now() - parisStopped} ms after SIGTERM)`);
 } catch (e) {
-  failures++;
-  console.log(`  FAIL ${e.message}`);
+  fail(e);
 } finally {
   clearInterval(heartbeats);
   await browser?.close().catch(() => {});
@@ -392,7 +315,4 @@ try {
   await stop([coordinator], 5000);
   clearTimeout(watchdog);
 }
-if (failures) console.log(`[world] logs kept in ${tmp}`);
-else rmSync(tmp, { recursive: true, force: true });
-console.log(`[world] ${failures ? `${failures} check(s) failed` : "all checks passed"} in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${outDir}`);
-process.exit(failures ? 1 : 0);
+finish("world", ctx);

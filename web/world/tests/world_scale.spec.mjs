@@ -15,100 +15,34 @@
 // paged (50 rows) and its filters and sorting come from the server; no response the page fetches
 // reaches 1 MB; no console errors; nothing asked of any other host; for the simulation, the
 // banner says it is one. Prints load times and sizes; saves world-scale-*.png in DIR.
-import { spawn } from "node:child_process";
-import { createHash, generateKeyPairSync, randomBytes, sign } from "node:crypto";
-import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
-import { Agent, request } from "node:http";
-import { tmpdir } from "node:os";
-import { createInterface } from "node:readline";
-import { dirname, join, resolve } from "node:path";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
 import { formatNumber } from "../src/format.js";
+import {
+  GiB, check, fail, finish, guardedPage, launch as launchIn, launchBrowser, nodeKey, portOf, running, setup, signedPost,
+  stop, waitFor, watchdog,
+} from "./harness.mjs";
 
-const started = Date.now();
 const here = dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const arg = (name, fallback) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : fallback; };
-const orchard = arg("--orchard");
-const outDir = resolve(arg("--out", join(here, "..", "test-results")));
+const ctx = setup("world-scale", "world_scale.spec.mjs --orchard <orchard binary> [--out DIR] [--machines N] [--sim-nodes N] [--only network|simulate]");
+const { arg, orchard, outDir, tmp, chromiumPath } = ctx;
+const launch = (argv, log) => launchIn(orchard, tmp, argv, log);
 const machines = Number(arg("--machines", "20000"));
 const simNodes = Number(arg("--sim-nodes", "20000"));
 const only = arg("--only", "");
-const chromiumPath = process.env.ORCHARD_CHROMIUM || "/usr/bin/chromium";
-if (!orchard) { console.error("usage: world_scale.spec.mjs --orchard <orchard binary> [--out DIR] [--machines N] [--sim-nodes N]"); process.exit(2); }
-mkdirSync(outDir, { recursive: true });
-const tmp = mkdtempSync(join(tmpdir(), "orchard-world-scale-"));
 const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000;
 // From the page's script starting to totals, map and table on screen (the browser's own loading
 // of the page before that is printed beside it: on a loaded 2-core host it alone takes seconds).
 const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000"));
-const MB = 1 << 20, GiB = 1024 ** 3;
+const MB = 1 << 20;
 const regions = JSON.parse(readFileSync(join(here, "../../../data/regions.json"), "utf8")).map((r) => r.name);
-
-let failures = 0;
-function check(cond, what) {
-  if (cond) console.log(`  ok   ${what}`);
-  else { failures++; console.log(`  FAIL ${what}`); }
-}
-async function waitFor(fn, timeoutMs, what) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return Date.now() - t0;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-const procs = new Set();
-function launch(argv, log) {
-  const fd = openSync(join(tmp, log), "a");
-  const proc = spawn(orchard, argv, { stdio: ["ignore", fd, "pipe"] });
-  procs.add(proc);
-  proc.stderr.on("data", (d) => writeSync(fd, d));
-  proc.exited = new Promise((r) => proc.on("exit", () => { procs.delete(proc); r(); }));
-  return proc;
-}
-function portOf(proc, pattern) {
-  return new Promise((resolveStart, reject) => {
-    const timer = setTimeout(() => reject(new Error("the server did not start in 60 s")), 60000);
-    proc.on("exit", (code) => reject(new Error(`orchard exited (${code})`)));
-    createInterface({ input: proc.stderr }).on("line", (line) => {
-      const m = line.match(pattern);
-      if (m) { clearTimeout(timer); resolveStart(Number(m[1])); }
-    });
-  });
-}
-async function stop(proc) {
-  if (!procs.has(proc)) return;
-  proc.kill("SIGTERM");
-  await Promise.race([proc.exited, new Promise((r) => setTimeout(r, 5000))]);
-  if (procs.has(proc)) proc.kill("SIGKILL");
-  await proc.exited;
-}
-process.on("exit", () => { for (const p of procs) p.kill("SIGKILL"); });
-for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(1));
-const watchdog = setTimeout(() => { console.log(`  FAIL the test ran over ${LIMIT_MS / 1000} s`); process.exit(1); }, LIMIT_MS);
+const timer = watchdog(LIMIT_MS);
 
 // ------------------------------------------------------------------ registering through the signed API
 
-const agent = new Agent({ keepAlive: true, maxSockets: 16 });
-function post(port, path, headers, body) {
-  return new Promise((ok, fail) => {
-    const req = request({ host: "127.0.0.1", port, path, method: "POST", agent, headers: { ...headers, "content-length": Buffer.byteLength(body) } }, (res) => {
-      let text = "";
-      res.on("data", (d) => { text += d; });
-      res.on("end", () => (res.statusCode === 200 ? ok(text) : fail(new Error(`${path}: ${res.statusCode} ${text}`))));
-    });
-    req.on("error", fail);
-    req.end(body);
-  });
-}
 async function register(port, i) {
-  const { privateKey } = generateKeyPairSync("ed25519");
-  const jwk = privateKey.export({ format: "jwk" });
-  const id = Buffer.from(jwk.x, "base64url").toString("hex");
+  const key = nodeKey();
   const chips = [["M1", 8], ["M2", 16], ["M2 Pro", 32], ["M3 Pro", 36], ["M3 Max", 64], ["M4 Max", 128], ["M2 Ultra", 192]];
   const [chip, gb] = chips[i % chips.length];
   // Some places hold many more machines than others (weights 1/(rank + 3)); pods of two.
@@ -116,44 +50,49 @@ async function register(port, i) {
   let acc = 0, r = 0;
   const total = regions.reduce((s, _, k) => s + 1 / (k + 3), 0);
   for (; r < regions.length - 1; r++) if ((acc += 1 / (r + 3) / total) >= u) break;
-  const body = JSON.stringify({ name: `m${i}`, chip, memory_bytes: gb * GiB, memory_bandwidth_gbs: 100, region: regions[r],
-    seat: i % 10 === 0 ? "dedicated" : "shared", models: [], offering: true });
-  const path = "/v1/nodes/register";
-  const ts = Date.now(), nonce = randomBytes(16).toString("hex");
-  const digest = createHash("sha256").update(body).digest("hex");
-  const signature = sign(null, Buffer.from(`POST\n${path}\n${ts}\n${nonce}\n${digest}`), privateKey).toString("hex");
-  await post(port, path, { "content-type": "application/json", "x-orchard-node": id, "x-orchard-timestamp": String(ts),
-    "x-orchard-nonce": nonce, "x-orchard-signature": signature }, body);
-  return id;
+  await signedPost(port, key, "/v1/nodes/register", { name: `m${i}`, chip, memory_bytes: gb * GiB, memory_bandwidth_gbs: 100,
+    region: regions[r], seat: i % 10 === 0 ? "dedicated" : "shared", models: [], offering: true });
+  return key.id;
 }
 
 // ------------------------------------------------------------------ the page
 
 let browser = null;
 async function checkPage(base, port, label, expect) {
-  const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
-  const foreign = [], consoleErrors = [], responses = [];
-  await context.route("**/*", (route) => {
-    const u = new URL(route.request().url());
-    if (u.protocol === "data:" || (u.hostname === "127.0.0.1" && Number(u.port) === port)) return route.continue();
-    foreign.push(route.request().url());
-    return route.abort();
-  });
-  const page = await context.newPage();
-  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
-  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  const sink = { foreign: [], errors: [] }, responses = [];
+  const page = await guardedPage(browser, port, { viewport: { width: 1440, height: 900 } }, sink);
   page.on("response", async (r) => {
     if (r.url().includes("/v1/world/events")) return; // a stream, measured by its events
     try { responses.push({ url: r.url(), bytes: (await r.body()).length }); } catch { /* navigated away */ }
   });
   const summary = await (await fetch(`${base}/v1/world`)).json();
 
+  // Chromium's own accounting of its main thread (script, layout, style) while the page loads.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Performance.enable");
   await page.goto(`${base}/world`, { waitUntil: "domcontentloaded" });
   await waitFor(() => page.evaluate(() => document.getElementById("stat-online").textContent !== "–" &&
     Number(document.getElementById("map").dataset.marks) > 0 && document.querySelectorAll("#machines tbody tr[data-node-id]").length > 0), 30000, "the page to show totals, marks and rows");
   // On the page's own clock, from the start of navigation.
   const [interactiveMs, scriptMs] = await page.evaluate(() => [performance.now(),
     performance.getEntriesByType("navigation")[0]?.domContentLoadedEventEnd ?? 0]);
+  const tl = await page.evaluate(() => {
+    const nav = performance.getEntriesByType("navigation")[0] || {};
+    const res = performance.getEntriesByType("resource");
+    const one = (re) => { const r = res.find((x) => re.test(x.name)); return r ? [r.startTime, r.responseEnd, r.encodedBodySize] : null; };
+    const marks = Object.fromEntries(performance.getEntriesByType("mark").map((m) => [m.name, m.startTime]));
+    const paint = Object.fromEntries(performance.getEntriesByType("paint").map((m) => [m.name, m.startTime]));
+    return { html: [nav.requestStart, nav.responseEnd], domInteractive: nav.domInteractive, js: one(/\/world\/assets\/.*\.js$/),
+      css: one(/\/world\/assets\/.*\.css$/), table: one(/\/v1\/world\/machines\?/), marks, paint };
+  });
+  const metrics = Object.fromEntries((await cdp.send("Performance.getMetrics")).metrics.map((m) => [m.name, m.value]));
+  const f = (v) => (Number.isFinite(v) ? v.toFixed(0) : "–");
+  const span = (r) => (r ? `${f(r[0])}–${f(r[1])} (${(r[2] / 1024).toFixed(0)} KB)` : "–");
+  console.log(`[world-scale] ${label} timeline, ms from navigation: html ${f(tl.html[0])}–${f(tl.html[1])}; css ${span(tl.css)}; js ${span(tl.js)}; ` +
+    `script ran ${f(tl.marks["world:script"])}; first paint ${f(tl.paint["first-paint"])}, contentful ${f(tl.paint["first-contentful-paint"])}; ` +
+    `summary shown ${f(tl.marks["world:summary"])}; map ${f(tl.marks["world:map"])}; table fetched ${span(tl.table)}, shown ${f(tl.marks["world:table"])}; ` +
+    `interactive ${f(interactiveMs)}. Chromium main thread: script ${f(metrics.ScriptDuration * 1000)} ms, layout ${f(metrics.LayoutDuration * 1000)} ms, ` +
+    `style ${f(metrics.RecalcStyleDuration * 1000)} ms, tasks ${f(metrics.TaskDuration * 1000)} ms`);
   check(interactiveMs - scriptMs <= INTERACTIVE_MS, `${label}: totals, map and table shown ${(interactiveMs - scriptMs).toFixed(0)} ms after the page's script ran (${interactiveMs.toFixed(0)} ms after navigation) (<= ${INTERACTIVE_MS})`);
   const worldMarks = await page.$$eval("#map .mark", (m) => m.length);
   check(worldMarks > 0 && worldMarks <= 2000 && (await page.getAttribute("#map", "data-mode")) === "regions",
@@ -245,14 +184,13 @@ async function checkPage(base, port, label, expect) {
   console.log(`[world-scale] ${label}: interactive ${interactiveMs.toFixed(0)} ms (script at ${scriptMs.toFixed(0)} ms); zoom ${zoomMs} ms; table page ${pageMs} ms; ` +
     `requests ${responses.length}, ${(responses.reduce((s, r) => s + r.bytes, 0) / 1024).toFixed(0)} KB in all` +
     (summaryBytes ? `; summary ${(summaryBytes / 1024).toFixed(1)} KB` : ""));
-  check(consoleErrors.length === 0, `${label}: no console errors${consoleErrors.length ? ": " + consoleErrors.join(" | ") : ""}`);
-  check(foreign.length === 0, `${label}: no request left the server${foreign.length ? ": " + foreign.join(", ") : ""}`);
-  await context.close();
+  check(sink.errors.length === 0, `${label}: no console errors${sink.errors.length ? ": " + sink.errors.join(" | ") : ""}`);
+  check(sink.foreign.length === 0, `${label}: no request left the server${sink.foreign.length ? ": " + sink.foreign.join(", ") : ""}`);
+  await page.context().close();
 }
 
 try {
-  browser = await chromium.launch({ executablePath: chromiumPath, headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"] });
+  browser = await launchBrowser(chromiumPath);
 
   if (only !== "simulate") {
     const db = `sqlite://${join(tmp, "network.db")}`;
@@ -271,7 +209,7 @@ try {
     await checkPage(base, port, "network", {
       totals: (s) => check(s.totals.nodes === machines && s.totals.online === machines, `network: /v1/world counts the ${machines} registered machines, all online`),
     });
-    await stop(coordinator);
+    await stop([coordinator], 5000);
   }
 
   if (only !== "network") {
@@ -285,17 +223,13 @@ try {
       totals: (s) => check(s.simulation && s.totals.nodes === simNodes && s.totals.online > 0,
         `simulate: /v1/world counts ${simNodes} machines (${s.totals.online} online at virtual ${Math.round(s.simulation.virtual_s)} s)`),
     });
-    await stop(sim);
+    await stop([sim], 5000);
   }
 } catch (e) {
-  failures++;
-  console.log(`  FAIL ${e.message}`);
+  fail(e);
 } finally {
   await browser?.close().catch(() => {});
-  for (const p of [...procs]) await stop(p);
-  clearTimeout(watchdog);
+  await stop(running(), 5000);
+  clearTimeout(timer);
 }
-if (failures) console.log(`[world-scale] logs kept in ${tmp}`);
-else rmSync(tmp, { recursive: true, force: true });
-console.log(`[world-scale] ${failures ? `${failures} check(s) failed` : "all checks passed"} in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${outDir}`);
-process.exit(failures ? 1 : 0);
+finish("world-scale", ctx);
