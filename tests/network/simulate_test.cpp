@@ -123,9 +123,9 @@ TEST(Simulate, PaysWhatTheCoordinatorPaysForTheSameJobs) {
                                        {"models", {{{"name", s.model}, {"bytes", s.model_bytes}}}}});
     coordinator.heartbeat(holder, {{"offering", true}});
     const nlohmann::json job =
-        coordinator.submit(key, {{"model", s.model},
-                                 {"prompt", std::string(static_cast<size_t>(s.prompt_tokens), 'x')},
-                                 {"max_tokens", s.completion_tokens}});
+        coordinator.submit(key, Submission::from_json({{"model", s.model},
+                                                       {"prompt", std::string(static_cast<size_t>(s.prompt_tokens), 'x')},
+                                                       {"max_tokens", s.completion_tokens}}));
     const nlohmann::json offer = coordinator.poll(holder, std::chrono::steady_clock::now());
     ASSERT_TRUE(offer.is_object()) << s.job;
     ASSERT_EQ(offer["id"], job["id"]);
