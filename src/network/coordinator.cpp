@@ -22,14 +22,8 @@ int64_t wall_clock_ms() {
 
 namespace {
 
-constexpr int64_t kThroughputWindowMs = 60000;  // world_totals()' tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
 constexpr auto kFollowerRecheck = std::chrono::seconds(1);
-
-// Drops the completions that left the throughput window.
-void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t now) {
-  while (!completed.empty() && completed.front().first <= now - kThroughputWindowMs) completed.pop_front();
-}
 
 // A job's context estimate: the most its prompt can be plus max_tokens.
 int64_t context_tokens(const JobRequest& request) { return prompt_token_bound(request) + request.max_tokens; }
@@ -210,7 +204,7 @@ void Coordinator::load_node_locked(const NodeRecord& r) {
 void Coordinator::recover_nodes_locked() {
   for (const NodeRecord& r : store_.list_nodes()) {
     // Credits survive a restart in the book; the seat they count for is the node's current one.
-    credits_by_seat_[r.seat] += store_.balance(ledger::node_account(r.id));
+    totals_.earned(r.seat, store_.balance(ledger::node_account(r.id)));
     load_node_locked(r);
   }
   // Agents do not register again after a restart (their heartbeats are still known): pods form
@@ -522,17 +516,11 @@ json Coordinator::models() {
 
 json Coordinator::world_totals() {
   std::lock_guard lock(mu_);
-  expire_window(generated_, clock_());
-  int64_t tokens = 0;
-  for (const auto& g : generated_) tokens += g.second;
-  json credits = json::object();
-  for (const auto& [seat, micro] : credits_by_seat_) credits[seat] = static_cast<double>(micro) / 1e6;
-  return {{"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
-          {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
-          {"queue", book_.queued()},
-          {"credits_by_seat", credits},
-          {"pods", placement_.pod_count()},
-          {"models", models_.size()}};
+  json out = totals_.at(clock_());
+  out["queue"] = book_.queued();
+  out["pods"] = placement_.pod_count();
+  out["models"] = models_.size();
+  return out;
 }
 
 void Coordinator::attach_world(std::shared_ptr<world::Population> population) {
@@ -815,9 +803,8 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.done = true;
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
-    generated_.emplace_back(clock_(), c.completion_tokens);
-    expire_window(generated_, generated_.back().first);  // bounded even when world_totals() is never asked
-    if (!check) credits_by_seat_[node->second.seat] += amount;  // else when the check passes
+    totals_.completed(clock_(), c.completion_tokens);
+    if (!check) totals_.earned(node->second.seat, amount);  // else when the check passes
     if (world_) world_->job_served(node_id, c.tok_s);
     node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
     placement_.set_reliability(node_id, node->second.reliability);
@@ -883,13 +870,13 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
     if (world_) world_->job_served(node_id, c.tok_s);  // the store counts checks as jobs served
-    credits_by_seat_[verifier->second.seat] += pay;
-    if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
+    totals_.earned(verifier->second.seat, pay);
+    if (ok) totals_.earned(nodes_[original->node_id].seat, held);
     book_.finish(check.id);
     live_.erase(check.id);
     if (!ok) {
       NodeState& producer = nodes_[original->node_id];
-      credits_by_seat_[producer.seat] -= ledger::kFineMultiple * held;
+      totals_.earned(producer.seat, -ledger::kFineMultiple * held);
       producer.reliability = next_reliability(producer.reliability, Outcome::FailedCheck);
       producer.mismatches++;
       producer.banned = producer.mismatches >= options_.ban_after_mismatches;

@@ -28,6 +28,7 @@
 #include "network/settlement.h"
 #include "network/store/store.h"
 #include "network/token_check.h"
+#include "network/world_totals.h"
 
 namespace orchard::network {
 
@@ -226,8 +227,7 @@ class Coordinator {
   std::shared_ptr<world::Population> world_;
   void describe_to_world_locked(const std::string& node_id);  // its state as the World shows it
   void put_to_world_locked(const NodeRecord& r);               // and the jobs it served
-  std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute
-  std::map<std::string, int64_t> credits_by_seat_;      // micro-credits nodes earned, per seat class
+  WorldTotals totals_;
 };
 
 }  // namespace orchard::network
