@@ -129,6 +129,16 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--hours", o->hours, "Virtual hours to run")->capture_default_str();
   cmd->add_option("--dedicated", o->dedicated_fraction, "Fraction of dedicated seats (x3 on Ultras)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--verify-fraction", o->verify_fraction, "Share of jobs spot-checked on a second machine")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--cheat-fraction", o->cheat_fraction, "Machines whose outputs fail every check")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--no-download-fraction", o->no_download_fraction,
+                  "Machines that hand back a job whose model they lack")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--catalog", *catalog, "Hardware catalog JSON (default: the shipped one)");
   auto w = std::make_shared<WorldOptions>();
   cmd->add_option("--world-port", w->port, "Serve the run live on the World page at this port (0: any), in paced virtual time");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "network/coordinator.h"
+#include "network/job_request.h"
 #include "network/ledger.h"
 
 namespace orchard::network {
@@ -28,6 +29,15 @@ std::optional<std::pair<int64_t, double>> recorded_rate(const JobRecord& job) {
       !r.contains("multiplier") || !r["multiplier"].is_number())
     return std::nullopt;
   return std::make_pair(r["model_bytes"].get<int64_t>(), r["multiplier"].get<double>());
+}
+
+// A generation job's request as its row holds it; nullopt when the row holds none that reads.
+std::optional<JobRequest> stored_request(const JobRecord& job) {
+  try {
+    return JobRequest::from_json(json::parse(job.request, nullptr, false));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -70,14 +80,17 @@ AuditReport audit_ledger(Store& store) {
     }
     const auto [model_bytes, multiplier] = *rate;
     if (id == "settle:" + j->id && j->kind == "generate") {
-      const json request = json::parse(j->request, nullptr, false);
-      const int64_t max_tokens = request.value("max_tokens", int64_t{0});
-      if (j->completion_tokens < 0 || j->completion_tokens > max_tokens)
+      const auto request = stored_request(*j);
+      if (!request) {
+        problem(fmt::format("{}: job {} has no request the coordinator could have stored", id, j->id));
+        continue;
+      }
+      if (j->completion_tokens < 0 || j->completion_tokens > request->max_tokens)
         problem(fmt::format("{}: {} generated tokens counted for a job of max_tokens {}", id, j->completion_tokens,
-                            max_tokens));
-      if (j->prompt_tokens < 0 || j->prompt_tokens > prompt_token_bound(request))
+                            request->max_tokens));
+      if (j->prompt_tokens < 0 || j->prompt_tokens > prompt_token_bound(*request))
         problem(fmt::format("{}: {} prompt tokens counted, more than the prompt's bound {}", id, j->prompt_tokens,
-                            prompt_token_bound(request)));
+                            prompt_token_bound(*request)));
       const int64_t due = ledger::job_credits(j->prompt_tokens + j->completion_tokens, model_bytes, multiplier);
       const int64_t paid = entry(t, ledger::node_account(j->node_id)) + entry(t, ledger::kEscrow);
       if (entry(t, ledger::key_account(j->key_id)) != -due || paid != due || t.entries.size() != 2)

@@ -15,23 +15,6 @@ namespace orchard::network {
 
 using nlohmann::json;
 
-int64_t prompt_token_bound(const json& request) {
-  // Every token of a prompt stands for at least one byte of its text, except the markers a
-  // template adds: a few around a plain prompt (BOS), a few per chat message (its turn's header and
-  // end) and the assistant turn's header.
-  constexpr int64_t kPromptMarkers = 4, kMessageMarkers = 16, kChatMarkers = 32;
-  int64_t bound = 0;
-  if (request.contains("prompt") && request["prompt"].is_string())
-    bound += static_cast<int64_t>(request["prompt"].get<std::string>().size()) + kPromptMarkers;
-  if (request.contains("messages") && request["messages"].is_array()) {
-    bound += kChatMarkers;
-    for (const auto& m : request["messages"])
-      if (m.is_object())
-        bound += static_cast<int64_t>(m.value("content", "").size() + m.value("role", "").size()) + kMessageMarkers;
-  }
-  return bound;
-}
-
 int64_t wall_clock_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -39,20 +22,11 @@ int64_t wall_clock_ms() {
 
 namespace {
 
-constexpr int64_t kDefaultMaxTokens = 256;
-constexpr int64_t kThroughputWindowMs = 60000;  // world_totals()' tok_s and jobs_per_min: over this window
 constexpr int64_t kMaxMaxTokens = 32768;
 constexpr auto kFollowerRecheck = std::chrono::seconds(1);
 
-// Drops the completions that left the throughput window.
-void expire_window(std::deque<std::pair<int64_t, int64_t>>& completed, int64_t now) {
-  while (!completed.empty() && completed.front().first <= now - kThroughputWindowMs) completed.pop_front();
-}
-
 // A job's context estimate: the most its prompt can be plus max_tokens.
-int64_t context_estimate(const json& request) {
-  return prompt_token_bound(request) + request.value("max_tokens", kDefaultMaxTokens);
-}
+int64_t context_tokens(const JobRequest& request) { return prompt_token_bound(request) + request.max_tokens; }
 
 // Streamed text goes to the other replicas in notices of at most this many bytes (hex: twice that),
 // within a NOTIFY payload's 8000 with the job id and offset.
@@ -116,7 +90,7 @@ struct Counted {
 // prompt could be (prompt_token_bound, or the prompt's own count with the model's vocabulary), nor
 // than its text shows (check_reported_tokens). A completion without ids (an engine that cannot
 // tell) is counted by its claims under the same bounds. Throws ApiError 400 naming the field.
-Counted count_tokens(const json& request, const json& result, const ModelVocab* vocab) {
+Counted count_tokens(const JobRequest& request, const json& result, const ModelVocab* vocab) {
   if (!result.is_object()) throw bad_result("to be an object");
   if (result.contains("text") && !result["text"].is_string()) throw bad_result("\"text\" as a string");
   if (result.contains("finish_reason") &&
@@ -139,7 +113,7 @@ Counted count_tokens(const json& request, const json& result, const ModelVocab* 
   if (output_ids && completion_claim && *completion_claim != c.completion)
     throw bad_result(fmt::format("\"completion_tokens\" equal to the {} \"output_ids\" sent, not {}", c.completion,
                                  *completion_claim));
-  const int64_t max_tokens = request.value("max_tokens", kDefaultMaxTokens);
+  const int64_t max_tokens = request.max_tokens;
   if (c.completion > max_tokens)
     throw bad_result(fmt::format("at most the job's max_tokens ({}) generated tokens in \"{}\", not {}", max_tokens,
                                  output_ids ? "output_ids" : "completion_tokens", c.completion));
@@ -230,7 +204,7 @@ void Coordinator::load_node_locked(const NodeRecord& r) {
 void Coordinator::recover_nodes_locked() {
   for (const NodeRecord& r : store_.list_nodes()) {
     // Credits survive a restart in the book; the seat they count for is the node's current one.
-    credits_by_seat_[r.seat] += store_.balance(ledger::node_account(r.id));
+    totals_.earned(r.seat, store_.balance(ledger::node_account(r.id)));
     load_node_locked(r);
   }
   // Agents do not register again after a restart (their heartbeats are still known): pods form
@@ -256,7 +230,15 @@ void Coordinator::recover_jobs_locked() {
 }
 
 BookJob Coordinator::book_job(const JobRecord& j) {
-  BookJob job{j.id, j.kind, j.model, j.request, j.attempt, ""};
+  BookJob job{j.id, j.kind, j.model, j.request, j.attempt, "", 0};
+  const json request = json::parse(j.request, nullptr, false);
+  if (j.kind == "verify") {
+    // A check re-reads the prompt and the output it was given.
+    for (const char* ids : {"prompt_ids", "output_ids"})
+      if (request.contains(ids) && request[ids].is_array()) job.context_tokens += static_cast<int64_t>(request[ids].size());
+  } else {
+    job.context_tokens = context_tokens(JobRequest::from_json(request));
+  }
   if (!j.verify_of.empty())
     if (auto original = store_.get_job(j.verify_of)) job.avoid = original->node_id;
   return job;
@@ -354,17 +336,23 @@ std::string Coordinator::add_key(const std::string& name, int64_t quota_tokens, 
   return store_.create_key(name, quota_tokens, rate_per_min, clock_()).second;
 }
 
-json Coordinator::submit(const KeyRecord& key, const json& body) {
+Submission Submission::from_json(const json& body) {
   if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
     throw ApiError(400, "[network] a job needs a \"model\"");
   bool has_messages = body.contains("messages") && body["messages"].is_array() && !body["messages"].empty();
   bool has_prompt = body.contains("prompt") && body["prompt"].is_string();
   if (has_messages == has_prompt) throw ApiError(400, "[network] a job needs \"messages\" or \"prompt\" (one of them)");
-  if (has_messages)
-    for (const auto& m : body["messages"])
+  Submission s;
+  s.model = body["model"].get<std::string>();
+  JobRequest& r = s.request;
+  if (has_prompt) r.prompt = body["prompt"].get<std::string>();
+  else
+    for (const auto& m : body["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
         throw ApiError(400, "[network] each message needs a string \"role\" and \"content\"");
+      r.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
   // Absent or null: the default. Anything else must be a number in range.
   auto number = [&](const char* name, double fallback, double lo, double hi, bool integer) {
     if (!body.contains(name) || body[name].is_null()) return fallback;
@@ -374,27 +362,28 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
                                       integer ? "an integer" : "a number", lo, hi, v.dump()));
     return v.get<double>();
   };
-  const int64_t max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
-  uint64_t seed = 0;
-  {
-    std::lock_guard lock(mu_);
-    seed = rng_() >> 1;
-  }
+  r.max_tokens = static_cast<int64_t>(number("max_tokens", kDefaultMaxTokens, 1, kMaxMaxTokens, true));
+  r.temperature = number("temperature", 1.0, 0, 2, false);
+  r.top_p = number("top_p", 1.0, 0, 1, false);
+  r.top_k = static_cast<int64_t>(number("top_k", 0, 0, std::numeric_limits<int32_t>::max(), true));
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer()) throw ApiError(400, "[network] \"seed\" must be an integer");
     // Any 64-bit integer, negative ones as their two's complement (as `orchard serve` takes them).
-    seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+    r.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+    s.seeded = true;
   }
-  json request = {{"max_tokens", max_tokens},
-                  {"temperature", number("temperature", 1.0, 0, 2, false)},
-                  {"top_p", number("top_p", 1.0, 0, 1, false)},
-                  {"top_k", static_cast<int64_t>(number("top_k", 0, 0, std::numeric_limits<int32_t>::max(), true))},
-                  // A fixed seed makes a re-run after a lost lease produce the same text.
-                  {"seed", seed}};
-  if (has_messages) request["messages"] = body["messages"];
-  else request["prompt"] = body["prompt"];
+  return s;
+}
 
-  const std::string model = body["model"].get<std::string>();
+json Coordinator::submit(const KeyRecord& key, Submission submission) {
+  if (!submission.seeded) {
+    // A fixed seed makes a re-run after a lost lease produce the same text.
+    std::lock_guard lock(mu_);
+    submission.request.seed = rng_() >> 1;
+  }
+  const JobRequest& request = submission.request;
+  const int64_t max_tokens = request.max_tokens;
+  const std::string& model = submission.model;
   {
     std::lock_guard lock(mu_);
     if (!models_.count(model)) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
@@ -405,7 +394,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
   job.id = fmt::format("job-{}", random_hex(12));
   job.key_id = key.id;
   job.model = model;
-  job.request = request.dump();
+  job.request = request.to_json().dump();
   job.created_at = job.updated_at = clock_();
   job.reserved = prompt_token_bound(request) + max_tokens;
   // Counted and inserted by the store, outside the lock: submissions run side by side, on every
@@ -421,7 +410,7 @@ json Coordinator::submit(const KeyRecord& key, const json& body) {
     throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name, key.rate_per_min));
   std::lock_guard lock(mu_);
   if (leading) {
-    book_.add(book_job(job));
+    book_.add({job.id, job.kind, job.model, job.request, 0, "", context_tokens(request)});
     dispatch_locked();
     // Placed at once when a node was free: its first lease.
     if (book_.leased(job.id)) {
@@ -527,17 +516,11 @@ json Coordinator::models() {
 
 json Coordinator::world_totals() {
   std::lock_guard lock(mu_);
-  expire_window(generated_, clock_());
-  int64_t tokens = 0;
-  for (const auto& g : generated_) tokens += g.second;
-  json credits = json::object();
-  for (const auto& [seat, micro] : credits_by_seat_) credits[seat] = static_cast<double>(micro) / 1e6;
-  return {{"tok_s", static_cast<double>(tokens) * 1000.0 / kThroughputWindowMs},
-          {"jobs_per_min", generated_.size() * 60000.0 / kThroughputWindowMs},
-          {"queue", book_.queued()},
-          {"credits_by_seat", credits},
-          {"pods", placement_.pod_count()},
-          {"models", models_.size()}};
+  json out = totals_.at(clock_());
+  out["queue"] = book_.queued();
+  out["pods"] = placement_.pod_count();
+  out["models"] = models_.size();
+  return out;
 }
 
 void Coordinator::attach_world(std::shared_ptr<world::Population> population) {
@@ -785,8 +768,8 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   auto node = nodes_.find(node_id);
   if (node == nodes_.end()) throw ApiError(404, "[network] unknown node");
   const auto vocab = options_.vocabs.find(job->model);
-  const Counted counted = count_tokens(json::parse(job->request, nullptr, false), result,
-                                       vocab == options_.vocabs.end() ? nullptr : &vocab->second);
+  const JobRequest request = JobRequest::from_json(json::parse(job->request, nullptr, false));
+  const Counted counted = count_tokens(request, result, vocab == options_.vocabs.end() ? nullptr : &vocab->second);
   Completion c;
   c.prompt_tokens = counted.prompt;
   c.completion_tokens = counted.completion;
@@ -820,13 +803,12 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.done = true;
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
-    generated_.emplace_back(clock_(), c.completion_tokens);
-    expire_window(generated_, generated_.back().first);  // bounded even when world_totals() is never asked
-    if (!check) credits_by_seat_[node->second.seat] += amount;  // else when the check passes
+    totals_.completed(clock_(), c.completion_tokens);
+    if (!check) totals_.earned(node->second.seat, amount);  // else when the check passes
     if (world_) world_->job_served(node_id, c.tok_s);
     node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
     placement_.set_reliability(node_id, node->second.reliability);
-    if (check) maybe_schedule_check_locked(*store_.get_job(job_id), result);
+    if (check) maybe_schedule_check_locked(*store_.get_job(job_id), request, result);
     changed_.notify_all();
     finished_locked(job_id);
     dispatch_locked();
@@ -834,8 +816,7 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   return {{"ok", true}, {"credits", amount}, {"check", check}};
 }
 
-void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& result) {
-  json request = json::parse(job.request);
+void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const JobRequest& request, const json& result) {
   JobRecord check;
   check.id = fmt::format("chk-{}", random_hex(12));
   check.key_id = job.key_id;
@@ -843,14 +824,15 @@ void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const json& 
   check.model = job.model;
   check.request = json{{"prompt_ids", result["prompt_ids"]},
                        {"output_ids", result["output_ids"]},
-                       {"temperature", request.value("temperature", 1.0)},
-                       {"top_p", request.value("top_p", 1.0)},
-                       {"top_k", request.value("top_k", 0)}}
+                       {"temperature", request.temperature},
+                       {"top_p", request.top_p},
+                       {"top_k", request.top_k}}
                       .dump();
   check.verify_of = job.id;
   check.created_at = check.updated_at = clock_();
   store_.insert_job(check);
-  book_.add({check.id, check.kind, check.model, check.request, 0, job.node_id});
+  book_.add({check.id, check.kind, check.model, check.request, 0, job.node_id,
+             static_cast<int64_t>(result["prompt_ids"].size() + result["output_ids"].size())});
 }
 
 json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
@@ -888,13 +870,13 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
     if (world_) world_->job_served(node_id, c.tok_s);  // the store counts checks as jobs served
-    credits_by_seat_[verifier->second.seat] += pay;
-    if (ok) credits_by_seat_[nodes_[original->node_id].seat] += held;
+    totals_.earned(verifier->second.seat, pay);
+    if (ok) totals_.earned(nodes_[original->node_id].seat, held);
     book_.finish(check.id);
     live_.erase(check.id);
     if (!ok) {
       NodeState& producer = nodes_[original->node_id];
-      credits_by_seat_[producer.seat] -= ledger::kFineMultiple * held;
+      totals_.earned(producer.seat, -ledger::kFineMultiple * held);
       producer.reliability = next_reliability(producer.reliability, Outcome::FailedCheck);
       producer.mismatches++;
       producer.banned = producer.mismatches >= options_.ban_after_mismatches;
@@ -970,8 +952,7 @@ std::optional<Demand> Coordinator::demand_for(const BookJob& job) const {
   auto model = models_.find(job.model);
   if (model == models_.end()) return std::nullopt;
   const ModelInfo& m = model->second;
-  json request = json::parse(job.request, nullptr, false);
-  int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), context_estimate(request));
+  const int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), job.context_tokens);
   Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}, m.active_bytes_per_token};
   for (const auto& [id, n] : nodes_)
     if (n.lacks.count(job.model)) d.exclude.insert(id);

@@ -23,10 +23,12 @@
 #include "core/error.h"
 #include "network/catalog.h"
 #include "network/job_book.h"
+#include "network/job_request.h"
 #include "network/placement.h"
 #include "network/settlement.h"
 #include "network/store/store.h"
 #include "network/token_check.h"
+#include "network/world_totals.h"
 
 namespace orchard::network {
 
@@ -61,16 +63,18 @@ struct CoordinatorOptions {
   bool replica = false;
 };
 
-// Hand-back reasons that say the node cannot run the job (it is not offered it again): it does
-// not have the job's model; or any other reason that starts "cannot_run" (too little memory, an
-// engine that cannot check). Other reasons (the owner came back, a failure) may pass.
-inline constexpr const char* kModelMissing = "model_missing";
-inline constexpr const char* kCannotRun = "cannot_run";
-
-// The most prompt tokens a job's request can stand for: its text's bytes plus the markers a
-// template adds. Nodes are paid and clients billed for no more (and quotas reserve this much).
-int64_t prompt_token_bound(const nlohmann::json& request);
 int64_t wall_clock_ms();
+
+// A client's job as the HTTP edge reads it (POST /v1/jobs, /v1/chat/completions): its model and
+// its request, checked once, then passed to Coordinator::submit typed.
+struct Submission {
+  std::string model;
+  JobRequest request;
+  bool seeded = false;  // the client chose the seed; else the coordinator draws one
+  // body: {"model", "messages" | "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"}.
+  // Throws ApiError 400 naming the field and what it must be.
+  static Submission from_json(const nlohmann::json& body);
+};
 
 struct Output {
   std::string text;      // from the requested offset
@@ -86,11 +90,10 @@ class Coordinator {
 
   // Clients. authenticate throws ApiError 401; the others take the authenticated key.
   KeyRecord authenticate(const std::string& secret);
-  // body: {"model", "messages" | "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed"}.
-  // Returns the job as job_json. 400 bad request, 404 unknown model, 429 quota or rate: a job
-  // reserves prompt_token_bound + max_tokens of its key's quota until it settles at the counted
-  // tokens, or is cancelled or fails.
-  nlohmann::json submit(const KeyRecord& key, const nlohmann::json& body);
+  // Returns the job as job_json. 404 unknown model, 429 quota or rate: a job reserves
+  // prompt_token_bound + max_tokens of its key's quota until it settles at the counted tokens, or
+  // is cancelled or fails.
+  nlohmann::json submit(const KeyRecord& key, Submission submission);
   nlohmann::json job_json(const KeyRecord& key, const std::string& id);  // 404 for another key's job
   nlohmann::json cancel(const KeyRecord& key, const std::string& id);
   // The job's output from byte `offset`, waiting until there is more or it is done or the
@@ -199,7 +202,7 @@ class Coordinator {
   void refresh_availability_locked(const std::string& node_id);
   std::optional<Demand> demand_for(const BookJob& job) const;  // nullopt: no node announced its model
   nlohmann::json job_to_json(const JobRecord& job);
-  void maybe_schedule_check_locked(const JobRecord& job, const nlohmann::json& result);
+  void maybe_schedule_check_locked(const JobRecord& job, const JobRequest& request, const nlohmann::json& result);
   nlohmann::json complete_check_locked(const std::string& node_id, const JobRecord& job, int64_t attempt,
                                        const nlohmann::json& result);
 
@@ -224,8 +227,7 @@ class Coordinator {
   std::shared_ptr<world::Population> world_;
   void describe_to_world_locked(const std::string& node_id);  // its state as the World shows it
   void put_to_world_locked(const NodeRecord& r);               // and the jobs it served
-  std::deque<std::pair<int64_t, int64_t>> generated_;  // (completed at, tokens generated), last minute
-  std::map<std::string, int64_t> credits_by_seat_;      // micro-credits nodes earned, per seat class
+  WorldTotals totals_;
 };
 
 }  // namespace orchard::network

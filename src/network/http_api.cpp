@@ -209,7 +209,7 @@ struct HttpApi::Impl {
                  send_json(res, coordinator.models());
                }));
     serve::http::post(server, "/v1/jobs", wrap([this](const httplib::Request& req, httplib::Response& res) {
-                  send_json(res, coordinator.submit(client(req), parse_body(req)), 201);
+                  send_json(res, coordinator.submit(client(req), Submission::from_json(parse_body(req))), 201);
                 }));
     server.Get(R"(/v1/jobs/([A-Za-z0-9-]+))", wrap([this](const httplib::Request& req, httplib::Response& res) {
                  send_json(res, coordinator.job_json(client(req), req.matches[1]));
@@ -278,8 +278,10 @@ struct HttpApi::Impl {
     KeyRecord key = client(req);
     json body = parse_body(req);
     if (!body.contains("messages")) throw ApiError(400, "[network] chat completions need \"messages\"");
-    json job = coordinator.submit(key, body);
-    std::string id = job["id"], model = body["model"];
+    Submission submission = Submission::from_json(body);
+    const std::string model = submission.model;
+    json job = coordinator.submit(key, std::move(submission));
+    std::string id = job["id"];
     std::string cid = "chatcmpl-" + id;
     int64_t created = wall_clock_ms() / 1000;
     if (body.value("stream", false)) {

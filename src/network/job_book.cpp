@@ -18,7 +18,7 @@ void JobBook::add(BookJob job) {
   const std::string id = job.id;
   Entry& e = entries_[id];
   e.job = std::move(job);
-  queue_.push_back(&e);
+  queue_.push_back({&e});
 }
 
 void JobBook::add_leased(BookJob job, const std::string& holder, const std::string& unit, int64_t lease_until) {
@@ -41,7 +41,11 @@ size_t JobBook::dispatch(const RecordFn& record) {
   // network costs one comparison per job, not one placement.
   int64_t smallest_unplaced = std::numeric_limits<int64_t>::max();
   for (auto it = queue_.begin(); it != queue_.end();) {
-    Entry& e = **it;
+    if (it->plain_need >= smallest_unplaced) {
+      ++it;
+      continue;
+    }
+    Entry& e = *it->entry;
     if (!e.demand) {
       e.demand = demand_(e.job);
       if (!e.demand) {
@@ -50,8 +54,9 @@ size_t JobBook::dispatch(const RecordFn& record) {
       }
       e.demand->exclude.insert(e.refused_by.begin(), e.refused_by.end());
       if (!e.job.avoid.empty()) e.demand->exclude.insert(e.job.avoid);
+      it->plain_need = e.demand->exclude.empty() ? e.demand->need_bytes : -1;
     }
-    const bool plain = e.demand->exclude.empty();
+    const bool plain = it->plain_need >= 0;
     if (plain && e.demand->need_bytes >= smallest_unplaced) {
       ++it;
       continue;
@@ -145,7 +150,7 @@ std::optional<Lease> JobBook::expired(const std::string& job_id) const {
 
 std::map<std::string, int64_t> JobBook::queued_by_model() const {
   std::map<std::string, int64_t> out;
-  for (const Entry* e : queue_) out[e->job.model]++;
+  for (const Queued& q : queue_) out[q.entry->job.model]++;
   return out;
 }
 
@@ -205,7 +210,7 @@ JobBook::Returned JobBook::give_back(const std::string& job_id, const std::strin
     return out;
   }
   e.demand.reset();
-  queue_.push_front(&e);
+  queue_.push_front({&e});
   out.requeued = true;
   return out;
 }
@@ -214,7 +219,9 @@ void JobBook::finish(const std::string& job_id) {
   auto it = entries_.find(job_id);
   if (it == entries_.end()) return;
   if (it->second.leased) end_lease(it->second);
-  else queue_.erase(std::remove(queue_.begin(), queue_.end(), &it->second), queue_.end());
+  else
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.entry == &it->second; }),
+                 queue_.end());
   entries_.erase(it);
 }
 

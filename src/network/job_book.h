@@ -27,6 +27,12 @@ using Clock = std::function<int64_t()>;  // milliseconds (since the epoch, or vi
 // owners, few enough that a job nothing can run ends with a reason instead of circling.
 inline constexpr int64_t kMaxAttempts = 8;
 
+// Hand-back reasons that say the node cannot run the job (it is not offered it again): it does
+// not have the job's model; or any other reason that starts "cannot_run" (too little memory, an
+// engine that cannot check). Other reasons (the owner came back, a failure) may pass.
+inline constexpr const char* kModelMissing = "model_missing";
+inline constexpr const char* kCannotRun = "cannot_run";
+
 // What the book keeps of a job: enough to place it and hand it to its holder.
 struct BookJob {
   std::string id;
@@ -35,6 +41,7 @@ struct BookJob {
   std::string request;  // what the holder receives (JSON text)
   int64_t attempt = 0;  // leases so far
   std::string avoid;    // a node that must not take it (a check's producer)
+  int64_t context_tokens = 0;  // the most context it can take (prompt and output)
 };
 
 // A lease as the holder sees it: picked up from its inbox, or leased and expired.
@@ -133,8 +140,14 @@ class JobBook {
   RunnableFn runnable_;
   std::unordered_map<std::string, Entry> entries_;
   // Oldest first; the entries (stable in an unordered_map) themselves, as a long queue behind a
-  // full network is walked on every dispatch.
-  std::deque<Entry*> queue_;
+  // full network is walked on every dispatch, each with the memory it needs when that is all that
+  // decides whether it can be placed (its demand known, no node to avoid; else -1), so that the
+  // walk past jobs too large for what is free reads the queue alone, not each entry.
+  struct Queued {
+    Entry* entry;
+    int64_t plain_need = -1;
+  };
+  std::deque<Queued> queue_;
   std::unordered_map<std::string, std::deque<std::string>> inboxes_;  // node -> leased job ids, not picked up
 };
 

@@ -71,8 +71,9 @@ class BuiltinEngine final : public Engine {
   EngineResult run(const std::string& name, const json& request,
                    const std::function<bool(const std::string&)>& on_text) override {
     Loaded& m = load(name);
-    std::vector<model::TokenId> prompt = prompt_tokens(m.tokenizer, m.config.arch_name, request);
-    model::GenerationOptions gen = generation_options(request, m.forward->n_ctx(), prompt.size());
+    const JobRequest job = JobRequest::from_json(request);
+    std::vector<model::TokenId> prompt = prompt_tokens(m.tokenizer, m.config.arch_name, job);
+    model::GenerationOptions gen = generation_options(job, m.forward->n_ctx(), prompt.size());
     model::LocalModel local(*m.forward);
     auto r = model::generate(local, m.tokenizer, prompt, gen, [&](model::TokenId, const std::string& text) {
       if (token_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(token_delay_ms_));
@@ -93,7 +94,7 @@ class BuiltinEngine final : public Engine {
     Loaded& m = load(name);
     auto prompt = request.at("prompt_ids").get<std::vector<model::TokenId>>();
     auto output = request.at("output_ids").get<std::vector<model::TokenId>>();
-    return check_output(*m.forward, prompt, output, sampling_from(request));
+    return check_output(*m.forward, prompt, output, sampling_from(JobRequest::from_json(request)));
   }
 
  private:

@@ -358,7 +358,7 @@ void run_pod_rank(const PodRankOptions& o) {
       group->broadcast(job.data(), bytes, 0);
     }
     const json parsed = json::parse(job);
-    const json& request = parsed["request"];
+    const JobRequest request = JobRequest::from_json(parsed["request"]);
 
     const bool has_file = fs::exists(o.model_path);
     parallel::EngineOptions options;

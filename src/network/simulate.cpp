@@ -9,6 +9,7 @@
 #include <queue>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "network/job_book.h"
@@ -92,6 +93,10 @@ struct SimNode {
   int64_t job = -1;  // running job
   int pod = -1;
   std::string cls;
+  bool cheats = false;       // its outputs fail their checks
+  bool no_download = false;  // it hands back a job whose model it lacks
+  bool banned = false;
+  int64_t mismatches = 0;
 };
 
 struct SimJob {
@@ -102,6 +107,10 @@ struct SimJob {
   int64_t elapsed_ms = 0;    // of its current run, from pickup
   std::vector<int> nodes;    // running it, holder first
   double tok_s = 0;          // its unit's expected decode speed
+  // A spot check: the job it checks (else -1), that job's producer and the pay held for it.
+  int64_t checks = -1;
+  int producer = -1;
+  int64_t escrow = 0;
 };
 
 // The population, the arrivals and the machines' comings and goings are simulated here; the
@@ -118,13 +127,17 @@ class Simulator {
             placement_, [this] { return std::llround(now_ * 1000); }, std::llround(o.lease_timeout_s * 1000),
             [this](const BookJob& j) {
               const SimModel& m = kModels[model_index_.at(j.model)];
-              return std::optional<Demand>(Demand{m.name, static_cast<int64_t>(m.bytes), need_bytes(m), {}});
+              Demand d{m.name, static_cast<int64_t>(m.bytes), need_bytes(m), {}};
+              // As the coordinator: machines that handed back a job of this model for lacking it.
+              if (auto lacking = lacks_.find(j.model); lacking != lacks_.end()) d.exclude = lacking->second;
+              return std::optional<Demand>(std::move(d));
             },
-            // A returned job waits while any unit could ever hold it (simulated nodes never refuse one).
+            // A returned job waits while any unit could ever hold it; placement passes over the
+            // machines that refused it, and its attempts are bounded.
             [this](const BookJob& j, const std::unordered_set<std::string>&) {
               return placement_.could_fit(need_bytes(kModels[model_index_.at(j.model)]));
             }),
-        settlement_(0, o.seed) {
+        settlement_(o.verify_fraction, o.seed) {
     if (catalog_.chips().empty()) throw Error(error_message("network", "simulate: the hardware catalog is empty"));
     for (int m = 0; m < static_cast<int>(std::size(kModels)); ++m) model_index_[kModels[m].name] = m;
   }
@@ -152,8 +165,14 @@ class Simulator {
     for (auto& [cls, e] : report_.earnings) online_hours += e.machine_hours;
     report_.utilization = online_hours > 0 ? busy_seconds_ / 3600 / online_hours : 0;
     report_.queued_by_model = book_.queued_by_model();
-    report_.jobs_queued = static_cast<int64_t>(book_.queued());
-    report_.jobs_in_flight = static_cast<int64_t>(book_.leases());
+    int64_t checks_leased = 0;
+    for (const auto& [id, j] : jobs_)
+      if (j.checks >= 0) {
+        report_.checks_pending++;
+        checks_leased += book_.leased(std::to_string(id));
+      }
+    report_.jobs_queued = static_cast<int64_t>(book_.queued()) - (report_.checks_pending - checks_leased);
+    report_.jobs_in_flight = static_cast<int64_t>(book_.leases()) - checks_leased;
     report_.jobs_lost = report_.jobs_submitted - report_.jobs_refused - report_.jobs_failed - report_.jobs_completed -
                         report_.jobs_in_flight - report_.jobs_queued;
     report_.queue_delay_p50_s = delay_.percentile(0.5);
@@ -255,6 +274,9 @@ class Simulator {
       double dedicated = o_.dedicated_fraction * (chips[chip].tier == ledger::Tier::Ultra ? 3 : 1);
       n.seat = uniform() < dedicated ? ledger::Seat::Dedicated : ledger::Seat::Shared;
       n.cls = fmt::format("{}/{}", ledger::seat_name(n.seat), ledger::tier_name(chips[chip].tier));
+      // Drawn only when asked for, so that runs without them draw the same population as before.
+      n.cheats = o_.cheat_fraction > 0 && uniform() < o_.cheat_fraction;
+      n.no_download = o_.no_download_fraction > 0 && uniform() < o_.no_download_fraction;
       NodeSpec spec{node_id(i), static_cast<int64_t>(mem_gb * kGB * kLendableMemory), chips[chip].memory_bandwidth_gbs,
                     {}, 1.0};
       for (const SimModel& m : kModels)
@@ -346,7 +368,7 @@ class Simulator {
         SimNode& n = nodes_[e.id];
         n.online = true;
         n.online_since = now_;
-        placement_.set_available(node_id(e.id), true);
+        placement_.set_available(node_id(e.id), !n.banned);
         show(static_cast<size_t>(e.id));
         push({now_ + exp(o_.churn / 3600), EvType::Leave, e.id, 0});
         dispatch();
@@ -375,6 +397,64 @@ class Simulator {
     }
   }
 
+  static Seller seller_of(const SimNode& n, const ChipInfo& chip) { return {n.seat, chip.tier, chip.memory_bandwidth_gbs}; }
+
+  // The holder lacks the job's model and cannot fetch it: it hands the job back as a node agent
+  // does, and the book and placement pass it over for that model from then on.
+  void hand_back(const Lease& lease) {
+    const int holder = std::stoi(lease.holder.substr(1));
+    report_.hand_backs++;
+    lacks_[lease.job.model].insert(lease.holder);
+    double r = next_reliability(reliability_[holder], Outcome::HandedBack);
+    reliability_[holder] = r;
+    placement_.set_reliability(lease.holder, r);
+    const auto returned = book_.give_back(lease.job.id, lease.holder, lease.job.attempt, JobBook::Return::Refused,
+                                          kModelMissing);
+    if (!returned.failure.empty()) {
+      report_.jobs_failed++;
+      jobs_.erase(std::stoll(lease.job.id));
+    }
+    handed_back_ = true;
+  }
+
+  // A spot check ended: the checker is paid from the trust fund; the job's escrow goes to its
+  // producer, or back to the client with the producer fined, and banned after
+  // ban_after_mismatches, as the coordinator settles a check.
+  void finish_check(int64_t id, SimJob& c) {
+    const int verifier = c.nodes.front();
+    SimNode& producer = nodes_[c.producer];
+    const bool ok = !producer.cheats;
+    const SimModel& m = kModels[c.model];
+    const SimNode& v = nodes_[verifier];
+    const int64_t pay = Settlement::verifier_pay(c.prompt + c.output, static_cast<int64_t>(m.bytes),
+                                                 seller_of(v, catalog_.chips()[v.chip]));
+    const std::string check_id = std::to_string(id), original = std::to_string(c.checks);
+    book_ledger_.post(ledger::pay_verifier(check_id, node_id(verifier), pay));
+    credits_by_seat_[ledger::seat_name(v.seat)] += pay;
+    report_.checks++;
+    if (ok) {
+      book_ledger_.post(ledger::release_escrow(original, node_id(c.producer), c.escrow));
+      credits_by_seat_[ledger::seat_name(producer.seat)] += c.escrow;
+    } else {
+      const int64_t fine = ledger::kFineMultiple * c.escrow;
+      book_ledger_.post(ledger::refund_escrow(original, "sim", c.escrow));
+      book_ledger_.post(ledger::fine_node(original, node_id(c.producer), fine));
+      credits_by_seat_[ledger::seat_name(producer.seat)] -= fine;
+      report_.checks_caught++;
+      report_.fines += fine;
+      const double r = next_reliability(reliability_[c.producer], Outcome::FailedCheck);
+      reliability_[c.producer] = r;
+      placement_.set_reliability(node_id(c.producer), r);
+      if (++producer.mismatches >= o_.ban_after_mismatches && !producer.banned) {
+        producer.banned = true;
+        report_.banned++;
+        placement_.set_available(node_id(c.producer), false);
+      }
+    }
+    book_.finish(check_id);
+    jobs_.erase(id);
+  }
+
   void release(int64_t id, SimJob& j) {
     for (int ni : j.nodes)
       if (nodes_[ni].job == id) nodes_[ni].job = -1;
@@ -383,20 +463,32 @@ class Simulator {
   // Paid as the coordinator pays: whole, to the holder (a pod's leader), by the Settlement.
   void finish(int64_t id, SimJob& j) {
     release(id, j);
+    if (j.checks >= 0) return finish_check(id, j);
     const SimModel& m = kModels[j.model];
     const int holder = j.nodes.front();
     const SimNode& n = nodes_[holder];
     const ChipInfo& chip = catalog_.chips()[n.chip];
+    // Simulated engines report their token ids: any job may be drawn for a check.
     const CountedJob counted{j.prompt, j.output, static_cast<int64_t>(m.bytes), static_cast<int64_t>(m.bytes),
-                             j.elapsed_ms, false};
-    const Seller seller{n.seat, chip.tier, chip.memory_bandwidth_gbs};
-    const Price price = settlement_.price(node_id(holder), seller, counted);
-    book_ledger_.post(ledger::settle_job(std::to_string(id), "sim", node_id(holder), price.amount, false));
+                             j.elapsed_ms, true};
+    const Price price = settlement_.price(node_id(holder), seller_of(n, chip), counted);
+    book_ledger_.post(ledger::settle_job(std::to_string(id), "sim", node_id(holder), price.amount, price.check));
     settlement_.settled(node_id(holder), counted);
     book_.finish(std::to_string(id));
     report_.earnings[n.cls].jobs++;
     tokens_generated_ += j.output;
-    credits_by_seat_[ledger::seat_name(n.seat)] += price.amount;
+    if (price.check) {
+      // Re-run on another machine (never the producer) before the pay is released.
+      const int64_t check = next_job_++;
+      SimJob c{now_, j.model, j.prompt, j.output, 0, 0, {}};
+      c.checks = id;
+      c.producer = holder;
+      c.escrow = price.amount;
+      jobs_.emplace(check, std::move(c));
+      book_.add({std::to_string(check), "verify", m.name, "", 0, node_id(holder), 0});
+    } else {
+      credits_by_seat_[ledger::seat_name(n.seat)] += price.amount;
+    }
     if (o_.world) o_.world->job_served(node_id(holder), j.tok_s);
     if (o_.keep_settlements) {
       SettledJob s{std::to_string(id), {}, chip.name, n.seat, kModels[j.model].name, static_cast<int64_t>(m.bytes),
@@ -414,23 +506,28 @@ class Simulator {
   }
 
   // The book places what waits (the coordinator's dispatch); each lease is picked up at once.
+  // A job handed back goes to another machine in the next pass.
   void dispatch() {
-    holders_.clear();
-    auto t0 = std::chrono::steady_clock::now();
-    book_.dispatch([&](const BookJob&, const std::string& holder, int64_t attempt) {
-      holders_.push_back(holder);
-      return std::optional<int64_t>(attempt);
-    });
-    placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    report_.placements++;
-    for (const std::string& holder : holders_)
-      if (auto lease = book_.take(holder)) start(*lease);
+    do {
+      handed_back_ = false;
+      holders_.clear();
+      auto t0 = std::chrono::steady_clock::now();
+      book_.dispatch([&](const BookJob&, const std::string& holder, int64_t attempt) {
+        holders_.push_back(holder);
+        return std::optional<int64_t>(attempt);
+      });
+      placement_us_.add(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      report_.placements++;
+      for (const std::string& holder : holders_)
+        if (auto lease = book_.take(holder)) start(*lease);
+    } while (handed_back_);
   }
 
   void start(const Lease& lease) {
     const int64_t id = std::stoll(lease.job.id);
     SimJob& j = jobs_.at(id);
     const SimModel& m = kModels[j.model];
+    if (!lease.on_disk && nodes_[std::stoi(lease.holder.substr(1))].no_download) return hand_back(lease);
     j.attempt = lease.job.attempt;
     j.nodes.clear();
     for (const std::string& n : lease.nodes) {
@@ -438,10 +535,14 @@ class Simulator {
       j.nodes.push_back(ni);
       nodes_[ni].job = id;
     }
-    if (lease.nodes.size() > 1) report_.pod_jobs++;
-    delay_.add(now_ - j.arrival);
     j.tok_s = lease.expected_tok_s;
-    double seconds = j.prompt / (lease.expected_tok_s * kPrefillSpeedup) + j.output / lease.expected_tok_s;
+    // A check reads the prompt and the output it was given in one pass, at prompt speed.
+    double seconds = j.checks >= 0 ? (j.prompt + j.output) / (lease.expected_tok_s * kPrefillSpeedup)
+                                   : j.prompt / (lease.expected_tok_s * kPrefillSpeedup) + j.output / lease.expected_tok_s;
+    if (j.checks < 0) {
+      if (lease.nodes.size() > 1) report_.pod_jobs++;
+      delay_.add(now_ - j.arrival);
+    }
     if (!lease.on_disk) {
       seconds += m.bytes / kDownloadBytesPerS;
       for (const std::string& n : lease.nodes) placement_.add_model(n, m.name);
@@ -474,6 +575,8 @@ class Simulator {
   } reliability_;
   std::unordered_map<int64_t, SimJob> jobs_;
   std::vector<std::string> holders_;
+  bool handed_back_ = false;
+  std::unordered_map<std::string, std::unordered_set<std::string>> lacks_;  // model -> machines without it
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t next_job_ = 0;
   int64_t tokens_generated_ = 0;
@@ -500,10 +603,12 @@ std::string SimulationReport::to_text() const {
       "utilization: {:.1f}% of online machine-time\n"
       "queueing delay of started jobs: p50 {:.3f} s, p99 {:.3f} s\n"
       "dispatch pass (placing what waits): p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us over {} passes\n"
+      "spot checks: {} done, {} caught a wrong output ({:.2f} credits fined), {} pending; {} machines banned; {} "
+      "jobs handed back by machines without their model\n"
       "ledger: sum of all balances {} (must be 0)\n",
       jobs_submitted, jobs_refused, jobs_failed, kMaxAttempts, jobs_completed, jobs_in_flight, jobs_queued, jobs_lost, requeued, pod_jobs, utilization * 100,
-      queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements,
-      ledger_sum);
+      queue_delay_p50_s, queue_delay_p99_s, placement_p50_us, placement_p99_us, placement_max_us, placements, checks,
+      checks_caught, static_cast<double>(fines) / 1e6, checks_pending, banned, hand_backs, ledger_sum);
   if (!queued_by_model.empty()) {
     s += "still queued:";
     for (const auto& [model, n] : queued_by_model) s += fmt::format(" {} {}", model, n);

@@ -36,6 +36,15 @@ struct SimulationOptions {
   double hours = 24;
   double dedicated_fraction = 0.1;
   double lease_timeout_s = 30;   // a vanished node's job returns to the queue after this
+  // Spot checks, as the coordinator's (CoordinatorOptions): the share of jobs re-run on a second
+  // machine, which holds the job's pay in escrow until then; a machine caught this many times is
+  // banned.
+  double verify_fraction = 0.05;
+  int64_t ban_after_mismatches = 3;
+  double cheat_fraction = 0;        // machines whose every output fails its check (caught, fined)
+  // Machines that cannot fetch a model they lack: one hands the job back ("model_missing") and
+  // is not offered that model again, as on the coordinator.
+  double no_download_fraction = 0;
   uint64_t seed = 1;
   // A live view (`orchard simulate --world-port`): every machine is put into `world` (in one of
   // `world_regions`, drawn from its index so the run itself stays the same) and its changes
@@ -79,6 +88,12 @@ struct SimulationReport {
   std::map<std::string, int64_t> queued_by_model;  // still waiting at the end
   int64_t requeued = 0;       // leases lost to churn
   int64_t pod_jobs = 0;
+  int64_t checks = 0;          // spot checks completed
+  int64_t checks_caught = 0;   // of them, outputs that failed (refunded, the producer fined)
+  int64_t checks_pending = 0;  // waiting or running at the end, their jobs' pay in escrow
+  int64_t fines = 0;           // micro-credits fined
+  int64_t banned = 0;          // machines banned for failed checks
+  int64_t hand_backs = 0;      // jobs given back by machines without their model
   double utilization = 0;     // busy machine-time / online machine-time
   double queue_delay_p50_s = 0, queue_delay_p99_s = 0;
   // Wall time of one dispatch pass (the job book placing what waits), and how many passes ran.

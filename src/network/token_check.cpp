@@ -50,7 +50,7 @@ int64_t output_token_bound(const std::string& text) {
   return static_cast<int64_t>(text.size()) + 2;
 }
 
-CheckedTokens check_reported_tokens(const json& request, const json& result, const ModelVocab* vocab) {
+CheckedTokens check_reported_tokens(const JobRequest& request, const json& result, const ModelVocab* vocab) {
   const std::string text = result.value("text", "");
   const bool has_ids = result.contains("output_ids");
   CheckedTokens checked;
@@ -59,13 +59,8 @@ CheckedTokens check_reported_tokens(const json& request, const json& result, con
   check_completion_bound(text, checked.completion);
   if (!vocab) return checked;
   const model::Tokenizer& tok = *vocab->tokenizer;
-  std::vector<model::TokenId> own_prompt;
-  try {
-    own_prompt = prompt_tokens(tok, vocab->arch, request);
-    checked.prompt = static_cast<int64_t>(own_prompt.size());
-  } catch (const Error&) {
-    // A request this reading refuses has no count of its own: the byte bound applies to it.
-  }
+  const std::vector<model::TokenId> own_prompt = prompt_tokens(tok, vocab->arch, request);
+  checked.prompt = static_cast<int64_t>(own_prompt.size());
   if (!has_ids) return checked;  // an engine that cannot tell its ids: its claims, bounded
 
   const auto ids = result["output_ids"].get<std::vector<int64_t>>();

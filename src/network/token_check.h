@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "model/tokenizer/tokenizer.h"
+#include "network/job_request.h"
 
 namespace orchard::network {
 
@@ -43,7 +44,7 @@ struct CheckedTokens {
 // coordinator has one (else nullptr: the byte bound), and counts them. Throws ApiError 400 naming
 // the field and what was expected. Counts and ids must already be checked as non-negative 32-bit
 // integers.
-CheckedTokens check_reported_tokens(const nlohmann::json& request, const nlohmann::json& result,
+CheckedTokens check_reported_tokens(const JobRequest& request, const nlohmann::json& result,
                                     const ModelVocab* vocab);
 
 }  // namespace orchard::network

@@ -56,8 +56,9 @@ std::string address_of(int fd, bool peer, int& port) {
 }
 
 // A short answer written without waiting (the connection is being dropped), then closed.
-void refuse(int fd, int status, const char* reason) {
-  const std::string body = openai::error_body(openai::api_error(status, reason));
+// `message` says why to the client; the status line's reason phrase when null.
+void refuse(int fd, int status, const char* reason, const char* message = nullptr) {
+  const std::string body = openai::error_body(openai::api_error(status, message ? message : reason));
   const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
                                "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -188,6 +189,7 @@ struct Connection {
   // Refused before its body was read: what still comes is read and dropped until head_deadline, so
   // that the client, still sending, reads the answer instead of a reset.
   bool draining = false;
+  size_t held = 0;  // bytes counted against the gate's max_buffered_bytes
 };
 
 // The stream httplib reads a request from and writes its answer to: the bytes the gate already
@@ -254,6 +256,7 @@ struct GuardedServer::Gate {
   std::deque<std::unique_ptr<Connection>> ready;
   std::map<std::string, size_t> per_address;
   size_t open = 0;
+  size_t buffered = 0;  // the connections' `held` together
   bool running = false;
   int wake[2] = {-1, -1};
   std::thread poller;
@@ -327,6 +330,8 @@ struct GuardedServer::Gate {
   }
 
   void wait_again_locked(std::unique_ptr<Connection> c) {
+    // What is left after a request (pipelined bytes) is counted when judged; the served body is not.
+    hold_locked(*c, 0);
     const auto now = Clock::now();
     c->idle_deadline = now + o.idle_timeout;
     c->head_deadline = now + o.head_timeout;
@@ -349,11 +354,31 @@ struct GuardedServer::Gate {
 
   enum class Next { kWait, kServe, kDrop };
 
+  // Counts `need` bytes as c's against max_buffered_bytes; false, and nothing counted, when all
+  // connections together would hold more (less always fits).
+  bool hold_locked(Connection& c, size_t need) {
+    if (need > c.held && buffered - c.held + need > o.max_buffered_bytes) return false;
+    buffered = buffered - c.held + need;
+    c.held = need;
+    return true;
+  }
+
+  // The bytes c's request holds while it arrives: what came, and a body's declared length in full
+  // from its head on (reserved then, so that bodies cannot all start and each stop short).
+  static size_t need_of(const Connection& c) {
+    const size_t declared = c.head_end > 0 && c.framing.kind == Framing::kLength ? c.head_end + c.framing.length : 0;
+    return std::max(c.buffer.size(), declared);
+  }
+
+  static constexpr const char* kTooMuchBuffered =
+      "the server is holding as many request bytes as it may for all its clients together; try again shortly";
+
   // Whether c's request (head and body) has arrived for a worker, must wait for more, or is
   // refused (answered here); a body is read here so that a slow one holds no handler thread.
   Next judge(Connection& c, Clock::time_point now) {
     if (c.draining) {
       c.buffer.clear();
+      hold_locked(c, 0);
       return now >= c.head_deadline ? Next::kDrop : Next::kWait;
     }
     if (c.head_end == 0) {
@@ -361,6 +386,10 @@ struct GuardedServer::Gate {
       if (end == kNone) {
         if (c.buffer.size() > o.max_head_bytes) {
           refuse(c.fd, 431, "Request Header Fields Too Large");
+          return Next::kDrop;
+        }
+        if (!hold_locked(c, c.buffer.size())) {
+          refuse(c.fd, 503, "Service Unavailable", kTooMuchBuffered);
           return Next::kDrop;
         }
         if (c.buffer.empty() && now >= c.idle_deadline) return Next::kDrop;  // idle keep-alive: closed quietly
@@ -374,11 +403,14 @@ struct GuardedServer::Gate {
       c.framing = framing_of(std::string_view(c.buffer).substr(0, end));
       c.chunks_at = end;
       c.body_since = now;
-      if (c.framing.kind == Framing::kLength && c.framing.length > server.payload_max_length_) {
-        refuse(c.fd, 413, "Payload Too Large");
+      const bool too_large = c.framing.kind == Framing::kLength && c.framing.length > server.payload_max_length_;
+      if (too_large || !hold_locked(c, need_of(c))) {
+        if (too_large) refuse(c.fd, 413, "Payload Too Large");
+        else refuse(c.fd, 503, "Service Unavailable", kTooMuchBuffered);
         ::shutdown(c.fd, SHUT_WR);
         c.draining = true;
         c.buffer.clear();
+        hold_locked(c, 0);
         c.head_deadline = now + o.body_timeout;
         return Next::kWait;
       }
@@ -393,6 +425,10 @@ struct GuardedServer::Gate {
         c.head_end -= line;
         c.chunks_at -= line;
       }
+    }
+    if (!hold_locked(c, need_of(c))) {  // a chunked body, or pipelined bytes past a declared one
+      refuse(c.fd, 503, "Service Unavailable", kTooMuchBuffered);
+      return Next::kDrop;
     }
     const size_t body = c.buffer.size() - c.head_end;
     switch (c.framing.kind) {
@@ -416,6 +452,7 @@ struct GuardedServer::Gate {
   }
 
   void forget_locked(Connection& c) {
+    hold_locked(c, 0);
     --open;
     if (--per_address[c.address] == 0) per_address.erase(c.address);
     ::shutdown(c.fd, SHUT_RDWR);

@@ -21,6 +21,10 @@ struct GuardOptions {
   size_t max_head_bytes = size_t{64} << 10;      // request line and headers; more gets 431
   size_t max_per_address = 128;                  // open connections from one address; more are refused (503)
   size_t max_connections = 4096;
+  // Request bytes the server holds for all its connections together while they arrive (heads as
+  // received, a body as its declared length once its head is in), so that many connections each
+  // sending a large body cannot take all memory: a request that would take it past gets 503.
+  size_t max_buffered_bytes = size_t{256} << 20;
   size_t requests_per_connection = 100;          // keep-alive requests before the server closes it
 };
 

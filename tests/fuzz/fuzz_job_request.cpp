@@ -17,8 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nlohmann::json request = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return 0;
   try {
-    const auto prompt = orchard::network::prompt_tokens(tokenizer, "qwen2", request);
-    const auto options = orchard::network::generation_options(request, 4096, prompt.size());
+    const auto job = orchard::network::JobRequest::from_json(request);
+    const auto prompt = orchard::network::prompt_tokens(tokenizer, "qwen2", job);
+    const auto options = orchard::network::generation_options(job, 4096, prompt.size());
+    // What the coordinator stores reads back the same.
+    if (orchard::network::JobRequest::from_json(job.to_json()).to_json() != job.to_json()) std::abort();
     if (options.max_tokens < 1 || options.max_tokens > 4096) std::abort();
   } catch (const orchard::Error&) {
     // The agent hands such a job back, naming why.

@@ -272,7 +272,8 @@ TEST_F(HttpApiTest, APodFormsFromItsMembersPlacesInOneHostfile) {
   // store names only the leader): its member, back online, takes no job of its own meanwhile.
   Coordinator restarted(*store_, options());
   restarted.register_node(member.public_hex(), describe(place(1, "file")));
-  restarted.submit(restarted.authenticate(secret_), json{{"model", "small"}, {"prompt", "hi"}, {"max_tokens", 1}});
+  restarted.submit(restarted.authenticate(secret_),
+                   Submission::from_json(json{{"model", "small"}, {"prompt", "hi"}, {"max_tokens", 1}}));
   EXPECT_FALSE(restarted.poll(member.public_hex(), std::chrono::steady_clock::now() + std::chrono::milliseconds(500)).is_object());
 }
 
@@ -818,7 +819,7 @@ TEST_F(VocabHttpApiTest, PaddedOutputIdsAreRefusedOnEveryJob) {
   const model::Tokenizer& tok = *tokenizer();
   // What a node running the model would report: the prompt as the engine reads it (the same
   // function every engine uses), and ids whose decoding is the text it streamed.
-  const auto prompt = prompt_tokens(tok, "qwen2", request);
+  const auto prompt = prompt_tokens(tok, "qwen2", JobRequest::from_json(request));
   const std::string text = "general kenobi";
   std::vector<model::TokenId> ids = tok.encode(text, false, false);
   ASSERT_EQ(tok.decode(ids), text);

@@ -89,6 +89,43 @@ TEST(Simulate, JobsNoUnitCanHoldAreRefusedUpFront) {
   EXPECT_THROW(simulate(o, HardwareCatalog::load(path)), Error);
 }
 
+// Spot checks and hand-backs go through the same book and settlement as on the coordinator: a
+// share of jobs is re-run on a second machine while its pay waits in escrow; a machine whose
+// outputs are wrong is caught, refunded from, fined twice the job's pay (ledger::kFineMultiple) and
+// banned after its third mismatch; a machine without a job's model hands it back once per model
+// and the job runs elsewhere. Nothing is lost and the ledger sums to 0.
+TEST(Simulate, SpotChecksCatchCheatsAndMachinesWithoutTheModelHandBack) {
+  SimulationOptions o;
+  o.nodes = 400;
+  o.pods = 0;
+  o.jobs_per_s = 3;
+  o.hours = 0.5;
+  o.churn = 0;
+  o.verify_fraction = 0.5;
+  o.cheat_fraction = 0.2;
+  o.no_download_fraction = 0.25;
+  const SimulationReport r = simulate(o, HardwareCatalog::shipped());
+  EXPECT_GT(r.checks, 500) << r.to_text();
+  EXPECT_GT(r.checks_caught, 0) << r.to_text();
+  EXPECT_LT(r.checks_caught * 2, r.checks) << "only the cheats' outputs fail";
+  EXPECT_GT(r.banned, 0) << r.to_text();
+  EXPECT_GE(r.checks_caught, r.banned * o.ban_after_mismatches);
+  EXPECT_GT(r.fines, 0);
+  EXPECT_GT(r.hand_backs, 0);
+  // Once per machine and model at most: a machine is not offered a model it handed back.
+  EXPECT_LE(r.hand_backs, o.nodes * 7);
+  EXPECT_GT(r.jobs_completed, r.jobs_submitted * 9 / 10) << r.to_text();
+  EXPECT_EQ(r.jobs_lost, 0);
+  EXPECT_EQ(r.ledger_sum, 0);
+  o.cheat_fraction = 0;
+  o.no_download_fraction = 0;
+  const SimulationReport honest = simulate(o, HardwareCatalog::shipped());
+  EXPECT_GT(honest.checks, 500);
+  EXPECT_EQ(honest.checks_caught, 0);
+  EXPECT_EQ(honest.fines, 0);
+  EXPECT_EQ(honest.hand_backs, 0);
+}
+
 // The simulator settles through the coordinator's own job book and Settlement: replaying every job
 // it paid on a real Coordinator (SQLite, a fake clock; the same chip, seat, model, counted tokens
 // and time from pickup to result) pays the same node the same micro-credits, job by job, premium
@@ -102,6 +139,7 @@ TEST(Simulate, PaysWhatTheCoordinatorPaysForTheSameJobs) {
   o.hours = 0.25;
   o.churn = 0;
   o.keep_settlements = true;
+  o.verify_fraction = 0;  // as the coordinator below: every job paid at once
   const SimulationReport r = simulate(o, HardwareCatalog::shipped());
   ASSERT_GT(r.settlements.size(), 50u) << r.to_text();
 
@@ -123,9 +161,9 @@ TEST(Simulate, PaysWhatTheCoordinatorPaysForTheSameJobs) {
                                        {"models", {{{"name", s.model}, {"bytes", s.model_bytes}}}}});
     coordinator.heartbeat(holder, {{"offering", true}});
     const nlohmann::json job =
-        coordinator.submit(key, {{"model", s.model},
-                                 {"prompt", std::string(static_cast<size_t>(s.prompt_tokens), 'x')},
-                                 {"max_tokens", s.completion_tokens}});
+        coordinator.submit(key, Submission::from_json({{"model", s.model},
+                                                       {"prompt", std::string(static_cast<size_t>(s.prompt_tokens), 'x')},
+                                                       {"max_tokens", s.completion_tokens}}));
     const nlohmann::json offer = coordinator.poll(holder, std::chrono::steady_clock::now());
     ASSERT_TRUE(offer.is_object()) << s.job;
     ASSERT_EQ(offer["id"], job["id"]);

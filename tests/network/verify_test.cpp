@@ -111,8 +111,8 @@ TEST_P(TokenCheckTest, AnHonestGenerationPassesAndPaddingIsRefused) {
   core::ThreadPool pool(2);
   model::Forward forward(weights, 96, 16, pool);
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    const nlohmann::json request = {{"prompt", "hello world, once more"}, {"max_tokens", 48}, {"temperature", 1.0},
-                                    {"top_k", 0},  {"top_p", 1.0},   {"seed", seed}};
+    const JobRequest request = JobRequest::from_json({{"prompt", "hello world, once more"}, {"max_tokens", 48},
+                                                      {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0}, {"seed", seed}});
     const auto prompt = prompt_tokens(tok, vocab.arch, request);
     model::LocalModel local(forward);
     const auto r = model::generate(local, tok, prompt, generation_options(request, forward.n_ctx(), prompt.size()));

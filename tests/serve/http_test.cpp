@@ -706,6 +706,47 @@ TEST(HttpFake, ConnectionsPerAddressAreCapped) {
   EXPECT_EQ(other->status, 200);
 }
 
+// Bodies wait in the server's memory while they arrive: all connections together may hold
+// max_buffered_bytes (a body counted at its declared length from its head on). Two 100 KB bodies
+// that stop halfway hold 200 KB of 256 KiB: a third gets 503 saying why before it sends its body,
+// while /health and a small request are still answered; once the two finish, a 100 KB body is read
+// and answered again.
+TEST(HttpFake, RequestBytesHeldForAllConnectionsAreCapped) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine, {}, {}, {.max_buffered_bytes = 256 << 10});
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})";
+  const std::string body = chat + std::string(100000 - chat.size(), ' ');
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Connection: close\r\nContent-Length: 100000\r\n\r\n";
+  std::vector<int> halfway;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = orchard::testing::connect_loopback(server.port());
+    ASSERT_GE(fd, 0);
+    const std::string first = head + body.substr(0, 50000);
+    ASSERT_EQ(::send(fd, first.data(), first.size(), 0), static_cast<ssize_t>(first.size()));
+    halfway.push_back(fd);
+  }
+  std::this_thread::sleep_for(300ms);  // both heads judged: 200 KB held
+  const std::string refused = orchard::testing::paced_request(server.port(), head, "", 1, 0ms, 3);
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 503 ")) << refused;
+  EXPECT_NE(refused.find("request bytes"), std::string::npos) << refused;
+  auto health = orchard::testing::timed_get("127.0.0.1", server.port(), "/health", 5);
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  post(server, "/v1/chat/completions", json::parse(chat));
+  for (int fd : halfway) {
+    ASSERT_EQ(::send(fd, body.data() + 50000, 50000, 0), 50000);
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 200 ")) << got.substr(0, 200);
+  }
+  const std::string later = orchard::testing::paced_request(server.port(), head, body, 1, 0ms, 5);
+  EXPECT_TRUE(later.starts_with("HTTP/1.1 200 ")) << later.substr(0, 200);
+}
+
 // httplib sets SO_REUSEPORT by default, with which a second server on a port starts and takes half
 // the requests: binding a port in use must fail.
 TEST(HttpFake, APortInUseIsAnErrorAtStart) {

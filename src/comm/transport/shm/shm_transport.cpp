@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/reduce.h"
+#include "comm/transport/shm/shm_layout.h"
 
 namespace orchard::comm::shm {
 
@@ -21,8 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr uint32_t kSegmentMagic = 0x4f52534d;  // "ORSM"
-constexpr uint32_t kSegmentVersion = 1;
 // Bytes moved per step before the counters are published, so the receiver starts on a large
 // frame while the sender is still copying it.
 constexpr size_t kCopyChunk = 64 * 1024;
@@ -40,44 +39,6 @@ inline void cpu_relax() {
 }
 
 size_t pad8(size_t n) { return (n + 7) / 8 * 8; }
-
-}  // namespace
-
-// Head and tail on their own cache lines: the sender writes only head, the receiver only tail.
-struct Ring {
-  alignas(128) std::atomic<uint64_t> head;
-  alignas(128) std::atomic<uint64_t> tail;
-  alignas(128) uint8_t data[kRingBytes];
-};
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
-
-struct Segment {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t job;
-  int32_t world;
-  int32_t rank;
-  int32_t pid;
-  std::atomic<uint32_t> ready;     // set last by the owner
-  std::atomic<uint32_t> attached;  // peers that have mapped this segment
-  std::atomic<uint32_t> failed;    // the owner gave up (its peers fail at once)
-  // Followed, at kRingsOffset, by one Ring per sender.
-
-  static constexpr size_t kRingsOffset = 256;  // keeps every Ring 128-byte aligned
-  static size_t bytes_for(int world) { return kRingsOffset + sizeof(Ring) * static_cast<size_t>(world); }
-  Ring& ring(int sender) {
-    return reinterpret_cast<Ring*>(reinterpret_cast<uint8_t*>(this) + kRingsOffset)[sender];
-  }
-};
-static_assert(sizeof(Segment) <= Segment::kRingsOffset);
-
-namespace {
-
-uint64_t job_hash(const std::string& secret) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: the same in every process, unlike std::hash
-  for (unsigned char c : secret) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // Copies between linear memory and the ring, in two pieces where the range wraps.
 void ring_write(Ring& r, uint64_t pos, const void* src, size_t n) {

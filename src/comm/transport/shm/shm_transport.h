@@ -20,7 +20,7 @@ namespace orchard::comm::shm {
 
 inline constexpr size_t kRingBytes = 1 << 20;
 
-struct Segment;  // the shared layout, private to the .cpp
+struct Segment;  // the shared layout (shm_layout.h)
 
 class ShmTransport final : public PointToPoint {
  public:
