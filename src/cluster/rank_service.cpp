@@ -37,8 +37,11 @@ namespace {
 namespace tcp = comm::tcp;
 using namespace std::chrono_literals;
 
-// The subcommands a rank runs: an agent starts ranks of jobs, not arbitrary commands.
-const std::set<std::string> kRankCommands = {"run", "serve"};
+// The subcommands a rank runs: an agent starts ranks of jobs (a split run or server, a network
+// pod's member), not arbitrary commands.
+bool is_rank_command(const std::vector<std::string>& args) {
+  return args[0] == "run" || args[0] == "serve" || (args[0] == "node" && args.size() > 1 && args[1] == "pod-rank");
+}
 
 constexpr size_t kNonceBytes = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES;
 constexpr size_t kTagBytes = crypto_aead_xchacha20poly1305_ietf_ABYTES;
@@ -166,8 +169,9 @@ StartRequest parse_request(const std::string& text) {
     if (!a.is_string()) throw Error(error_message("cluster", "the start request's args must be strings"));
     r.args.push_back(a.get<std::string>());
   }
-  if (!kRankCommands.count(r.args[0]))
-    throw Error(error_message("cluster", "an agent starts ranks of `run` and `serve`, not `{}`", r.args[0]));
+  if (!is_rank_command(r.args))
+    throw Error(error_message("cluster", "an agent starts ranks of `run`, `serve` and `node pod-rank`, not `{}`",
+                              r.args[0] + (r.args.size() > 1 && r.args[0] == "node" ? " " + r.args[1] : "")));
   if (j.contains("env")) {
     if (!j["env"].is_object()) throw Error(error_message("cluster", "the start request's env must be an object"));
     for (const auto& [key, value] : j["env"].items()) {

@@ -127,6 +127,13 @@ TEST_F(RankService, RunsTheRankAndStreamsItsOutputAndExitCode) {
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(failed.code, 3);
   EXPECT_EQ(failed.detail, "exited with code 3");
+
+  // A network pod's member is a rank too (`orchard launch` of a pod asks the agents).
+  testing::internal::CaptureStdout();
+  auto member = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"node", "pod-rank", "x"}));
+  const parallel::RankEnd member_end = wait_for_end(*member);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "out node pod-rank x 1\n");
+  EXPECT_EQ(member_end.code, 0) << member_end.detail;
 }
 
 TEST_F(RankService, AnotherSecretIsRefused) {
@@ -264,7 +271,8 @@ TEST_F(RankService, AFrameNotSealedWithTheSecretIsRefused) {
 TEST_F(RankService, OnlyRanksOfJobsWithTheirOwnVariables) {
   for (const auto& [args, env, expected] :
        std::vector<std::tuple<std::vector<std::string>, std::vector<std::pair<std::string, std::string>>, std::string>>{
-           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run` and `serve`, not `make-model`"},
+           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run`, `serve` and `node pod-rank`, not `make-model`"},
+           {{"node", "--network", "http://x"}, {}, "not `node --network`"},
            {{"run", "hello"}, {{"LD_PRELOAD", "/tmp/x.so"}}, "may set ORCHARD_* variables to strings, not 'LD_PRELOAD'"}}) {
     try {
       start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command(args, env));
