@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -124,11 +125,13 @@ struct Store::Submissions {
     bool done = false;
     SubmitOutcome outcome;
     std::exception_ptr error;
+    // Its own, so that a written batch wakes its threads and the next writer, not every thread
+    // waiting (a crowd of wake-ups, all then queueing on one mutex, cost more than the insert).
+    std::condition_variable wake;
   };
   std::mutex mu;
-  std::condition_variable written;
-  std::vector<Waiting*> queue;
-  bool writing = false;
+  std::deque<Waiting*> queue;
+  size_t writing = 0;  // statements in flight
 };
 
 struct Store::KeyMemory {
@@ -416,16 +419,18 @@ SubmitOutcome Store::submit_batched(const JobRecord& job) {
   std::unique_lock lock(s.mu);
   s.queue.push_back(&me);
   while (!me.done) {
-    if (s.writing) {
-      s.written.wait(lock);
+    // Waits while enough statements are in flight, or others are ahead of it, or a batch took it.
+    if (s.writing >= kSubmissionWriters || s.queue.empty() || s.queue.front() != &me) {
+      me.wake.wait(lock);
       continue;
     }
-    // No statement in flight: this thread writes whatever has queued, its own job among them
-    // unless more than a batch arrived before it.
-    s.writing = true;
+    // A statement may start, and this thread is first in line: it writes whatever has queued,
+    // its own job first.
+    ++s.writing;
     const size_t n = std::min(s.queue.size(), kMaxSubmissionBatch);
     std::vector<Submissions::Waiting*> batch(s.queue.begin(), s.queue.begin() + static_cast<std::ptrdiff_t>(n));
     s.queue.erase(s.queue.begin(), s.queue.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!s.queue.empty() && s.writing < kSubmissionWriters) s.queue.front()->wake.notify_one();
     lock.unlock();
     std::vector<const JobRecord*> jobs;
     for (const auto* w : batch) jobs.push_back(w->job);
@@ -443,9 +448,10 @@ SubmitOutcome Store::submit_batched(const JobRecord& job) {
       if (!error && std::find(inserted.begin(), inserted.end(), w->job->id) == inserted.end())
         w->outcome.kind = SubmitOutcome::Kind::Banned;
       w->done = true;
+      if (w != &me) w->wake.notify_one();
     }
-    s.writing = false;
-    s.written.notify_all();
+    --s.writing;
+    if (!s.queue.empty()) s.queue.front()->wake.notify_one();  // it writes the next batch
   }
   if (me.error) std::rethrow_exception(me.error);
   return me.outcome;

@@ -99,8 +99,10 @@ struct StatementLine {
 // Connections a PostgreSQL store opens at most (each a server process): enough for the
 // coordinator's busy handler threads to reach the database side by side.
 inline constexpr size_t kPostgresConnections = 16;
-// Submissions written by one statement at most (see submit_job).
+// Submissions written by one statement at most, and statements of submissions in flight at once
+// (see submit_job): while a few commits wait on the disk, the next batch is already on its way.
 inline constexpr size_t kMaxSubmissionBatch = 64;
+inline constexpr size_t kSubmissionWriters = 4;
 // How long a key found by its secret is taken from memory instead of the database: a ban made
 // elsewhere (another replica, by hand) reaches find_key_by_secret within this, while
 // submit_job refuses a banned key's job at once whatever the memory says.
@@ -145,8 +147,8 @@ class Store {
   // the database sees the same quota and rate. A key with neither has nothing to count: its
   // job joins the submissions arriving meanwhile from other threads, and one statement inserts
   // them all (one commit, one disk flush, one round trip for up to kMaxSubmissionBatch jobs;
-  // no waiting is added, a batch is whatever queued while the previous one was written). The
-  // key's ban is checked in that statement.
+  // no waiting is added: a batch is whatever queued while kSubmissionWriters statements were in
+  // flight). The key's ban is checked in that statement.
   SubmitOutcome submit_job(const JobRecord& job, const KeyRecord& key, int64_t now);
   std::optional<JobRecord> get_job(const std::string& id);
   std::vector<JobRecord> get_jobs(const std::vector<std::string>& ids);  // those that exist, in no order
