@@ -3,12 +3,14 @@
 # and with two coordinator replicas sharing one PostgreSQL database (each taking half the
 # connections), measured side by side by wrk (Debian's package). One node registers the model
 # and withdraws, so the jobs queue and nothing else uses the CPU. Everything (wrk, coordinators,
-# the database) shares this machine's cores.
-#   bash bench/network_submit.sh [BUILD_DIR] [SECONDS] [CONNECTIONS]
+# the database) shares this machine's cores. ROUNDS runs the three in turn that many times (on a
+# loaded host each round sees the same load across the three) and ends with each one's median.
+#   bash bench/network_submit.sh [BUILD_DIR] [SECONDS] [CONNECTIONS] [ROUNDS]
 set -euo pipefail
 build=$(realpath "${1:-build}")
 seconds=${2:-10}
 connections=${3:-16}
+rounds=${4:-1}
 orchard=$build/orchard
 work=$(mktemp -d /tmp/orchard-submit-XXXXXX)
 pids=()
@@ -82,21 +84,39 @@ measure() {
   done
   local audit; audit=$("$orchard" network audit --db "$db" 2>/dev/null | tr -d '\n' | cut -c1-160)
   printf '%-10s x%d %8.0f submissions/s  (%s)\n' "${db%%:*}" "$replicas" "$rate" "$lines"
+  echo "${db%%:*}x$replicas $rate" >>"$work/rates"
   echo "              audit: $audit"
   for c in "${coordinators[@]}"; do kill -TERM "$c"; wait "$c" 2>/dev/null || true; done
 }
 
-echo "wrk: ${seconds}s, $connections connections, 2 threads, POST /v1/jobs (model tiny, 16 tokens)"
-measure "sqlite://$work/network.db"
+echo "wrk: ${seconds}s, $connections connections, 2 threads, POST /v1/jobs (model tiny, 16 tokens), $rounds round(s)"
 
 # PostgreSQL: a throw-away server in $work (as the 'postgres' user when running as root).
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-if [[ -z "$pgbin" ]]; then echo "postgresql: not installed (scripts/install-deps.sh installs it)"; exit 0; fi
-runas=""
-if [[ $(id -u) == 0 ]]; then runas="runuser -u postgres --"; chown postgres "$work"; chmod 755 "$work"; fi
-$runas "$pgbin/initdb" -D "$work/pg" -U postgres --auth=trust -E UTF8 >/dev/null
-pgport=$(free_port)
-$runas "$pgbin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w -o "-p $pgport -k $work -c listen_addresses=127.0.0.1" start >/dev/null
-measure "postgresql://postgres@127.0.0.1:$pgport/postgres"
-$runas "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U postgres replicas
-measure "postgresql://postgres@127.0.0.1:$pgport/replicas" 2
+if [[ -z "$pgbin" ]] && command -v pg_ctl >/dev/null; then pgbin=$(dirname "$(command -v pg_ctl)"); fi
+if [[ -n "$pgbin" ]]; then
+  runas=""
+  if [[ $(id -u) == 0 ]]; then runas="runuser -u postgres --"; chown postgres "$work"; chmod 755 "$work"; fi
+  $runas "$pgbin/initdb" -D "$work/pg" -U postgres --auth=trust -E UTF8 >/dev/null
+  pgport=$(free_port)
+  $runas "$pgbin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w -o "-p $pgport -k $work -c listen_addresses=127.0.0.1" start >/dev/null
+  pgurl="postgresql://postgres@127.0.0.1:$pgport"
+else
+  echo "postgresql: not installed (scripts/install-deps.sh installs it)"
+fi
+
+for ((round = 1; round <= rounds; round++)); do
+  measure "sqlite://$work/network$round.db"
+  [[ -n "$pgbin" ]] || continue
+  for replicas in 1 2; do
+    $runas "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U postgres "r${round}x$replicas"
+    measure "$pgurl/r${round}x$replicas" "$replicas"
+  done
+done
+if ((rounds > 1)); then
+  echo "median of $rounds rounds:"
+  for config in sqlitex1 postgresqlx1 postgresqlx2; do
+    grep "^$config " "$work/rates" | awk '{print $2}' | sort -n |
+      awk -v c="$config" '{v[NR] = $1} END { if (NR) printf "  %-13s %6.0f submissions/s\n", c, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+  done
+fi

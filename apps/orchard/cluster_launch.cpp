@@ -224,6 +224,20 @@ void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f) {
       ->capture_default_str();
 }
 
+void start_ranks_by_agents(std::vector<parallel::HostEntry>& hosts, const ClusterFlags& cluster,
+                           parallel::LaunchOptions& launch) {
+  for (parallel::HostEntry& h : hosts)  // "agent": true in a hostfile: the agents' port
+    if (h.agent.size() > 2 && h.agent.compare(h.agent.size() - 2, 2, ":0") == 0)
+      h.agent = h.agent.substr(0, h.agent.size() - 1) + std::to_string(cluster.agent_port);
+  launch.start_by_agent = [name = cluster.cluster, secret = cluster.secret](const parallel::HostEntry& host,
+                                                                           const parallel::RankCommand& rank) {
+    // An agent that vanishes mid-run is a lost rank, not a crash of the launcher (macOS has no
+    // MSG_NOSIGNAL, and the dialled socket no SO_NOSIGPIPE), as with ClusterFlags::find.
+    std::signal(SIGPIPE, SIG_IGN);
+    return cluster::start_rank_by_agent(host.agent, host.ssh, name, secret, rank);
+  };
+}
+
 void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
 
 std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
@@ -258,16 +272,7 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
   launch.base.link.gbps = split.link_gbps;
   launch.ssh_command = f.ssh;
   launch.command = rank_command(split);
-  for (parallel::HostEntry& h : hosts)  // "agent": true in a hostfile: the agents' port
-    if (h.agent.size() > 2 && h.agent.compare(h.agent.size() - 2, 2, ":0") == 0)
-      h.agent = h.agent.substr(0, h.agent.size() - 1) + std::to_string(f.discovery.agent_port);
-  launch.start_by_agent = [cluster = f.discovery.cluster, secret = f.discovery.secret](const parallel::HostEntry& host,
-                                                                                      const parallel::RankCommand& rank) {
-    // An agent that vanishes mid-run is a lost rank, not a crash of the launcher (macOS has no
-    // MSG_NOSIGNAL, and the dialled socket no SO_NOSIGPIPE), as with ClusterFlags::find.
-    std::signal(SIGPIPE, SIG_IGN);
-    return cluster::start_rank_by_agent(host.agent, host.ssh, cluster, secret, rank);
-  };
+  start_ranks_by_agents(hosts, f.discovery, launch);
   std::string names;
   for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.ssh;
   std::fprintf(stderr, "starting %zu rank(s), %s: %s\n", hosts.size(), split.strategy.c_str(), names.c_str());

@@ -8,6 +8,7 @@
 
 #include "apps/orchard/cluster_flags.h"
 #include "model/kv_cache.h"
+#include "parallel/launch.h"
 #include "parallel/split_run.h"
 
 namespace orchard::app {
@@ -22,6 +23,11 @@ struct ClusterLaunchFlags {
 
 // --hostfile, --discover, --ssh, --cluster, --secret.
 void add_cluster_launch_flags(CLI::App* cmd, ClusterLaunchFlags& f);
+
+// Hostfile entries with "agent": true (read_hostfile's "addr:0") get the agents' port, and
+// `launch` asks those agents, as members of `cluster`, to start their ranks.
+void start_ranks_by_agents(std::vector<parallel::HostEntry>& hosts, const ClusterFlags& cluster,
+                           parallel::LaunchOptions& launch);
 
 // Keeps the process's command line (main calls it first), so that a command can start itself
 // on other machines.

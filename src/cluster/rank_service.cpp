@@ -37,16 +37,24 @@ namespace {
 namespace tcp = comm::tcp;
 using namespace std::chrono_literals;
 
-// The subcommands a rank runs: an agent starts ranks of jobs, not arbitrary commands.
-const std::set<std::string> kRankCommands = {"run", "serve"};
+// The subcommands a rank runs: an agent starts ranks of jobs (a split run or server, a network
+// pod's member), not arbitrary commands.
+bool is_rank_command(const std::vector<std::string>& args) {
+  return args[0] == "run" || args[0] == "serve" || (args[0] == "node" && args.size() > 1 && args[1] == "pod-rank");
+}
 
 constexpr size_t kNonceBytes = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES;
 constexpr size_t kTagBytes = crypto_aead_xchacha20poly1305_ietf_ABYTES;
 
-std::vector<uint8_t> request_key(const std::string& cluster, const std::string& secret) {
+// One key per purpose, so a sealed request can never be taken for a sealed frame or back.
+std::vector<uint8_t> derive_key(const std::string& purpose, const std::string& cluster, const std::string& secret) {
   static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kMacBytes);
-  const std::string label = "orchard start request" + cluster;
+  const std::string label = purpose + cluster;
   return hmac_sha256(secret, std::span(reinterpret_cast<const uint8_t*>(label.data()), label.size()));
+}
+
+std::vector<uint8_t> request_key(const std::string& cluster, const std::string& secret) {
+  return derive_key("orchard start request", cluster, secret);
 }
 
 std::vector<uint8_t> associated_data(const std::string& cluster, const uint8_t (&challenge)[kChallengeBytes]) {
@@ -75,6 +83,8 @@ std::optional<std::string> open_start_request(const std::string& cluster, const 
   return request;
 }
 
+// Plain frames: only refusals, which the agent may send before it knows the requester holds the
+// secret, and which say nothing of the job.
 void send_frame(int fd, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
   const FrameHeader h{static_cast<uint32_t>(kind), static_cast<uint32_t>(bytes)};
   const auto deadline = tcp::Clock::now() + kRankSilenceLimit;
@@ -84,6 +94,63 @@ void send_frame(int fd, FrameKind kind, const void* data, size_t bytes, const st
 
 void send_frame(int fd, FrameKind kind, const std::string& text, const std::string& peer) {
   send_frame(fd, kind, text.data(), text.size(), peer);
+}
+
+// Every frame after an accepted request (kStarted, output, heartbeats, kExit) is sealed with the
+// output key; its associated data, the cluster || the challenge || kind || its number in the
+// stream, ties it to this connection and this place in it, so a relay can neither read the rank's
+// output (which may hold the text of the job) nor replay, reorder, drop or relabel frames unseen.
+class FrameSealer {
+ public:
+  FrameSealer(const std::string& cluster, const std::string& secret, const uint8_t (&challenge)[kChallengeBytes])
+      : key_(derive_key("orchard rank output", cluster, secret)), prefix_(associated_data(cluster, challenge)) {}
+
+  std::vector<uint8_t> seal(FrameKind kind, const void* data, size_t bytes) {
+    const std::vector<uint8_t> ad = next_ad(kind);
+    std::vector<uint8_t> sealed(kNonceBytes + bytes + kTagBytes);
+    randombytes_buf(sealed.data(), kNonceBytes);
+    unsigned long long length = 0;
+    crypto_aead_xchacha20poly1305_ietf_encrypt(sealed.data() + kNonceBytes, &length, static_cast<const uint8_t*>(data),
+                                               bytes, ad.data(), ad.size(), nullptr, sealed.data(), key_.data());
+    sealed.resize(kNonceBytes + length);
+    return sealed;
+  }
+
+  std::optional<std::string> open(FrameKind kind, const std::string& sealed) {
+    if (sealed.size() < kNonceBytes + kTagBytes) return std::nullopt;
+    const std::vector<uint8_t> ad = next_ad(kind);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(sealed.data());
+    std::string plain(sealed.size() - kNonceBytes - kTagBytes, '\0');
+    unsigned long long length = 0;
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(reinterpret_cast<uint8_t*>(plain.data()), &length, nullptr,
+                                                   bytes + kNonceBytes, sealed.size() - kNonceBytes, ad.data(),
+                                                   ad.size(), bytes, key_.data()) != 0)
+      return std::nullopt;
+    plain.resize(length);
+    return plain;
+  }
+
+ private:
+  std::vector<uint8_t> next_ad(FrameKind kind) {
+    std::vector<uint8_t> ad = prefix_;
+    const uint32_t k = static_cast<uint32_t>(kind);
+    const uint64_t n = count_++;
+    for (int i = 0; i < 4; ++i) ad.push_back(static_cast<uint8_t>(k >> (8 * i)));
+    for (int i = 0; i < 8; ++i) ad.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    return ad;
+  }
+
+  std::vector<uint8_t> key_, prefix_;
+  uint64_t count_ = 0;
+};
+
+void send_sealed(int fd, FrameSealer& sealer, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
+  const std::vector<uint8_t> sealed = sealer.seal(kind, data, bytes);
+  send_frame(fd, kind, sealed.data(), sealed.size(), peer);
+}
+
+void send_sealed(int fd, FrameSealer& sealer, FrameKind kind, const std::string& text, const std::string& peer) {
+  send_sealed(fd, sealer, kind, text.data(), text.size(), peer);
 }
 
 // What the requester asked for, checked: a subcommand that runs a rank, comm's environment.
@@ -102,8 +169,9 @@ StartRequest parse_request(const std::string& text) {
     if (!a.is_string()) throw Error(error_message("cluster", "the start request's args must be strings"));
     r.args.push_back(a.get<std::string>());
   }
-  if (!kRankCommands.count(r.args[0]))
-    throw Error(error_message("cluster", "an agent starts ranks of `run` and `serve`, not `{}`", r.args[0]));
+  if (!is_rank_command(r.args))
+    throw Error(error_message("cluster", "an agent starts ranks of `run`, `serve` and `node pod-rank`, not `{}`",
+                              r.args[0] + (r.args.size() > 1 && r.args[0] == "node" ? " " + r.args[1] : "")));
   if (j.contains("env")) {
     if (!j["env"].is_object()) throw Error(error_message("cluster", "the start request's env must be an object"));
     for (const auto& [key, value] : j["env"].items()) {
@@ -191,7 +259,7 @@ Child start_child(const RankServiceOptions& options, const StartRequest& request
 
 // Streams the child's output to the requester until it has ended; stops it when the requester
 // goes away or asks, or when the agent stops.
-void stream_child(int sock, const std::string& peer, Child child, const std::atomic<bool>& stop) {
+void stream_child(int sock, const std::string& peer, Child child, FrameSealer& sealer, const std::atomic<bool>& stop) {
   bool requester = true;  // still there to be written to
   bool stopping = false;
   auto kill_at = tcp::Clock::time_point::max();
@@ -209,6 +277,7 @@ void stream_child(int sock, const std::string& peer, Child child, const std::ato
   };
   auto forward = [&](int& fd, FrameKind kind) {
     char buffer[65536];
+    static_assert(sizeof buffer + kNonceBytes + kTagBytes <= kMaxFrameBytes, "a sealed read must fit one frame");
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
     if (n <= 0) {
@@ -218,7 +287,7 @@ void stream_child(int sock, const std::string& peer, Child child, const std::ato
     }
     if (!requester) return;
     try {
-      send_frame(sock, kind, buffer, static_cast<size_t>(n), peer);
+      send_sealed(sock, sealer, kind, buffer, static_cast<size_t>(n), peer);
     } catch (const Error&) {
       lose_requester("the requester stopped reading");
     }
@@ -255,7 +324,7 @@ void stream_child(int sock, const std::string& peer, Child child, const std::ato
     if (requester && tcp::Clock::now() - last_heard > kRankSilenceLimit) lose_requester("the requester fell silent");
     if (requester && tcp::Clock::now() >= next_beat) {
       try {
-        send_frame(sock, FrameKind::kHeartbeat, nullptr, 0, peer);
+        send_sealed(sock, sealer, FrameKind::kHeartbeat, nullptr, 0, peer);
       } catch (const Error&) {
         lose_requester("the requester stopped reading");
       }
@@ -271,14 +340,14 @@ void stream_child(int sock, const std::string& peer, Child child, const std::ato
   const bool signaled = WIFSIGNALED(status);
   const int code = signaled ? WTERMSIG(status) : WEXITSTATUS(status);
   spdlog::info("[cluster] rank {} of {} {} {}", child.pid, peer, signaled ? "ended by signal" : "exited with code", code);
-  if (requester) send_frame(sock, FrameKind::kExit, nlohmann::json{{"code", code}, {"signaled", signaled}}.dump(), peer);
+  if (requester) send_sealed(sock, sealer, FrameKind::kExit, nlohmann::json{{"code", code}, {"signaled", signaled}}.dump(), peer);
 }
 
 // A rank an agent runs for this process.
 class AgentRank : public parallel::RankProcess {
  public:
-  AgentRank(tcp::Fd fd, std::string machine, std::string peer)
-      : fd_(std::move(fd)), machine_(std::move(machine)), peer_(std::move(peer)) {
+  AgentRank(tcp::Fd fd, std::string machine, std::string peer, FrameSealer sealer)
+      : fd_(std::move(fd)), machine_(std::move(machine)), peer_(std::move(peer)), sealer_(std::move(sealer)) {
     thread_ = std::thread([this] { follow(); });
   }
   ~AgentRank() override {
@@ -333,9 +402,15 @@ class AgentRank : public parallel::RankProcess {
       tcp::read_exact(fd_.get(), &h, sizeof h, deadline, peer_);
       if (h.bytes > kMaxFrameBytes)
         throw FormatError(error_message("cluster", "{} sent a frame of {} bytes (limit {})", peer_, h.bytes, kMaxFrameBytes));
-      std::string payload(h.bytes, '\0');
-      tcp::read_exact(fd_.get(), payload.data(), payload.size(), deadline, peer_);
+      std::string sealed(h.bytes, '\0');
+      tcp::read_exact(fd_.get(), sealed.data(), sealed.size(), deadline, peer_);
       last_heard = tcp::Clock::now();
+      const std::optional<std::string> opened = sealer_.open(static_cast<FrameKind>(h.kind), sealed);
+      if (!opened)
+        throw FormatError(error_message("cluster", "{} sent a frame (kind {}) not sealed with the cluster secret for this "
+                                        "connection: forged, replayed or reordered on the way",
+                                        peer_, h.kind));
+      const std::string& payload = *opened;
       switch (static_cast<FrameKind>(h.kind)) {
         case FrameKind::kStdout:
         case FrameKind::kStderr: {
@@ -355,8 +430,6 @@ class AgentRank : public parallel::RankProcess {
           if (j.value("signaled", false)) return {128 + code, fmt::format("exited with signal {}", code)};
           return {code, fmt::format("exited with code {}", code)};
         }
-        case FrameKind::kRefused:
-          return {1, "was refused by its agent: " + payload};
         default:
           break;  // kStarted, kHeartbeat
       }
@@ -366,6 +439,7 @@ class AgentRank : public parallel::RankProcess {
   tcp::Fd fd_;
   std::string machine_, peer_;
   std::thread thread_;
+  FrameSealer sealer_;
   std::atomic<bool> done_{false}, stop_requested_{false}, killed_{false};
   parallel::RankEnd end_;
 };
@@ -415,12 +489,13 @@ void serve_rank_start(tcp::Fd fd, const std::string& from, const RankServiceOpti
     throw;
   }
   spdlog::info("[cluster] started rank {} for {}: {}", child.pid, from, parsed.args[0]);
+  FrameSealer sealer(options.cluster, options.secret, challenge);
   try {
-    send_frame(fd.get(), FrameKind::kStarted, std::to_string(child.pid), peer);
+    send_sealed(fd.get(), sealer, FrameKind::kStarted, std::to_string(child.pid), peer);
   } catch (const Error&) {
     // Gone already: stream_child notices at once and stops the rank.
   }
-  stream_child(fd.get(), peer, child, stop);
+  stream_child(fd.get(), peer, child, sealer, stop);
 }
 
 std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& agent, const std::string& machine,
@@ -452,7 +527,11 @@ std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& ag
     throw Error(error_message("cluster", "{} refused to start the rank: {}", peer, payload));
   if (static_cast<FrameKind>(h.kind) != FrameKind::kStarted)
     throw FormatError(error_message("cluster", "{} answered a start request with frame kind {}", peer, h.kind));
-  return std::make_unique<AgentRank>(std::move(fd), machine, peer);
+  FrameSealer sealer(cluster, secret, challenge);
+  if (!sealer.open(FrameKind::kStarted, payload))
+    throw FormatError(error_message("cluster", "{} answered the start request with a frame not sealed with the cluster secret",
+                                    peer));
+  return std::make_unique<AgentRank>(std::move(fd), machine, peer, std::move(sealer));
 }
 
 }  // namespace orchard::cluster

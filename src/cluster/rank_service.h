@@ -12,13 +12,18 @@
 //                    secret, and authenticated with the cluster name and the challenge;
 //   agent -> client: frames (FrameHeader + payload): kStarted (the pid), kStdout/kStderr
 //                    (bytes as the rank wrote them), kHeartbeat (each second), then kExit
-//                    (JSON {"code", "signaled"}) or kRefused (why, for a request it will not run);
+//                    (JSON {"code", "signaled"}), each payload sealed (the rank's output may
+//                    hold the job's text); or, instead of kStarted, kRefused (why, in clear, for
+//                    a request it will not run);
 //   client -> agent: one byte each second (kClientHeartbeat), kClientStop to stop the rank.
 // The challenge makes a request good for one connection only: a recorded one replayed later
 // meets another challenge, whatever the clocks of the two machines say.
 // Sealing is libsodium's XChaCha20-Poly1305 AEAD: key HMAC-SHA256(secret, "orchard start
 // request" || cluster name), a random 24-byte nonce sent before the ciphertext, associated data
-// the cluster name || the challenge. (An open cluster, secret "", gets a key anyone can derive:
+// the cluster name || the challenge. Frames are sealed the same way with the key HMAC-SHA256(
+// secret, "orchard rank output" || cluster name) and associated data cluster name || challenge ||
+// u32 kind || u64 frame number, so a relay cannot read, replay, reorder or drop them unseen.
+// (An open cluster, secret "", gets a key anyone can derive:
 // it keeps nothing from a listener, as its other messages do not.)
 #include <atomic>
 #include <chrono>

@@ -408,6 +408,7 @@ json Coordinator::submit(const KeyRecord& key, Submission submission) {
                                     key.quota_tokens, outcome.used, outcome.reserved, job.reserved));
   if (outcome.kind == SubmitOutcome::Kind::OverRate)
     throw ApiError(429, fmt::format("[network] key '{}' is over {} jobs a minute", key.name, key.rate_per_min));
+  if (outcome.kind == SubmitOutcome::Kind::Banned) throw ApiError(403, "[network] this API key is banned");
   std::lock_guard lock(mu_);
   if (leading) {
     book_.add({job.id, job.kind, job.model, job.request, 0, "", context_tokens(request)});

@@ -190,8 +190,8 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
 
   for (const HostEntry& host : hosts)
     if (!host.local && !host.agent.empty() && !options.start_by_agent)
-      throw Error(error_message("launch", "{} is to be started by its agent, which only `orchard run` and `orchard serve` "
-                                          "(--hostfile, --discover) can ask: give it an \"ssh\" entry instead", host.ssh));
+      throw Error(error_message("launch", "{} is to be started by its agent, and this launcher was given no way to ask "
+                                          "agents: give it an \"ssh\" entry instead", host.ssh));
   std::vector<std::unique_ptr<RankProcess>> ranks;
   std::vector<std::string> names, ssh_hosts;
   try {

@@ -168,6 +168,16 @@ TEST_F(NetnsAgents, HostfileEntriesSayWhichMachinesTheirAgentsStart) {
   EXPECT_EQ(run["tokens"], reference["tokens"]) << text_of("hostfile.err");
   EXPECT_FALSE(std::filesystem::exists(dir_ / "ssh.log")) << text_of("ssh.log");
 
+  // `orchard launch` (as a network pod's agent runs it) asks the same agents, ssh nowhere.
+  const nlohmann::json launched = nlohmann::json::parse(
+      capture(on_a("launch --hostfile " + hostfile + " --cluster gamma --secret s3 -- orchard run -m " + model_ + " -p '" +
+                       kPrompt + "' -n 16 --temp 0 --json --strategy pipeline",
+                   "launch.err")),
+      nullptr, false);
+  ASSERT_TRUE(launched.is_object()) << text_of("launch.err");
+  EXPECT_EQ(launched["tokens"], reference["tokens"]) << text_of("launch.err");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ssh.log")) << text_of("ssh.log");
+
   // Without the cluster's secret the agents start nothing, and the job says why.
   const std::string out = capture(on_a("run -m " + model_ + " -p hi -n 4 --strategy pipeline --hostfile " + hostfile +
                                        " --cluster gamma --secret wrong", "refused.err") + "; echo \"exit $?\"");

@@ -127,6 +127,13 @@ TEST_F(RankService, RunsTheRankAndStreamsItsOutputAndExitCode) {
   testing::internal::GetCapturedStdout();
   EXPECT_EQ(failed.code, 3);
   EXPECT_EQ(failed.detail, "exited with code 3");
+
+  // A network pod's member is a rank too (`orchard launch` of a pod asks the agents).
+  testing::internal::CaptureStdout();
+  auto member = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"node", "pod-rank", "x"}));
+  const parallel::RankEnd member_end = wait_for_end(*member);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "out node pod-rank x 1\n");
+  EXPECT_EQ(member_end.code, 0) << member_end.detail;
 }
 
 TEST_F(RankService, AnotherSecretIsRefused) {
@@ -176,13 +183,14 @@ TEST_F(RankService, ForgedAndReplayedRequestsAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "pid")) << "a refused request started a rank";
 }
 
-// What crosses the LAN: a relay between the requester and the agent records every byte the
-// requester sends. The job's secret (in the request's env) reaches the rank, and the recording
-// holds neither it nor any of the request's JSON.
-TEST_F(RankService, TheStartRequestCrossesTheWireEncrypted) {
+// What crosses the LAN: a relay between the requester and the agent records every byte each
+// side sends. The job's secret (in the request's env) reaches the rank, which prints it: the
+// requester's recording holds neither it nor any of the request's JSON, the agent's neither it
+// nor any line of the rank's output nor its exit status.
+TEST_F(RankService, TheStartRequestAndTheRanksOutputCrossTheWireEncrypted) {
   tcp::Fd relay_listener = tcp::listen_on("127.0.0.1", 0);
   const uint16_t relay_port = tcp::local_port(relay_listener.get());
-  std::string captured;
+  std::string captured, answered;
   std::thread relay([&] {
     std::string from;
     tcp::Fd client = tcp::accept_until(relay_listener.get(), tcp::Clock::now() + 10s, &from);
@@ -197,32 +205,74 @@ TEST_F(RankService, TheStartRequestCrossesTheWireEncrypted) {
           open = false;
           break;
         }
-        if (i == 0) captured.append(buffer, static_cast<size_t>(n));
+        (i == 0 ? captured : answered).append(buffer, static_cast<size_t>(n));
         tcp::write_exact(fds[1 - i].fd, buffer, static_cast<size_t>(n), tcp::Clock::now() + 5s, "relay");
       }
     }
   });
   const std::string job_secret = "job-secret-5e1f0c9a7b";
   testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
   auto rank = start_rank_by_agent("127.0.0.1:" + std::to_string(relay_port), "machine-b", "alpha", "s1",
                                   command({"run", "hello"}, {{"ORCHARD_RANK", job_secret}}));
   const parallel::RankEnd end = wait_for_end(*rank);
-  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string out = testing::internal::GetCapturedStdout(), err = testing::internal::GetCapturedStderr();
   rank.reset();
   relay.join();
   EXPECT_EQ(end.code, 0) << end.detail;
   EXPECT_EQ(out, "out run hello " + job_secret + "\n") << "the rank did not get the job's variable";
+  EXPECT_EQ(err, "err line\n");
   EXPECT_GT(captured.size(), sizeof(ProbeHello) + 4 + 24 + 16);
   EXPECT_EQ(captured.find(job_secret), std::string::npos) << "the job's secret crossed the wire in clear";
   EXPECT_EQ(captured.find("ORCHARD_RANK"), std::string::npos);
   EXPECT_EQ(captured.find("\"args\""), std::string::npos);
   EXPECT_EQ(captured.find("hello"), std::string::npos);
+  // Started, two lines of output and the exit status: five frames at least, each with its nonce and tag.
+  EXPECT_GT(answered.size(), kChallengeBytes + 4 * (sizeof(FrameHeader) + 24 + 16));
+  EXPECT_EQ(answered.find(job_secret), std::string::npos) << "the rank's output crossed the wire in clear";
+  EXPECT_EQ(answered.find("out run"), std::string::npos);
+  EXPECT_EQ(answered.find("err line"), std::string::npos);
+  EXPECT_EQ(answered.find("\"code\""), std::string::npos);
+}
+
+// A machine posing as the agent (it answers the hello, as anyone on the LAN of an open port
+// can, but lacks the secret) and answers with a start frame in clear: the requester refuses it.
+TEST_F(RankService, AFrameNotSealedWithTheSecretIsRefused) {
+  tcp::Fd impostor = tcp::listen_on("127.0.0.1", 0);
+  const uint16_t impostor_port = tcp::local_port(impostor.get());
+  std::thread fake([&] {
+    std::string from;
+    tcp::Fd fd = tcp::accept_until(impostor.get(), tcp::Clock::now() + 10s, &from);
+    try {
+      serve_probe_connection(fd.get(), from, "alpha", "s1", [] { return std::string("{}"); }, 5000ms);
+      const auto deadline = tcp::Clock::now() + 5s;
+      const uint8_t challenge[kChallengeBytes] = {};
+      tcp::write_exact(fd.get(), challenge, sizeof challenge, deadline, "requester");
+      uint32_t length = 0;
+      tcp::read_exact(fd.get(), &length, sizeof length, deadline, "requester");
+      std::vector<uint8_t> request(length);
+      tcp::read_exact(fd.get(), request.data(), length, deadline, "requester");
+      const std::string pid = "4242";
+      const FrameHeader h{static_cast<uint32_t>(FrameKind::kStarted), static_cast<uint32_t>(pid.size())};
+      tcp::write_exact(fd.get(), &h, sizeof h, deadline, "requester");
+      tcp::write_exact(fd.get(), pid.data(), pid.size(), deadline, "requester");
+    } catch (const Error&) {
+    }
+  });
+  try {
+    start_rank_by_agent("127.0.0.1:" + std::to_string(impostor_port), "machine-b", "alpha", "s1", command({"run", "hello"}));
+    ADD_FAILURE() << "took a start frame in clear";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a frame not sealed with the cluster secret"), std::string::npos) << e.what();
+  }
+  fake.join();
 }
 
 TEST_F(RankService, OnlyRanksOfJobsWithTheirOwnVariables) {
   for (const auto& [args, env, expected] :
        std::vector<std::tuple<std::vector<std::string>, std::vector<std::pair<std::string, std::string>>, std::string>>{
-           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run` and `serve`, not `make-model`"},
+           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run`, `serve` and `node pod-rank`, not `make-model`"},
+           {{"node", "--network", "http://x"}, {}, "not `node --network`"},
            {{"run", "hello"}, {{"LD_PRELOAD", "/tmp/x.so"}}, "may set ORCHARD_* variables to strings, not 'LD_PRELOAD'"}}) {
     try {
       start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command(args, env));

@@ -2,6 +2,8 @@
 // migrations, keys, nodes, leases, and completion with its ledger postings in one transaction.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <thread>
 
@@ -209,6 +211,74 @@ TEST_P(StoreTest, CancelAndFailOnlyUnfinishedJobs) {
   EXPECT_TRUE(store_->fail_job("j2", "no node can hold the model", 1103));
   EXPECT_EQ(store_->get_job("j2")->error, "no node can hold the model");
   EXPECT_EQ(store_->get_job("j1")->state, JobState::Cancelled);
+}
+
+// Submissions from many threads at once share statements (submit_job batches those of keys
+// with nothing to count): every job arrives once with every field as sent, whichever batch
+// carried it, and a banned key's jobs in the same flood are refused, not inserted.
+TEST_P(StoreTest, ConcurrentSubmissionsEachArriveOnceAndBannedKeysNone) {
+  auto [key, secret] = store_->create_key("open", 0, 0, 1);
+  auto [banned, banned_secret] = store_->create_key("banned", 0, 0, 1);
+  store_->set_key_banned(banned.id, true);
+  constexpr int kThreads = 16, kEach = 25;
+  std::atomic<int> accepted{0}, refused{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        JobRecord j;
+        const bool bad = (t + i) % 5 == 0;
+        j.id = fmt::format("t{}-{}", t, i);
+        j.key_id = bad ? banned.id : key.id;
+        j.model = "tiny";
+        j.request = fmt::format(R"({{"prompt":"job {} of {}"}})", i, t);
+        j.created_at = j.updated_at = 1000 + i;
+        j.reserved = 100 * t + i;
+        const SubmitOutcome o = store_->submit_job(j, bad ? banned : key, 1000 + i);
+        if (o.kind == SubmitOutcome::Kind::Accepted && !bad) ++accepted;
+        else if (o.kind == SubmitOutcome::Kind::Banned && bad) ++refused;
+        else ++other;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(accepted.load(), kThreads * kEach * 4 / 5);
+  EXPECT_EQ(refused.load(), kThreads * kEach / 5);
+  EXPECT_EQ(store_->count_jobs(JobState::Queued), accepted.load());
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = 0; i < kEach; ++i) {
+      auto j = store_->get_job(fmt::format("t{}-{}", t, i));
+      if ((t + i) % 5 == 0) {
+        EXPECT_FALSE(j) << "a banned key's job was inserted";
+        continue;
+      }
+      ASSERT_TRUE(j);
+      EXPECT_EQ(j->key_id, key.id);
+      EXPECT_EQ(j->request, fmt::format(R"({{"prompt":"job {} of {}"}})", i, t));
+      EXPECT_EQ(j->state, JobState::Queued);
+      EXPECT_EQ(j->created_at, 1000 + i);
+      EXPECT_EQ(j->reserved, 100 * t + i);
+    }
+}
+
+// A key is remembered for a moment after it is found by its secret; a ban made meanwhile
+// through another connection (another replica) still stops its next job, with or without a quota.
+TEST_P(StoreTest, ABanElsewhereStopsTheNextJobOfARememberedKey) {
+  for (int64_t quota : {int64_t{0}, int64_t{100000}}) {
+    auto [key, secret] = store_->create_key("k", quota, 0, 1);
+    ASSERT_TRUE(store_->find_key_by_secret(secret));
+    Store::open(url_).set_key_banned(key.id, true);
+    auto remembered = store_->find_key_by_secret(secret);
+    ASSERT_TRUE(remembered);
+    JobRecord j;
+    j.id = fmt::format("after-ban-{}", quota);
+    j.key_id = key.id;
+    j.model = "tiny";
+    j.request = "{}";
+    j.reserved = 10;
+    EXPECT_EQ(store_->submit_job(j, *remembered, 1000).kind, SubmitOutcome::Kind::Banned) << "quota " << quota;
+    EXPECT_FALSE(store_->get_job(j.id));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::ValuesIn(testing::store_backends()),

@@ -4,6 +4,9 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "network/store/migrations.h"
@@ -115,6 +118,27 @@ struct Store::Pool {
   std::function<std::unique_ptr<Db>()> more;
 };
 
+// Submissions waiting for the statement that inserts them; one thread at a time writes.
+struct Store::Submissions {
+  struct Waiting {
+    const JobRecord* job = nullptr;
+    bool done = false;
+    SubmitOutcome outcome;
+    std::exception_ptr error;
+    // Its own, so that a written batch wakes its threads and the next writer, not every thread
+    // waiting (a crowd of wake-ups, all then queueing on one mutex, cost more than the insert).
+    std::condition_variable wake;
+  };
+  std::mutex mu;
+  std::deque<Waiting*> queue;
+  size_t writing = 0;  // statements in flight
+};
+
+struct Store::KeyMemory {
+  std::mutex mu;
+  std::unordered_map<std::string, std::pair<KeyRecord, std::chrono::steady_clock::time_point>> by_secret_sha;
+};
+
 // A connection borrowed from the pool, given back when it goes out of scope.
 class Store::Conn {
  public:
@@ -136,7 +160,10 @@ class Store::Conn {
 };
 
 Store::Store(std::unique_ptr<Db> db, std::function<std::unique_ptr<Db>()> more, size_t max_connections)
-    : pool_(std::make_unique<Pool>()), backend_(db->backend()) {
+    : pool_(std::make_unique<Pool>()),
+      submissions_(std::make_unique<Submissions>()),
+      keys_(std::make_unique<KeyMemory>()),
+      backend_(db->backend()) {
   pool_->idle.push_back(std::move(db));
   pool_->opened = 1;
   pool_->max = more ? std::max<size_t>(1, max_connections) : 1;
@@ -259,11 +286,23 @@ std::pair<KeyRecord, std::string> Store::create_key(const std::string& name, int
 }
 
 std::optional<KeyRecord> Store::find_key_by_secret(const std::string& secret) {
+  // Bounded: a full memory is emptied rather than aged entry by entry (only real keys enter it).
+  constexpr size_t kMaxRemembered = 4096;
+  const std::string sha = sha256_hex(secret);
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(keys_->mu);
+    auto it = keys_->by_secret_sha.find(sha);
+    if (it != keys_->by_secret_sha.end() && now - it->second.second < kKeyMemory) return it->second.first;
+  }
   Conn db = conn();
-  auto rows = db->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE secret_sha256 = $1",
-                         {sha256_hex(secret)});
-  if (rows.empty()) return std::nullopt;
-  return key_from(rows[0]);
+  auto rows = db->query(std::string("SELECT ") + kKeyColumns + " FROM api_keys WHERE secret_sha256 = $1", {sha});
+  if (rows.empty()) return std::nullopt;  // not remembered: a key made on another replica works at once
+  KeyRecord key = key_from(rows[0]);
+  std::lock_guard lock(keys_->mu);
+  if (keys_->by_secret_sha.size() >= kMaxRemembered) keys_->by_secret_sha.clear();
+  keys_->by_secret_sha[sha] = {key, now};
+  return key;
 }
 
 std::optional<KeyRecord> Store::get_key(const std::string& id) {
@@ -274,8 +313,12 @@ std::optional<KeyRecord> Store::get_key(const std::string& id) {
 }
 
 void Store::set_key_banned(const std::string& id, bool banned) {
-  Conn db = conn();
-  db->exec("UPDATE api_keys SET banned = $2 WHERE id = $1", {id, int64_t{banned}});
+  {
+    Conn db = conn();
+    db->exec("UPDATE api_keys SET banned = $2 WHERE id = $1", {id, int64_t{banned}});
+  }
+  std::lock_guard lock(keys_->mu);
+  std::erase_if(keys_->by_secret_sha, [&](const auto& entry) { return entry.second.first.id == id; });
 }
 
 void Store::upsert_node(const NodeRecord& n) {
@@ -334,16 +377,104 @@ void Store::insert_job(const JobRecord& j) {
   insert_job_in(*db, j);
 }
 
-SubmitOutcome Store::submit_job(const JobRecord& job, const KeyRecord& key, int64_t now) {
-  if (key.quota_tokens <= 0 && key.rate_per_min <= 0) {
-    insert_job(job);  // nothing to count: one statement
-    return {};
+namespace {
+
+// Inserts the jobs whose keys are not banned, in one statement; returns the ids inserted.
+std::vector<std::string> insert_submissions(Db& db, const std::vector<const JobRecord*>& jobs) {
+  // CAST types each parameter as its column in both databases (PostgreSQL would read an untyped
+  // one in a VALUES list as text); the columns of a VALUES list are column1.. in both.
+  constexpr std::array<const char*, 18> kTypes = {"TEXT",   "TEXT",   "TEXT",   "TEXT",   "TEXT",   "TEXT",
+                                                  "TEXT",   "BIGINT", "BIGINT", "BIGINT", "BIGINT", "TEXT",
+                                                  "BIGINT", "BIGINT", "TEXT",   "TEXT",   "TEXT",   "BIGINT"};
+  std::string sql = std::string("INSERT INTO jobs (") + kJobColumns + ") SELECT ";
+  for (size_t c = 0; c < kTypes.size(); ++c) sql += fmt::format("{}v.column{}", c ? ", " : "", c + 1);
+  sql += " FROM (VALUES ";
+  std::vector<Value> params;
+  params.reserve(jobs.size() * kTypes.size());
+  for (size_t r = 0; r < jobs.size(); ++r) {
+    sql += r ? ", (" : "(";
+    for (size_t c = 0; c < kTypes.size(); ++c)
+      sql += fmt::format("{}CAST(${} AS {})", c ? ", " : "", r * kTypes.size() + c + 1, kTypes[c]);
+    sql += ")";
+    const JobRecord& j = *jobs[r];
+    for (Value v : {Value{j.id}, Value{j.key_id}, Value{j.kind}, Value{j.model}, Value{j.request},
+                    Value{std::string(job_state_name(j.state))}, Value{j.node_id}, Value{j.attempt},
+                    Value{j.lease_expires}, Value{j.created_at}, Value{j.updated_at}, Value{j.result},
+                    Value{j.prompt_tokens}, Value{j.completion_tokens}, Value{j.verify_of}, Value{j.verify_state},
+                    Value{j.error}, Value{j.reserved}})
+      params.push_back(std::move(v));
   }
+  sql += ") AS v WHERE EXISTS (SELECT 1 FROM api_keys k WHERE k.id = v.column2 AND k.banned = 0) RETURNING id";
+  std::vector<std::string> inserted;
+  for (const Row& r : db.query(sql, params)) inserted.push_back(r.str(0));
+  return inserted;
+}
+
+}  // namespace
+
+SubmitOutcome Store::submit_batched(const JobRecord& job) {
+  Submissions& s = *submissions_;
+  Submissions::Waiting me;
+  me.job = &job;
+  std::unique_lock lock(s.mu);
+  s.queue.push_back(&me);
+  while (!me.done) {
+    // Waits while enough statements are in flight, or others are ahead of it, or a batch took it.
+    if (s.writing >= kSubmissionWriters || s.queue.empty() || s.queue.front() != &me) {
+      me.wake.wait(lock);
+      continue;
+    }
+    // A statement may start, and this thread is first in line: it writes whatever has queued,
+    // its own job first.
+    ++s.writing;
+    const size_t n = std::min(s.queue.size(), kMaxSubmissionBatch);
+    std::vector<Submissions::Waiting*> batch(s.queue.begin(), s.queue.begin() + static_cast<std::ptrdiff_t>(n));
+    s.queue.erase(s.queue.begin(), s.queue.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!s.queue.empty() && s.writing < kSubmissionWriters) s.queue.front()->wake.notify_one();
+    lock.unlock();
+    std::vector<const JobRecord*> jobs;
+    for (const auto* w : batch) jobs.push_back(w->job);
+    std::exception_ptr error;
+    std::vector<std::string> inserted;
+    try {
+      Conn db = conn();
+      inserted = insert_submissions(*db, jobs);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    for (auto* w : batch) {
+      w->error = error;
+      if (!error && std::find(inserted.begin(), inserted.end(), w->job->id) == inserted.end())
+        w->outcome.kind = SubmitOutcome::Kind::Banned;
+      w->done = true;
+      if (w != &me) w->wake.notify_one();
+    }
+    --s.writing;
+    if (!s.queue.empty()) s.queue.front()->wake.notify_one();  // it writes the next batch
+  }
+  if (me.error) std::rethrow_exception(me.error);
+  return me.outcome;
+}
+
+namespace {
+
+// Holds the key's row to the end of the transaction (another coordinator's submission for this
+// key waits here, then sees this one's job and bucket); false when the key is banned.
+bool hold_key(Db& db, const std::string& key_id) {
+  return db.exec("UPDATE api_keys SET rate_at = rate_at WHERE id = $1 AND banned = 0", {key_id}) == 1;
+}
+
+}  // namespace
+
+SubmitOutcome Store::submit_job(const JobRecord& job, const KeyRecord& key, int64_t now) {
+  if (key.quota_tokens <= 0 && key.rate_per_min <= 0) return submit_batched(job);
   return in_txn([&](Db& db) {
-    // Holds the key's row to the end of the transaction: another coordinator's submission for
-    // this key waits here, then sees this one's job and bucket.
-    db.exec("UPDATE api_keys SET rate_at = rate_at WHERE id = $1", {key.id});
     SubmitOutcome out;
+    if (!hold_key(db, key.id)) {
+      out.kind = SubmitOutcome::Kind::Banned;
+      return out;
+    }
     if (key.quota_tokens > 0) {
       out.used = db.query("SELECT tokens_used FROM api_keys WHERE id = $1", {key.id}).at(0).i64(0);
       out.reserved = db.query("SELECT COALESCE(SUM(reserved), 0) FROM jobs WHERE key_id = $1 AND "

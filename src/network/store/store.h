@@ -6,6 +6,7 @@
 // PostgreSQL: up to kPostgresConnections, so calls from many threads run side by side). Times are
 // milliseconds since the Unix epoch, passed in by the caller so tests and the simulator control
 // the clock.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -70,9 +71,10 @@ struct JobRecord {
   int64_t reserved = 0;  // of its key's quota while queued or leased: the most it may cost
 };
 
-// What submit_job decided: the job is in, or its key is over its quota or its rate.
+// What submit_job decided: the job is in, or its key is over its quota or its rate, or was
+// banned since it was looked up.
 struct SubmitOutcome {
-  enum class Kind { Accepted, OverQuota, OverRate } kind = Kind::Accepted;
+  enum class Kind { Accepted, OverQuota, OverRate, Banned } kind = Kind::Accepted;
   int64_t used = 0, reserved = 0;  // the key's tokens counted and reserved by unsettled jobs, for the 429
 };
 
@@ -97,6 +99,14 @@ struct StatementLine {
 // Connections a PostgreSQL store opens at most (each a server process): enough for the
 // coordinator's busy handler threads to reach the database side by side.
 inline constexpr size_t kPostgresConnections = 16;
+// Submissions written by one statement at most, and statements of submissions in flight at once
+// (see submit_job): while a few commits wait on the disk, the next batch is already on its way.
+inline constexpr size_t kMaxSubmissionBatch = 64;
+inline constexpr size_t kSubmissionWriters = 4;
+// How long a key found by its secret is taken from memory instead of the database: a ban made
+// elsewhere (another replica, by hand) reaches find_key_by_secret within this, while
+// submit_job refuses a banned key's job at once whatever the memory says.
+inline constexpr std::chrono::milliseconds kKeyMemory{1000};
 
 class Store {
  public:
@@ -113,7 +123,8 @@ class Store {
   int64_t schema_version();
   std::string_view backend() const { return backend_; }
 
-  // Keys: the secret is returned once and stored only as its SHA-256.
+  // Keys: the secret is returned once and stored only as its SHA-256. A key found by its secret
+  // is remembered for kKeyMemory (a submission then costs no look-up of its key).
   std::pair<KeyRecord, std::string> create_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min,
                                                int64_t now);
   std::optional<KeyRecord> find_key_by_secret(const std::string& secret);
@@ -133,7 +144,11 @@ class Store {
   // of its queued and leased jobs plus job.reserved) or its rate (a token bucket of
   // key.rate_per_min submissions a minute, bursts up to the same number, kept in the key's row).
   // Checked and inserted in one transaction holding the key's row, so every coordinator sharing
-  // the database sees the same quota and rate.
+  // the database sees the same quota and rate. A key with neither has nothing to count: its
+  // job joins the submissions arriving meanwhile from other threads, and one statement inserts
+  // them all (one commit, one disk flush, one round trip for up to kMaxSubmissionBatch jobs;
+  // no waiting is added: a batch is whatever queued while kSubmissionWriters statements were in
+  // flight). The key's ban is checked in that statement.
   SubmitOutcome submit_job(const JobRecord& job, const KeyRecord& key, int64_t now);
   std::optional<JobRecord> get_job(const std::string& id);
   std::vector<JobRecord> get_jobs(const std::vector<std::string>& ids);  // those that exist, in no order
@@ -178,11 +193,16 @@ class Store {
  private:
   class Conn;
   struct Pool;
+  struct Submissions;
+  struct KeyMemory;
   Conn conn();
+  SubmitOutcome submit_batched(const JobRecord& job);
   template <typename F>
   auto in_txn(F&& f);
   void post_in(Db& db, const ledger::Txn& txn, int64_t now);
   std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Submissions> submissions_;
+  std::unique_ptr<KeyMemory> keys_;
   std::string backend_;
 };
 
