@@ -32,6 +32,7 @@ compile() {
   local src=$1 extra=()
   # Per-file ISA flags, as src/core/CMakeLists.txt sets them.
   [[ $src == */neon_dotprod.cpp ]] && extra=(-march=armv8.2-a+dotprod)
+  [[ $src == */generic/generic.cpp ]] && extra=(-ffp-contract=off)
   [[ $src == /usr/src/* ]] && extra=(-w)
   $launcher "$cxx" "${flags[@]}" "${extra[@]}" -c "$src" -o "$(object_of "$src")"
 }
