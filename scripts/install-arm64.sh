@@ -7,6 +7,7 @@
 # Multiarch wants the host's copy of each shared library at the same version as the arm64 one,
 # so apt may upgrade a few host packages (libssl3, zlib1g) to the archive's current version.
 set -euo pipefail
+source "$(dirname "$0")/lib/apt.sh"
 # Header-only libraries (CLI11, nlohmann-json) and the web pages' node/npm are the host's
 # (scripts/install-deps.sh). PostgreSQL and MPI are left out of the arm64 build.
 packages=(
@@ -15,12 +16,4 @@ packages=(
   libcpp-httplib-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64
 )
 dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+apt_install_missing "${packages[@]}"

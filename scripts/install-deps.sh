@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Orchard needs to build, run and test. Idempotent.
 set -euo pipefail
+source "$(dirname "$0")/lib/apt.sh"
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -13,12 +14,4 @@ packages=(
 # The World page is built with npm and tested with playwright-core, which needs Node.js 20 or
 # later; Debian 12's own nodejs (18) builds the page, and the browser test then skips itself.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+apt_install_missing "${packages[@]}"

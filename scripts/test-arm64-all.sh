@@ -3,11 +3,8 @@
 # benchmarks) with Debian's aarch64-linux-gnu toolchain and the arm64 multiarch libraries
 # (scripts/install-arm64.sh; cmake/aarch64-linux-gnu.cmake), then runs the suite under
 # qemu-aarch64 on this x86-64 machine. scripts/test-arm64.sh stays the quick check of the kernels.
-#
-# Tests start other orchard processes (ranks, agents, servers) with execve, which the kernel can
-# only hand to qemu through binfmt_misc. The suite therefore runs in a user and mount namespace
-# of its own with binfmt_misc mounted there and qemu-aarch64 registered for arm64 ELF files
-# (Linux 6.7 or later): nothing changes for the rest of the machine.
+# The suite runs in a namespace where the kernel hands every arm64 binary to qemu
+# (scripts/lib/arm64-binfmt.sh): tests start other orchard processes.
 #
 # Usage: scripts/test-arm64-all.sh [--build-only | --test-only] [ctest args...]   (e.g. -L 'core|gguf' -j 2)
 #   --test-only: run ctest on what the build folder holds, without configuring or building
@@ -45,20 +42,10 @@ built=$(date +%s)
 
 # Everything built runs: tests that cannot run under emulation are not built (PostgreSQL, MPI;
 # docs/arm64.md). Add `-E REGEX` to leave more out.
-# Registers qemu-aarch64 for arm64 ELF files (magic and mask as Debian's qemu-user-binfmt has them)
-# in this namespace's own binfmt_misc; F opens qemu now, so it is found whatever the mounts.
-register='mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc &&
-printf "%s" ":qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:$(command -v qemu-aarch64):F" \
-  > /proc/sys/fs/binfmt_misc/register'
-if ! unshare --user --map-root-user --mount --fork sh -c "$register" 2>/dev/null; then
-  echo "[arm64] cannot register qemu-aarch64 in a namespace's own binfmt_misc (Linux 6.7 or later, and" \
-       "unprivileged user namespaces, are needed): tests that start other orchard processes would fail" >&2
-  exit 2
-fi
-# QEMU_CPU=max: every arm64 feature qemu emulates (dotprod included), for qemu started by binfmt too.
-export QEMU_CPU=max
+source "$root/scripts/lib/arm64-binfmt.sh"
+arm64_binfmt_check
 cd "$build"
 status=0
-unshare --user --map-root-user --mount --fork bash -c "$register && exec ctest --output-on-failure $(printf '%q ' "$@")" || status=$?
+arm64_binfmt_run ctest --output-on-failure "$@" || status=$?
 echo "[arm64] ctest under qemu took $(($(date +%s) - built)) s (exit $status)"
 exit $status
