@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib/apt.sh"
 packages=(
   g++-aarch64-linux-gnu qemu-user
   libfmt-dev:arm64 libspdlog-dev:arm64 libsqlite3-dev:arm64 libsodium-dev:arm64 libssl-dev:arm64
-  libcpp-httplib-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64
+  libcpp-httplib-dev:arm64 libbrotli-dev:arm64 zlib1g-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64
 )
 dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
 apt_install_missing "${packages[@]}"

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib/apt.sh"
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libbrotli-dev zlib1g-dev libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   libsodium-dev libsqlite3-dev libpq-dev postgresql libssl-dev
   iproute2 util-linux procps

@@ -21,4 +21,10 @@ const core::EmbeddedFile* find_file(std::span<const core::EmbeddedFile> files, s
 // only, so it can fetch nothing from elsewhere.
 void send_file(const httplib::Request& req, httplib::Response& res, const core::EmbeddedFile& file);
 
+// Sends a generated body (a JSON answer) compressed at a fast setting when the request accepts
+// it and the body is large enough to gain: cpp-httplib would compress it at Brotli's slowest
+// quality, which costs more than the World's indexed queries themselves.
+void send_compressed(const httplib::Request& req, httplib::Response& res, std::string body,
+                     const std::string& content_type);
+
 }  // namespace orchard::serve::web

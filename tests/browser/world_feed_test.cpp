@@ -664,6 +664,24 @@ TEST(WorldRoutes, ServesThePageTheQueriesAndStreamsWithoutBlockingTheServer) {
   ASSERT_TRUE(map);
   EXPECT_EQ(json::parse(map->body)["in_view"], 3);
 
+  // Answers of a kilobyte or more go out compressed in what the client accepts (by us, at a fast
+  // setting) and decode to the identity answer.
+  auto plain = client.Get("/v1/world/machines?limit=50", {{"Accept-Encoding", "identity"}});
+  ASSERT_TRUE(plain);
+  ASSERT_GE(plain->body.size(), 1024u);
+  EXPECT_EQ(plain->get_header_value("Content-Encoding"), "");
+  for (const char* accept : {"br", "gzip"}) {
+    client.set_decompress(false);
+    auto packed = client.Get("/v1/world/machines?limit=50", {{"Accept-Encoding", accept}});
+    ASSERT_TRUE(packed);
+    EXPECT_EQ(packed->get_header_value("Content-Encoding"), accept);
+    EXPECT_LT(packed->body.size(), plain->body.size());
+    client.set_decompress(true);
+    auto decoded = client.Get("/v1/world/machines?limit=50", {{"Accept-Encoding", accept}});
+    ASSERT_TRUE(decoded);
+    EXPECT_EQ(json::parse(decoded->body), json::parse(plain->body)) << accept;
+  }
+
   // A stream: the history and the summary arrive; the client hangs up after the summary, and
   // its slot comes back within a tick or two.
   std::string got;

@@ -416,6 +416,40 @@ TEST(HttpFake, TheChatPageIsServedAtTheRoot) {
   }
 }
 
+// Page files go out in the best encoding the request accepts, and decode to the same bytes.
+TEST(HttpFake, PageFilesAreSentInTheEncodingTheClientAccepts) {
+  testing::FakeEngine engine(1, 4096, 512, testing::next_letter);
+  TestServer server(engine);
+  auto c = server.client();
+  c.set_decompress(false);
+  auto get = [&](const char* accept) {
+    auto r = c.Get("/", httplib::Headers{{"Accept-Encoding", accept}});
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << accept;
+    EXPECT_EQ(r->get_header_value("Vary"), "Accept-Encoding");
+    return std::make_pair(r->get_header_value("Content-Encoding"), r->body);
+  };
+  const auto [plain_encoding, plain] = get("identity");
+  EXPECT_EQ(plain_encoding, "");
+  ASSERT_NE(plain.find("<html"), std::string::npos);
+  const auto [gzip_encoding, gzipped] = get("br;q=0, gzip");
+  EXPECT_EQ(gzip_encoding, "gzip");
+  EXPECT_LT(gzipped.size(), plain.size());
+  const auto [br_encoding, brotli] = get("gzip, deflate, br");
+  EXPECT_EQ(br_encoding, "br");
+  EXPECT_LT(brotli.size(), plain.size());
+  EXPECT_EQ(get("gzip;q=0, br;q=0.0").first, "");
+  // A second request is sent the same bytes (compressed once, then kept).
+  EXPECT_EQ(get("br").second, brotli);
+  // What a decompressing client reads is the page itself.
+  c.set_decompress(true);
+  for (const char* accept : {"gzip", "br"}) {
+    auto r = c.Get("/", httplib::Headers{{"Accept-Encoding", accept}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, plain) << accept;
+  }
+}
+
 // The cluster page beside the chat page (/cluster.html, its assets under /assets) and its JSON at
 // /cluster: the topology it is given, a plan for ?model=PRESET, 400 for another query. The page
 // needs no API key; its JSON, which names the machines, wants one when the server has keys.

@@ -51,18 +51,19 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
 
   // Queries answer from the population as of now: what was queued is committed first (cheap when
   // nothing was), so a client sees its own change at once.
-  auto answer = [](httplib::Response& res, auto&& make) {
+  auto answer = [](const httplib::Request& req, httplib::Response& res, auto&& make) {
     try {
       res.set_header("Cache-Control", "no-store");
-      res.set_content(make().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+      serve::web::send_compressed(req, res, make().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                                  "application/json");
     } catch (const FormatError& e) {
       send_error(res, 400, e.what());
     } catch (const std::exception& e) {
       send_error(res, 500, e.what());
     }
   };
-  server.Get("/v1/world", [feed, totals, answer](const httplib::Request&, httplib::Response& res) {
-    answer(res, [&] {
+  server.Get("/v1/world", [feed, totals, answer](const httplib::Request& req, httplib::Response& res) {
+    answer(req, res, [&] {
       nlohmann::json source;
       try {
         source = totals ? totals() : nlohmann::json::object();
@@ -73,14 +74,14 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
     });
   });
   server.Get("/v1/world/machines", [feed, answer](const httplib::Request& req, httplib::Response& res) {
-    answer(res, [&] {
+    answer(req, res, [&] {
       const MachineQuery q = MachineQuery::parse(req.params);
       feed->population().commit();
       return feed->population().machines(q);
     });
   });
   server.Get(R"(/v1/world/machines/([^/]+))", [feed, answer](const httplib::Request& req, httplib::Response& res) {
-    answer(res, [&] {
+    answer(req, res, [&] {
       feed->population().commit();
       auto m = feed->population().machine(req.matches[1].str());
       if (m.is_null()) throw FormatError("[world] no machine " + req.matches[1].str());
@@ -89,7 +90,7 @@ void mount_world_routes(httplib::Server& server, std::shared_ptr<WorldFeed> feed
     if (res.status == 400) res.status = 404;
   });
   server.Get("/v1/world/map", [feed, answer](const httplib::Request& req, httplib::Response& res) {
-    answer(res, [&] {
+    answer(req, res, [&] {
       const MapQuery q = MapQuery::parse(req.params);
       feed->population().commit();
       return feed->population().marks(q);
