@@ -171,7 +171,7 @@ Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
     : store_(store),
       options_(options),
       clock_(std::move(clock)),
-      catalog_(HardwareCatalog::shipped()),
+      registry_(clock_, options_.offline_after_ms, options_.ban_after_mismatches),
       book_(
           placement_, clock_, options_.lease_ms, [this](const BookJob& job) { return demand_for(job); },
           [this](const BookJob& job, const std::unordered_set<std::string>& ruled_out) {
@@ -188,18 +188,7 @@ Coordinator::Coordinator(Store& store, CoordinatorOptions options, Clock clock)
 
 Coordinator::~Coordinator() = default;
 
-void Coordinator::load_node_locked(const NodeRecord& r) {
-  NodeState& n = nodes_[r.id];
-  n.description = json::parse(r.description, nullptr, false);
-  n.seat = r.seat;
-  n.reliability = r.reputation;
-  n.mismatches = r.mismatches;
-  n.banned = r.banned;
-  n.jobs_failed = r.jobs_failed;
-  n.last_seen = r.last_seen;
-  // Until it speaks again a node is offline: its agent re-registers after a restart.
-  update_node_locked(r.id);
-}
+void Coordinator::load_node_locked(const NodeRecord& r) { place_node_locked(registry_.load(r)); }
 
 void Coordinator::recover_nodes_locked() {
   for (const NodeRecord& r : store_.list_nodes()) {
@@ -209,7 +198,7 @@ void Coordinator::recover_nodes_locked() {
   }
   // Agents do not register again after a restart (their heartbeats are still known): pods form
   // from the stored descriptions.
-  for (const auto& [id, n] : nodes_)
+  for (const auto& [id, n] : registry_.nodes())
     if (n.description.is_object() && n.description.contains("pod") && valid_pod(n.description["pod"]))
       form_pod_locked(n.description["pod"]);
 }
@@ -386,7 +375,8 @@ json Coordinator::submit(const KeyRecord& key, Submission submission) {
   const std::string& model = submission.model;
   {
     std::lock_guard lock(mu_);
-    if (!models_.count(model)) throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
+    if (!registry_.models().count(model))
+      throw ApiError(404, fmt::format("[network] no node serves model '{}'", model));
   }
   // The job reserves the most it can cost (its prompt's bound and max_tokens) until it settles at
   // what was counted, or is cancelled or fails: jobs submitted at once cannot run past the quota.
@@ -509,7 +499,7 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
 json Coordinator::models() {
   std::lock_guard lock(mu_);
   json data = json::array();
-  for (const auto& [name, m] : models_)
+  for (const auto& [name, m] : registry_.models())
     data.push_back({{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "orchard-network"},
                     {"size_bytes", m.bytes}, {"context_length", m.context_length}});
   return {{"object", "list"}, {"data", data}};
@@ -520,7 +510,7 @@ json Coordinator::world_totals() {
   json out = totals_.at(clock_());
   out["queue"] = book_.queued();
   out["pods"] = placement_.pod_count();
-  out["models"] = models_.size();
+  out["models"] = registry_.models().size();
   return out;
 }
 
@@ -533,7 +523,7 @@ void Coordinator::attach_world(std::shared_ptr<world::Population> population) {
 
 void Coordinator::put_to_world_locked(const NodeRecord& r) {
   if (!world_) return;
-  const NodeState& n = nodes_[r.id];
+  const NodeState& n = registry_.get(r.id);
   const json& d = n.description;
   const bool on = n.online && n.offering && !n.banned;
   world_->put({r.id, d.value("chip", ""), r.region, r.seat,
@@ -543,7 +533,7 @@ void Coordinator::put_to_world_locked(const NodeRecord& r) {
 
 void Coordinator::describe_to_world_locked(const std::string& node_id) {
   if (!world_) return;
-  const NodeState& n = nodes_[node_id];
+  const NodeState& n = registry_.get(node_id);
   const json& d = n.description;
   const bool on = n.online && n.offering && !n.banned;
   world_->describe({node_id, d.value("chip", ""), listed_region(d.value("region", "")), n.seat,
@@ -591,14 +581,7 @@ void Coordinator::register_node(const std::string& node_id, const json& descript
     store_.upsert_node(r);
   }
   std::lock_guard lock(mu_);
-  NodeState& n = nodes_[node_id];
-  n.description = d;
-  n.lacks.clear();  // it describes its models anew
-  n.seat = seat;
-  n.online = true;
-  n.offering = d.value("offering", true);
-  n.last_seen = now;
-  update_node_locked(node_id);
+  place_node_locked(registry_.announce(node_id, d, seat, now));
   describe_to_world_locked(node_id);  // a new chip, memory, region or pod, still online
   if (d.contains("pod")) form_pod_locked(d["pod"]);
   changed_.notify_all();
@@ -626,14 +609,14 @@ void Coordinator::form_pod_locked(const json& pod) {
     members = pod["members"].get<std::vector<std::string>>();
     if (members.size() < 2) return;
     for (const std::string& m : members) {
-      auto it = nodes_.find(m);
-      if (it == nodes_.end() || !same_pod(it->second)) return;
+      const NodeState* n = registry_.find(m);
+      if (!n || !same_pod(*n)) return;
     }
   } else {
     const int64_t size = pod["size"].get<int64_t>();
     const std::string digest = pod["hostfile"].get<std::string>();
     std::vector<std::pair<int64_t, std::string>> places(static_cast<size_t>(size), {-1, ""});  // (last seen, node)
-    for (const auto& [id, n] : nodes_) {
+    for (const auto& [id, n] : registry_.nodes()) {
       if (!same_pod(n)) continue;
       const json& p = n.description["pod"];
       if (p.contains("members") || p["size"] != size || p["hostfile"] != digest) continue;
@@ -656,57 +639,29 @@ void Coordinator::form_pod_locked(const json& pod) {
   }
 }
 
-void Coordinator::update_node_locked(const std::string& node_id) {
-  NodeState& n = nodes_[node_id];
-  const json& d = n.description;
-  n.chip = d.value("chip", "");
-  double bandwidth = d.value("memory_bandwidth_gbs", 0.0);
-  n.tier = "base";
-  if (auto chip = catalog_.find(n.chip)) {
-    // The catalog's figures win over the node's claims: a node cannot talk its way up.
-    n.tier = ledger::tier_name(chip->tier);
-    if (chip->memory_bandwidth_gbs > 0) bandwidth = chip->memory_bandwidth_gbs;
-  }
-  n.bandwidth_gbs = bandwidth;
-  NodeSpec spec{node_id, d.value("memory_bytes", int64_t{0}), bandwidth, {}, n.reliability};
-  if (d.contains("models"))
-    for (const auto& m : d["models"]) {
-      std::string name = m.value("name", "");
-      spec.models.push_back(name);
-      ModelInfo& info = models_[name];
-      info.bytes = m.value("bytes", int64_t{0});
-      info.kv_bytes_per_token = m.value("kv_bytes_per_token", int64_t{0});
-      info.context_length = m.value("context_length", int64_t{4096});
-      // A decode step never reads more than the whole model.
-      info.active_bytes_per_token = std::max<int64_t>(0, std::min(m.value("active_bytes_per_token", int64_t{0}), info.bytes));
-    }
+void Coordinator::place_node_locked(const NodeSpec& spec) {
   placement_.add_node(spec);
-  refresh_availability_locked(node_id);
+  refresh_availability_locked(spec.id);
 }
 
 void Coordinator::refresh_availability_locked(const std::string& node_id) {
-  NodeState& n = nodes_[node_id];
-  const bool visible = n.online && n.offering && !n.banned;
-  placement_.set_available(node_id, visible);
-  if (visible == n.visible) return;
-  n.visible = visible;
-  n.online_since = visible ? clock_() : 0;
-  describe_to_world_locked(node_id);
+  const bool changed = registry_.refresh(node_id);
+  placement_.set_available(node_id, registry_.get(node_id).visible);
+  if (changed) describe_to_world_locked(node_id);
 }
 
 json Coordinator::heartbeat(const std::string& node_id, const json& state) {
   std::lock_guard lock(mu_);
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
-  NodeState& n = it->second;
+  const NodeState* found = registry_.find(node_id);
+  if (!found) throw ApiError(404, "[network] unknown node: register first");
+  const NodeState& n = *found;
   if (n.banned) throw ApiError(403, "[network] this node is banned");
   if (!state.is_object() || (state.contains("offering") && !state["offering"].is_boolean()))
     throw ApiError(400, "[network] a heartbeat needs \"offering\" as a boolean");
-  bool was_online = n.online;
-  n.online = true;
-  n.last_seen = clock_();
-  n.offering = state.value("offering", true);
-  if (!was_online) store_.set_node_online(node_id, true, n.last_seen);
+  const bool came_online = registry_.online_again(node_id);
+  registry_.seen(node_id);
+  registry_.set_offering(node_id, state.value("offering", true));
+  if (came_online) store_.set_node_online(node_id, true, n.last_seen);
   if (!n.offering) withdraw_inbox_locked(node_id);  // the owner is back: work not yet picked up goes elsewhere
   refresh_availability_locked(node_id);
   dispatch_locked();
@@ -715,18 +670,18 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
 
 json Coordinator::poll(const std::string& node_id, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) throw ApiError(404, "[network] unknown node: register first");
-  if (it->second.banned) throw ApiError(403, "[network] this node is banned");
-  it->second.last_seen = clock_();
-  if (!it->second.online) {
-    it->second.online = true;
+  const NodeState* found = registry_.find(node_id);
+  if (!found) throw ApiError(404, "[network] unknown node: register first");
+  if (found->banned) throw ApiError(403, "[network] this node is banned");
+  registry_.seen(node_id);
+  if (registry_.online_again(node_id)) {
     refresh_availability_locked(node_id);
     dispatch_locked();
   }
-  NodeState& n = it->second;
+  // Nodes are never removed, and the registry's map keeps its entries in place: n stays valid.
+  const NodeState& n = *found;
   changed_.wait_until(lock, deadline, [&] { return book_.has_offer(node_id) || n.banned; });
-  n.last_seen = clock_();
+  registry_.seen(node_id);
   if (n.banned) return nullptr;
   auto lease = book_.take(node_id);
   if (!lease) return nullptr;
@@ -746,7 +701,7 @@ void Coordinator::progress(const std::string& node_id, const std::string& job_id
   if (!store_.renew_lease(job_id, node_id, attempt, clock_() + options_.lease_ms))
     throw ApiError(409, "[network] the lease on this job is not yours any more");
   std::lock_guard lock(mu_);
-  nodes_[node_id].last_seen = clock_();
+  registry_.seen(node_id);
   book_.renew(job_id, node_id, attempt);
   Live& live = live_[job_id];
   // A re-run after a lost lease repeats what clients already saw (same seed): only new bytes go out.
@@ -766,23 +721,22 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (!job) throw ApiError(404, "[network] no such job");
   std::lock_guard lock(mu_);
   if (job->kind == "verify") return complete_check_locked(node_id, *job, attempt, result);
-  auto node = nodes_.find(node_id);
-  if (node == nodes_.end()) throw ApiError(404, "[network] unknown node");
+  const NodeState* node = registry_.find(node_id);
+  if (!node) throw ApiError(404, "[network] unknown node");
   const auto vocab = options_.vocabs.find(job->model);
   const JobRequest request = JobRequest::from_json(json::parse(job->request, nullptr, false));
   const Counted counted = count_tokens(request, result, vocab == options_.vocabs.end() ? nullptr : &vocab->second);
   Completion c;
   c.prompt_tokens = counted.prompt;
   c.completion_tokens = counted.completion;
-  const ModelInfo& model = models_[job->model];
+  const AnnouncedModel& model = registry_.model(job->model);
   // Delivery as the coordinator saw it: counted tokens over the time from pickup to this report.
-  NodeState& n = node->second;
   const auto lease = book_.lease(job_id, node_id, attempt);
   const int64_t picked_up_at = lease ? lease->picked_up_at : 0;
   const CountedJob counted_job{counted.prompt, counted.completion, model.bytes, model.decode_bytes(),
                                picked_up_at > 0 ? std::max<int64_t>(1, clock_() - picked_up_at) : 0,
                                counted.verifiable};
-  const Price price = settlement_.price(node_id, seller_locked(n), counted_job);
+  const Price price = settlement_.price(node_id, registry_.seller(node_id), counted_job);
   c.tok_s = price.tok_s;
   // The rate goes with the result, so `orchard network audit` can recompute every payment.
   c.result = json{{"text", result.value("text", "")},
@@ -805,10 +759,9 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
     live.text = result.value("text", "");
     live.finish_reason = result.value("finish_reason", "stop");
     totals_.completed(clock_(), c.completion_tokens);
-    if (!check) totals_.earned(node->second.seat, amount);  // else when the check passes
+    if (!check) totals_.earned(node->seat, amount);  // else when the check passes
     if (world_) world_->job_served(node_id, c.tok_s);
-    node->second.reliability = next_reliability(node->second.reliability, Outcome::Served);
-    placement_.set_reliability(node_id, node->second.reliability);
+    placement_.set_reliability(node_id, registry_.served(node_id));
     if (check) maybe_schedule_check_locked(*store_.get_job(job_id), request, result);
     changed_.notify_all();
     finished_locked(job_id);
@@ -839,17 +792,17 @@ void Coordinator::maybe_schedule_check_locked(const JobRecord& job, const JobReq
 json Coordinator::complete_check_locked(const std::string& node_id, const JobRecord& check, int64_t attempt,
                                         const json& result) {
   auto original = store_.get_job(check.verify_of);
-  auto verifier = nodes_.find(node_id);
-  if (!original || verifier == nodes_.end()) throw ApiError(404, "[network] no such job");
+  const NodeState* verifier = registry_.find(node_id);
+  if (!original || !verifier) throw ApiError(404, "[network] no such job");
   if (!result.is_object() || !result.contains("ok") || !result["ok"].is_boolean())
     throw ApiError(400, "[network] a check's result needs \"ok\" as a boolean");
   auto integer = [&](const char* name, int64_t fallback) {
     return result.contains(name) && result[name].is_number_integer() ? result[name].get<int64_t>() : fallback;
   };
   bool ok = result["ok"].get<bool>();
-  const ModelInfo& model = models_[check.model];
+  const AnnouncedModel& model = registry_.model(check.model);
   int64_t held = store_.escrowed(original->id);
-  const Seller seller = seller_locked(verifier->second);
+  const Seller seller = registry_.seller(node_id);
   const double multiplier = ledger::seat_multiplier(seller.seat, seller.tier);
   const int64_t pay =
       Settlement::verifier_pay(original->prompt_tokens + original->completion_tokens, model.bytes, seller);
@@ -871,19 +824,17 @@ json Coordinator::complete_check_locked(const std::string& node_id, const JobRec
     throw ApiError(409, "[network] the lease on this check is not yours any more");
   if (outcome == CompleteOutcome::Completed) {
     if (world_) world_->job_served(node_id, c.tok_s);  // the store counts checks as jobs served
-    totals_.earned(verifier->second.seat, pay);
-    if (ok) totals_.earned(nodes_[original->node_id].seat, held);
+    totals_.earned(verifier->seat, pay);
+    if (ok) totals_.earned(registry_.get(original->node_id).seat, held);
     book_.finish(check.id);
     live_.erase(check.id);
     if (!ok) {
-      NodeState& producer = nodes_[original->node_id];
-      totals_.earned(producer.seat, -ledger::kFineMultiple * held);
-      producer.reliability = next_reliability(producer.reliability, Outcome::FailedCheck);
-      producer.mismatches++;
-      producer.banned = producer.mismatches >= options_.ban_after_mismatches;
-      store_.update_node_trust(original->node_id, producer.reliability, producer.mismatches, producer.banned,
+      totals_.earned(registry_.get(original->node_id).seat, -ledger::kFineMultiple * held);
+      const double reliability = registry_.failed_check(original->node_id);
+      const NodeState& producer = registry_.get(original->node_id);
+      store_.update_node_trust(original->node_id, reliability, producer.mismatches, producer.banned,
                                producer.jobs_failed);
-      placement_.set_reliability(original->node_id, producer.reliability);
+      placement_.set_reliability(original->node_id, reliability);
       refresh_availability_locked(original->node_id);
       // A banned node gets nothing more: what waits in its inbox goes to others now.
       if (producer.banned) withdraw_inbox_locked(original->node_id);
@@ -899,7 +850,7 @@ void Coordinator::hand_back(const std::string& node_id, const std::string& job_i
   std::lock_guard lock(mu_);
   if (!store_.requeue_job(job_id, node_id, attempt, clock_())) return;
   if (reason == kModelMissing)
-    if (auto lease = book_.lease(job_id, node_id, attempt)) nodes_[node_id].lacks.insert(lease->job.model);
+    if (auto lease = book_.lease(job_id, node_id, attempt)) registry_.lack(node_id, lease->job.model);
   const bool cannot = reason == kModelMissing || reason.starts_with(kCannotRun);
   return_locked(job_id, node_id, attempt, cannot ? JobBook::Return::Refused : JobBook::Return::HandedBack, reason);
   dispatch_locked();
@@ -914,15 +865,11 @@ void Coordinator::withdraw_inbox_locked(const std::string& node_id) {
 void Coordinator::return_locked(const std::string& job_id, const std::string& node_id, int64_t attempt,
                                 JobBook::Return why, const std::string& reason) {
   const JobBook::Returned returned = book_.give_back(job_id, node_id, attempt, why, reason);
-  auto n = nodes_.find(node_id);
-  if (why != JobBook::Return::Withdrawn && n != nodes_.end()) {
-    // Any hand-back costs the node's reputation a little; a lost lease costs more.
-    n->second.reliability = next_reliability(
-        n->second.reliability, why == JobBook::Return::LeaseLost ? Outcome::LostLease : Outcome::HandedBack);
-    n->second.jobs_failed += why == JobBook::Return::LeaseLost;
-    store_.update_node_trust(node_id, n->second.reliability, n->second.mismatches, n->second.banned,
-                             n->second.jobs_failed);
-    placement_.set_reliability(node_id, n->second.reliability);
+  if (why != JobBook::Return::Withdrawn && registry_.find(node_id)) {
+    const double reliability = registry_.returned(node_id, why == JobBook::Return::LeaseLost);
+    const NodeState& n = registry_.get(node_id);
+    store_.update_node_trust(node_id, reliability, n.mismatches, n.banned, n.jobs_failed);
+    placement_.set_reliability(node_id, reliability);
   }
   if (!returned.failure.empty()) fail_locked(job_id, returned.failure);
 }
@@ -930,7 +877,7 @@ void Coordinator::return_locked(const std::string& job_id, const std::string& no
 bool Coordinator::runnable_locked(const BookJob& job, const std::unordered_set<std::string>& ruled_out) const {
   const auto demand = demand_for(job);
   if (!demand) return false;
-  for (const auto& [id, n] : nodes_) {
+  for (const auto& [id, n] : registry_.nodes()) {
     if (n.banned || n.lacks.count(job.model) || ruled_out.count(id)) continue;
     // A pod's member may run it with its pod, whatever its own memory.
     if (n.description.value("memory_bytes", int64_t{0}) >= demand->need_bytes || n.description.contains("pod"))
@@ -950,18 +897,14 @@ void Coordinator::fail_locked(const std::string& job_id, const std::string& erro
 }
 
 std::optional<Demand> Coordinator::demand_for(const BookJob& job) const {
-  auto model = models_.find(job.model);
-  if (model == models_.end()) return std::nullopt;
-  const ModelInfo& m = model->second;
+  auto model = registry_.models().find(job.model);
+  if (model == registry_.models().end()) return std::nullopt;
+  const AnnouncedModel& m = model->second;
   const int64_t context = std::min<int64_t>(std::max<int64_t>(m.context_length, 1), job.context_tokens);
   Demand d{job.model, m.bytes, m.bytes + m.kv_bytes_per_token * context, {}, m.active_bytes_per_token};
-  for (const auto& [id, n] : nodes_)
+  for (const auto& [id, n] : registry_.nodes())
     if (n.lacks.count(job.model)) d.exclude.insert(id);
   return d;
-}
-
-Seller Coordinator::seller_locked(const NodeState& n) const {
-  return {ledger::parse_seat(n.seat), ledger::parse_tier(n.tier), n.bandwidth_gbs};
 }
 
 void Coordinator::dispatch_locked() {
@@ -982,12 +925,9 @@ void Coordinator::tick() {
     else
       book_.finish(l.job.id);  // it ended in the store meanwhile (completed, cancelled, failed)
   }
-  for (auto& [id, n] : nodes_) {
-    if (n.online && n.last_seen < now - options_.offline_after_ms) {
-      n.online = false;
-      store_.set_node_online(id, false, n.last_seen);
-      refresh_availability_locked(id);
-    }
+  for (const std::string& id : registry_.fall_silent()) {
+    store_.set_node_online(id, false, registry_.get(id).last_seen);
+    refresh_availability_locked(id);
   }
   dispatch_locked();
 }
@@ -1000,7 +940,7 @@ json Coordinator::node_status(const std::string& node_id) {
     lines.push_back({{"txn", l.txn_id}, {"job", l.job_id}, {"memo", l.memo}, {"amount", l.amount},
                      {"at", l.created_at}});
   std::lock_guard lock(mu_);
-  const NodeState& n = nodes_[node_id];
+  const NodeState& n = registry_.get(node_id);
   return {{"id", node_id},
           {"online", n.online},
           {"offering", n.offering},

@@ -14,16 +14,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/error.h"
-#include "network/catalog.h"
 #include "network/job_book.h"
 #include "network/job_request.h"
+#include "network/node_registry.h"
 #include "network/placement.h"
 #include "network/settlement.h"
 #include "network/store/store.h"
@@ -157,25 +156,6 @@ class Coordinator {
   size_t queued() const;
 
  private:
-  struct ModelInfo {
-    int64_t bytes = 0;
-    int64_t kv_bytes_per_token = 0;
-    int64_t context_length = 0;
-    int64_t active_bytes_per_token = 0;  // weights a decode step reads (MoE: its chosen experts); 0: bytes
-    int64_t decode_bytes() const { return active_bytes_per_token > 0 ? active_bytes_per_token : bytes; }
-  };
-  struct NodeState {
-    nlohmann::json description;
-    std::string seat, tier, chip;
-    double bandwidth_gbs = 0;  // the catalog's for its chip, else its claim
-    bool online = false, offering = false, banned = false;
-    bool visible = false;      // online && offering && !banned, as last refreshed
-    int64_t online_since = 0;  // when it last became visible
-    int64_t last_seen = 0;
-    double reliability = 1;
-    int64_t mismatches = 0, jobs_failed = 0;
-    std::set<std::string> lacks;       // models it handed a job back for not having
-  };
   struct Live {  // what clients waiting on a job see
     std::string text;
     bool done = false;
@@ -183,7 +163,7 @@ class Coordinator {
   };
   void recover_nodes_locked();  // nodes, models and pods from the store
   void recover_jobs_locked();   // the queue and the leases (the leader's)
-  void load_node_locked(const NodeRecord& r);
+  void load_node_locked(const NodeRecord& r);  // into the registry and the placement
   void cancelled_locked(const std::string& job_id);  // cancelled in the store: out of the queue and inboxes
   void finished_locked(const std::string& job_id);   // tells followers' waiting clients
   void dispatch_locked();
@@ -195,10 +175,9 @@ class Coordinator {
   // Some node outside ruled_out could hold the job.
   bool runnable_locked(const BookJob& job, const std::unordered_set<std::string>& ruled_out) const;
   BookJob book_job(const JobRecord& job);
-  Seller seller_locked(const NodeState& n) const;
   void fail_locked(const std::string& job_id, const std::string& error);
   void form_pod_locked(const nlohmann::json& pod);  // pod: as checked at registration
-  void update_node_locked(const std::string& node_id);
+  void place_node_locked(const NodeSpec& spec);  // a node (re)described to the placement
   void refresh_availability_locked(const std::string& node_id);
   std::optional<Demand> demand_for(const BookJob& job) const;  // nullopt: no node announced its model
   nlohmann::json job_to_json(const JobRecord& job);
@@ -209,12 +188,10 @@ class Coordinator {
   Store& store_;
   CoordinatorOptions options_;
   Clock clock_;
-  HardwareCatalog catalog_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   Placement placement_;
-  std::unordered_map<std::string, NodeState> nodes_;
-  std::map<std::string, ModelInfo> models_;
+  NodeRegistry registry_;  // the nodes and their models, guarded by mu_
   JobBook book_;  // the queue and the leases (the leader's; no database read per dispatch)
   Settlement settlement_;
   std::unordered_map<std::string, Live> live_;
