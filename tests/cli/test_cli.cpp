@@ -382,37 +382,46 @@ TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
   EXPECT_NE(full.err.find("/clear starts a new conversation"), std::string::npos) << full.err;
 }
 
-// Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
-// stopped reply in its history.
-TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
-  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
-  const std::string dir = ::testing::TempDir() + "/chat-interrupt-" + std::to_string(getpid());
+// Runs `chat` with `args` reading a fifo: says "hi", sends Ctrl-C (SIGINT to the process it
+// started) once the reply has begun, waits for "(stopped)", then says "more" and /exit. Returns
+// how it ended; `polls` of 10 ms bound each wait.
+testing::Finished interrupt_a_reply(const std::vector<std::string>& args, const std::string& name, int polls) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
-  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
-  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
-  const pid_t pid = testing::start(orchard({"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}),
-                                   err, out, in);
+  EXPECT_EQ(mkfifo(in.c_str(), 0600), 0);
+  const pid_t pid = testing::start(orchard(args), err, out, in);
   FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
-  ASSERT_NE(input, nullptr);
-  auto wait_until = [](const std::function<bool()>& done) {
-    for (int i = 0; i < 3000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(input, nullptr);
+  auto wait_until = [polls](const std::function<bool()>& done) {
+    for (int i = 0; i < polls && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return done();
   };
   std::fputs("hi\n", input);
   std::fflush(input);
-  ASSERT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
+  EXPECT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
   kill(pid, SIGINT);
-  ASSERT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; })) << testing::read_text(err);
+  EXPECT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; }))
+      << testing::read_text(err);
   std::fputs("more\n/exit\n", input);
   std::fclose(input);
-  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  std::filesystem::remove_all(dir);
+  return f;
+}
+
+// Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
+// stopped reply in its history.
+TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
+  const testing::Finished f = interrupt_a_reply(
+      {"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}, "chat-interrupt", 3000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   const int first = prompt_tokens_of_turn(f.stderr_text, 1), second = prompt_tokens_of_turn(f.stderr_text, 2);
   EXPECT_NE(f.stderr_text.find("[turn 1: prompt " + std::to_string(first) + " tokens, reply "), std::string::npos);
   EXPECT_NE(f.stderr_text.find("(cancelled)"), std::string::npos) << f.stderr_text;
   EXPECT_GT(second, first) << "the second turn holds the stopped reply: " << f.stderr_text;
-  std::filesystem::remove_all(dir);
 }
 
 // `chat` split over two local ranks (a pipeline) gives the replies one rank gives, turn after
@@ -432,32 +441,13 @@ TEST(Chat, ASplitOverTwoLocalRanksChatsAsOneRank) {
   EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
   EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
 
-  const std::string dir = ::testing::TempDir() + "/chat-split-interrupt-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
-  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
   std::vector<std::string> endless(split);
   endless.erase(endless.begin() + 3, endless.begin() + 5);  // no -n: a reply runs to the context's end
   ASSERT_EQ(std::count(endless.begin(), endless.end(), "-n"), 0);
-  const pid_t pid = testing::start(orchard(endless), err, out, in);
-  FILE* input = std::fopen(in.c_str(), "w");
-  ASSERT_NE(input, nullptr);
-  auto wait_until = [](const std::function<bool()>& done) {
-    for (int i = 0; i < 6000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return done();
-  };
-  std::fputs("hi\n", input);
-  std::fflush(input);
-  ASSERT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
-  // To the launcher: it passes Ctrl-C on to rank 0 (the other ranks block it).
-  kill(pid, SIGINT);
-  ASSERT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; })) << testing::read_text(err);
-  std::fputs("more\n/exit\n", input);
-  std::fclose(input);
-  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
+  // Ctrl-C goes to the launcher, which passes it on to rank 0 (the other ranks block it).
+  const testing::Finished f = interrupt_a_reply(endless, "chat-split-interrupt", 6000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
