@@ -49,6 +49,7 @@ seed("fuzz_signed_request", "later_clock", b"\x80\x01\x05")
 
 seed("fuzz_job_request", "prompt", '{"prompt":"hello there","max_tokens":3,"seed":7}')
 seed("fuzz_job_request", "chat", '{"messages":[{"role":"user","content":"hi"}],"temperature":0.7,"top_k":40}')
+seed("fuzz_job_request", "submission", '{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":9}')
 
 seed("fuzz_tokenizer", "ascii", "Hello, world! 123")
 seed("fuzz_tokenizer", "utf8", "caf\u00e9 \u65e5\u672c <|im_start|>user\n")
