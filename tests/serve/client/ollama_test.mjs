@@ -77,7 +77,9 @@ test('chat, whole and streamed, agree; a greedy reply equals the OpenAI route\'s
     text += part.message.content;
     if (part.done) last = part;
   }
-  assert.ok(parts > 2);
+  // Text that came while the previous line was written goes out as one line, so a reply that a
+  // fast model finishes before the first write is one content line and the last: at least two.
+  assert.ok(parts >= 2, `${parts} parts`);
   assert.equal(text, whole.message.content);
   assert.equal(last.done_reason, whole.done_reason);
   assert.equal(last.eval_count, whole.eval_count);
