@@ -83,29 +83,35 @@ std::optional<std::string> open_start_request(const std::string& cluster, const 
   return request;
 }
 
-// Plain frames: only refusals, which the agent may send before it knows the requester holds the
-// secret, and which say nothing of the job.
-void send_frame(int fd, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
-  const FrameHeader h{static_cast<uint32_t>(kind), static_cast<uint32_t>(bytes)};
-  const auto deadline = tcp::Clock::now() + kRankSilenceLimit;
-  tcp::write_exact(fd, &h, sizeof h, deadline, peer);
-  if (bytes > 0) tcp::write_exact(fd, data, bytes, deadline, peer);
+// A frame goes out in one write: a peer that has just closed its end answers the first write
+// with a reset, on which a second write of the same frame would fail while the last frames the
+// peer sent (a rank's exit) still wait to be read.
+void send_frame(int fd, uint32_t kind, const void* data, size_t bytes, const std::string& peer) {
+  const FrameHeader h{kind, static_cast<uint32_t>(bytes)};
+  std::vector<uint8_t> frame(sizeof h + bytes);
+  std::memcpy(frame.data(), &h, sizeof h);
+  if (bytes > 0) std::memcpy(frame.data() + sizeof h, data, bytes);
+  tcp::write_exact(fd, frame.data(), frame.size(), tcp::Clock::now() + kRankSilenceLimit, peer);
 }
 
+// Frames in clear: only refusals, which the agent may send before it knows the requester holds
+// the secret, and which say nothing of the job.
 void send_frame(int fd, FrameKind kind, const std::string& text, const std::string& peer) {
-  send_frame(fd, kind, text.data(), text.size(), peer);
+  send_frame(fd, static_cast<uint32_t>(kind), text.data(), text.size(), peer);
 }
 
-// Every frame after an accepted request (kStarted, output, heartbeats, kExit) is sealed with the
-// output key; its associated data, the cluster || the challenge || kind || its number in the
-// stream, ties it to this connection and this place in it, so a relay can neither read the rank's
-// output (which may hold the text of the job) nor replay, reorder, drop or relabel frames unseen.
+// Every frame after an accepted request is sealed: the agent's (kStarted, output, heartbeats,
+// kExit) with the output key, the requester's (heartbeats, stop) with the control key. Its
+// associated data, the cluster || the challenge || kind || its number in its direction's stream,
+// ties it to this connection and this place in it, so a relay can neither read the rank's output
+// (which may hold the text of the job) nor forge, replay, reorder, drop or relabel frames unseen.
 class FrameSealer {
  public:
-  FrameSealer(const std::string& cluster, const std::string& secret, const uint8_t (&challenge)[kChallengeBytes])
-      : key_(derive_key("orchard rank output", cluster, secret)), prefix_(associated_data(cluster, challenge)) {}
+  FrameSealer(const std::string& purpose, const std::string& cluster, const std::string& secret,
+              const uint8_t (&challenge)[kChallengeBytes])
+      : key_(derive_key(purpose, cluster, secret)), prefix_(associated_data(cluster, challenge)) {}
 
-  std::vector<uint8_t> seal(FrameKind kind, const void* data, size_t bytes) {
+  std::vector<uint8_t> seal(uint32_t kind, const void* data, size_t bytes) {
     const std::vector<uint8_t> ad = next_ad(kind);
     std::vector<uint8_t> sealed(kNonceBytes + bytes + kTagBytes);
     randombytes_buf(sealed.data(), kNonceBytes);
@@ -116,7 +122,7 @@ class FrameSealer {
     return sealed;
   }
 
-  std::optional<std::string> open(FrameKind kind, const std::string& sealed) {
+  std::optional<std::string> open(uint32_t kind, const std::string& sealed) {
     if (sealed.size() < kNonceBytes + kTagBytes) return std::nullopt;
     const std::vector<uint8_t> ad = next_ad(kind);
     const auto* bytes = reinterpret_cast<const uint8_t*>(sealed.data());
@@ -131,11 +137,10 @@ class FrameSealer {
   }
 
  private:
-  std::vector<uint8_t> next_ad(FrameKind kind) {
+  std::vector<uint8_t> next_ad(uint32_t kind) {
     std::vector<uint8_t> ad = prefix_;
-    const uint32_t k = static_cast<uint32_t>(kind);
     const uint64_t n = count_++;
-    for (int i = 0; i < 4; ++i) ad.push_back(static_cast<uint8_t>(k >> (8 * i)));
+    for (int i = 0; i < 4; ++i) ad.push_back(static_cast<uint8_t>(kind >> (8 * i)));
     for (int i = 0; i < 8; ++i) ad.push_back(static_cast<uint8_t>(n >> (8 * i)));
     return ad;
   }
@@ -144,13 +149,29 @@ class FrameSealer {
   uint64_t count_ = 0;
 };
 
-void send_sealed(int fd, FrameSealer& sealer, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
+FrameSealer output_sealer(const std::string& cluster, const std::string& secret, const uint8_t (&challenge)[kChallengeBytes]) {
+  return FrameSealer("orchard rank output", cluster, secret, challenge);
+}
+
+FrameSealer control_sealer(const std::string& cluster, const std::string& secret, const uint8_t (&challenge)[kChallengeBytes]) {
+  return FrameSealer("orchard rank control", cluster, secret, challenge);
+}
+
+void send_sealed(int fd, FrameSealer& sealer, uint32_t kind, const void* data, size_t bytes, const std::string& peer) {
   const std::vector<uint8_t> sealed = sealer.seal(kind, data, bytes);
   send_frame(fd, kind, sealed.data(), sealed.size(), peer);
 }
 
+void send_sealed(int fd, FrameSealer& sealer, FrameKind kind, const void* data, size_t bytes, const std::string& peer) {
+  send_sealed(fd, sealer, static_cast<uint32_t>(kind), data, bytes, peer);
+}
+
 void send_sealed(int fd, FrameSealer& sealer, FrameKind kind, const std::string& text, const std::string& peer) {
   send_sealed(fd, sealer, kind, text.data(), text.size(), peer);
+}
+
+void send_control(int fd, FrameSealer& sealer, ControlKind kind, const std::string& peer) {
+  send_sealed(fd, sealer, static_cast<uint32_t>(kind), nullptr, 0, peer);
 }
 
 // What the requester asked for, checked: a subcommand that runs a rank, comm's environment.
@@ -258,10 +279,14 @@ Child start_child(const RankServiceOptions& options, const StartRequest& request
 }
 
 // Streams the child's output to the requester until it has ended; stops it when the requester
-// goes away or asks, or when the agent stops.
-void stream_child(int sock, const std::string& peer, Child child, FrameSealer& sealer, const std::atomic<bool>& stop) {
+// goes away or asks, or when the agent stops. Throws Error, once the child is reaped, when the
+// requester's side carried a frame that does not open with the control key at its place.
+void stream_child(int sock, const std::string& peer, Child child, FrameSealer& sealer, FrameSealer& control,
+                  const std::atomic<bool>& stop) {
   bool requester = true;  // still there to be written to
   bool stopping = false;
+  std::string received;  // the requester's bytes not yet read as whole frames
+  std::string refused;   // why its side of the connection is not to be trusted
   auto kill_at = tcp::Clock::time_point::max();
   auto last_heard = tcp::Clock::now(), next_beat = tcp::Clock::now() + 1s;
   auto stop_child = [&](const char* why) {
@@ -274,6 +299,29 @@ void stream_child(int sock, const std::string& peer, Child child, FrameSealer& s
   auto lose_requester = [&](const char* why) {
     requester = false;
     stop_child(why);
+  };
+  // A frame that does not open was forged, replayed, reordered or damaged on the way: the
+  // connection no longer speaks for the requester, so the rank stops as if it had dropped, and
+  // nothing the frame claims (a heartbeat, a stop) is believed.
+  auto refuse = [&](std::string why) {
+    refused = std::move(why);
+    lose_requester("a frame on its connection failed authentication");
+  };
+  auto read_control = [&] {
+    while (requester && received.size() >= sizeof(FrameHeader)) {
+      FrameHeader h{};
+      std::memcpy(&h, received.data(), sizeof h);
+      if (h.bytes > kMaxControlBytes) return refuse(fmt::format("a frame of {} bytes (limit {})", h.bytes, kMaxControlBytes));
+      if (received.size() < sizeof h + h.bytes) return;
+      const bool opened = control.open(h.kind, received.substr(sizeof h, h.bytes)).has_value();
+      received.erase(0, sizeof h + h.bytes);
+      if (!opened)
+        return refuse(fmt::format("a frame (kind {}) not sealed with the cluster secret for this connection: forged, "
+                                  "replayed or reordered on the way",
+                                  h.kind));
+      last_heard = tcp::Clock::now();
+      if (h.kind == static_cast<uint32_t>(ControlKind::kStop)) stop_child("the requester asked");
+    }
   };
   auto forward = [&](int& fd, FrameKind kind) {
     char buffer[65536];
@@ -310,13 +358,13 @@ void stream_child(int sock, const std::string& peer, Child child, FrameSealer& s
     const int ready = ::poll(fds, 3, 200);
     if (ready < 0 && errno != EINTR) throw Error(error_message("cluster", "poll while running a rank: {}", std::strerror(errno)));
     if (requester && ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-      uint8_t bytes[64];
+      char bytes[256];
       const ssize_t n = ::recv(sock, bytes, sizeof bytes, 0);
       if (n <= 0) {
         lose_requester("the requester closed the connection");
       } else {
-        last_heard = tcp::Clock::now();
-        if (std::memchr(bytes, kClientStop, static_cast<size_t>(n))) stop_child("the requester asked");
+        received.append(bytes, static_cast<size_t>(n));
+        read_control();
       }
     }
     if (ready > 0 && child.out >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) forward(child.out, FrameKind::kStdout);
@@ -341,13 +389,16 @@ void stream_child(int sock, const std::string& peer, Child child, FrameSealer& s
   const int code = signaled ? WTERMSIG(status) : WEXITSTATUS(status);
   spdlog::info("[cluster] rank {} of {} {} {}", child.pid, peer, signaled ? "ended by signal" : "exited with code", code);
   if (requester) send_sealed(sock, sealer, FrameKind::kExit, nlohmann::json{{"code", code}, {"signaled", signaled}}.dump(), peer);
+  if (!refused.empty())
+    throw Error(error_message("cluster", "{} sent {}; stopped its rank {}", peer, refused, child.pid));
 }
 
 // A rank an agent runs for this process.
 class AgentRank : public parallel::RankProcess {
  public:
-  AgentRank(tcp::Fd fd, std::string machine, std::string peer, FrameSealer sealer)
-      : fd_(std::move(fd)), machine_(std::move(machine)), peer_(std::move(peer)), sealer_(std::move(sealer)) {
+  AgentRank(tcp::Fd fd, std::string machine, std::string peer, FrameSealer sealer, FrameSealer control)
+      : fd_(std::move(fd)), machine_(std::move(machine)), peer_(std::move(peer)), sealer_(std::move(sealer)),
+        control_(std::move(control)) {
     thread_ = std::thread([this] { follow(); });
   }
   ~AgentRank() override {
@@ -382,11 +433,11 @@ class AgentRank : public parallel::RankProcess {
     bool stop_sent = false;
     for (;;) {
       if (stop_requested_ && !stop_sent) {
-        tcp::write_exact(fd_.get(), &kClientStop, 1, tcp::Clock::now() + kRankSilenceLimit, peer_);
+        send_control(fd_.get(), control_, ControlKind::kStop, peer_);
         stop_sent = true;
       }
       if (tcp::Clock::now() >= next_beat) {
-        tcp::write_exact(fd_.get(), &kClientHeartbeat, 1, tcp::Clock::now() + kRankSilenceLimit, peer_);
+        send_control(fd_.get(), control_, ControlKind::kHeartbeat, peer_);
         next_beat = tcp::Clock::now() + 1s;
       }
       pollfd p{fd_.get(), POLLIN, 0};
@@ -405,7 +456,7 @@ class AgentRank : public parallel::RankProcess {
       std::string sealed(h.bytes, '\0');
       tcp::read_exact(fd_.get(), sealed.data(), sealed.size(), deadline, peer_);
       last_heard = tcp::Clock::now();
-      const std::optional<std::string> opened = sealer_.open(static_cast<FrameKind>(h.kind), sealed);
+      const std::optional<std::string> opened = sealer_.open(h.kind, sealed);
       if (!opened)
         throw FormatError(error_message("cluster", "{} sent a frame (kind {}) not sealed with the cluster secret for this "
                                         "connection: forged, replayed or reordered on the way",
@@ -439,7 +490,7 @@ class AgentRank : public parallel::RankProcess {
   tcp::Fd fd_;
   std::string machine_, peer_;
   std::thread thread_;
-  FrameSealer sealer_;
+  FrameSealer sealer_, control_;  // the agent's frames to us, ours to it
   std::atomic<bool> done_{false}, stop_requested_{false}, killed_{false};
   parallel::RankEnd end_;
 };
@@ -489,13 +540,14 @@ void serve_rank_start(tcp::Fd fd, const std::string& from, const RankServiceOpti
     throw;
   }
   spdlog::info("[cluster] started rank {} for {}: {}", child.pid, from, parsed.args[0]);
-  FrameSealer sealer(options.cluster, options.secret, challenge);
+  FrameSealer sealer = output_sealer(options.cluster, options.secret, challenge);
+  FrameSealer control = control_sealer(options.cluster, options.secret, challenge);
   try {
     send_sealed(fd.get(), sealer, FrameKind::kStarted, std::to_string(child.pid), peer);
   } catch (const Error&) {
     // Gone already: stream_child notices at once and stops the rank.
   }
-  stream_child(fd.get(), peer, child, sealer, stop);
+  stream_child(fd.get(), peer, child, sealer, control, stop);
 }
 
 std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& agent, const std::string& machine,
@@ -527,11 +579,11 @@ std::unique_ptr<parallel::RankProcess> start_rank_by_agent(const std::string& ag
     throw Error(error_message("cluster", "{} refused to start the rank: {}", peer, payload));
   if (static_cast<FrameKind>(h.kind) != FrameKind::kStarted)
     throw FormatError(error_message("cluster", "{} answered a start request with frame kind {}", peer, h.kind));
-  FrameSealer sealer(cluster, secret, challenge);
-  if (!sealer.open(FrameKind::kStarted, payload))
+  FrameSealer sealer = output_sealer(cluster, secret, challenge);
+  if (!sealer.open(h.kind, payload))
     throw FormatError(error_message("cluster", "{} answered the start request with a frame not sealed with the cluster secret",
                                     peer));
-  return std::make_unique<AgentRank>(std::move(fd), machine, peer, std::move(sealer));
+  return std::make_unique<AgentRank>(std::move(fd), machine, peer, std::move(sealer), control_sealer(cluster, secret, challenge));
 }
 
 }  // namespace orchard::cluster

@@ -15,14 +15,20 @@
 //                    (JSON {"code", "signaled"}), each payload sealed (the rank's output may
 //                    hold the job's text); or, instead of kStarted, kRefused (why, in clear, for
 //                    a request it will not run);
-//   client -> agent: one byte each second (kClientHeartbeat), kClientStop to stop the rank.
+//   client -> agent: frames with an empty sealed payload: ControlKind::kHeartbeat each second,
+//                    kStop to stop the rank.
 // The challenge makes a request good for one connection only: a recorded one replayed later
 // meets another challenge, whatever the clocks of the two machines say.
 // Sealing is libsodium's XChaCha20-Poly1305 AEAD: key HMAC-SHA256(secret, "orchard start
 // request" || cluster name), a random 24-byte nonce sent before the ciphertext, associated data
 // the cluster name || the challenge. Frames are sealed the same way with the key HMAC-SHA256(
 // secret, "orchard rank output" || cluster name) and associated data cluster name || challenge ||
-// u32 kind || u64 frame number, so a relay cannot read, replay, reorder or drop them unseen.
+// u32 kind || u64 frame number, so a relay cannot read, replay, reorder or drop them unseen; the
+// requester's frames likewise with the key HMAC-SHA256(secret, "orchard rank control" || cluster
+// name), numbered apart, so a relay can neither stop a rank by a frame of its own nor keep a
+// gone requester's rank alive by replaying its heartbeats. The agent takes a requester frame that
+// does not open as a dropped connection: it stops the rank and reports the frame (a relay able
+// to inject bytes could as well cut the connection, which stops the rank too).
 // (An open cluster, secret "", gets a key anyone can derive:
 // it keeps nothing from a listener, as its other messages do not.)
 #include <atomic>
@@ -44,8 +50,9 @@ inline constexpr uint32_t kMaxFrameBytes = 1u << 20;
 inline constexpr std::chrono::milliseconds kRankSilenceLimit{10000};
 
 enum class FrameKind : uint32_t { kStarted = 1, kStdout = 2, kStderr = 3, kHeartbeat = 4, kExit = 5, kRefused = 6 };
-inline constexpr uint8_t kClientHeartbeat = 'H';
-inline constexpr uint8_t kClientStop = 'T';
+// The requester's frames to the agent once the rank has started (their payload is empty).
+enum class ControlKind : uint32_t { kHeartbeat = 1, kStop = 2 };
+inline constexpr uint32_t kMaxControlBytes = 64;  // an empty payload sealed is its 24-byte nonce and 16-byte tag
 
 #pragma pack(push, 1)
 struct FrameHeader {
@@ -67,7 +74,8 @@ struct RankServiceOptions {
 
 // Agent side, for a connection whose kOpStart hello was accepted: checks the request, runs the
 // rank and streams it until it ends; stops it when the requester goes away or `stop` turns
-// true. Throws Error on a protocol error or a refused request (the caller logs it).
+// true. Throws Error on a protocol error, a refused request, or (once the rank is stopped) a
+// requester frame not sealed for this connection and place (the caller logs it).
 void serve_rank_start(comm::tcp::Fd fd, const std::string& from, const RankServiceOptions& options,
                       const std::atomic<bool>& stop);
 

@@ -1,6 +1,7 @@
 // An agent's rank service on a loopback port, with a shell script standing in for the orchard
 // binary: what it runs, what it refuses (another secret, a replayed request, a command that is
-// not a rank's), and that a rank ends when its requester goes away or asks.
+// not a rank's, a requester's frame forged, replayed or damaged by a relay), and that a rank
+// ends when its requester goes away or asks.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,10 +10,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "cluster/discovery.h"
 #include "cluster/link_probe.h"
@@ -25,6 +30,104 @@ namespace {
 
 namespace tcp = comm::tcp;
 using namespace std::chrono_literals;
+
+// What anything on the LAN's path between a requester and the agent can do: it forwards one
+// connection both ways and records what each side sends; the test may hold the requester's bytes
+// back (still recording them), so the agent hears only what the test writes to it.
+class Relay {
+ public:
+  explicit Relay(uint16_t agent_port) : listener_(tcp::listen_on("127.0.0.1", 0)) {
+    thread_ = std::thread([this, agent_port] { run(agent_port); });
+  }
+  ~Relay() {
+    stop_ = true;
+    thread_.join();
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(tcp::local_port(listener_.get())); }
+  std::string from_requester() const {
+    std::lock_guard lock(mutex_);
+    return from_requester_;
+  }
+  std::string from_agent() const {
+    std::lock_guard lock(mutex_);
+    return from_agent_;
+  }
+  // From now on the requester's bytes stop here; returns those that reached the agent.
+  std::string hold_requester() {
+    std::lock_guard lock(mutex_);
+    held_ = true;
+    return from_requester_;
+  }
+  void send_to_agent(const std::string& bytes) {
+    std::lock_guard lock(mutex_);
+    ASSERT_GE(agent_fd_, 0) << "the relay's connection to the agent is closed";
+    tcp::write_exact(agent_fd_, bytes.data(), bytes.size(), tcp::Clock::now() + 5s, "agent");
+  }
+
+ private:
+  void run(uint16_t agent_port) {
+    std::string from;
+    tcp::Fd client = tcp::accept_until(listener_.get(), tcp::Clock::now() + 10s, &from);
+    if (client.get() < 0) return;
+    tcp::Fd agent = tcp::connect_to({"127.0.0.1", agent_port}, tcp::Clock::now() + 5s, "agent");
+    {
+      std::lock_guard lock(mutex_);
+      agent_fd_ = agent.get();
+    }
+    pollfd fds[2] = {{client.get(), POLLIN, 0}, {agent.get(), POLLIN, 0}};
+    for (bool open = true; open && !stop_;) {
+      if (::poll(fds, 2, 100) <= 0) continue;
+      char buffer[4096];
+      for (int i = 0; i < 2 && open; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, 0);
+        open = n > 0;
+        if (!open) break;
+        std::lock_guard lock(mutex_);
+        (i == 0 ? from_requester_ : from_agent_).append(buffer, static_cast<size_t>(n));
+        if (i == 0 && held_) continue;
+        try {
+          tcp::write_exact(fds[1 - i].fd, buffer, static_cast<size_t>(n), tcp::Clock::now() + 5s, "relay");
+        } catch (const Error&) {
+          open = false;
+        }
+      }
+    }
+    std::lock_guard lock(mutex_);
+    agent_fd_ = -1;  // both ends close as this returns
+  }
+
+  tcp::Fd listener_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mutex_;
+  std::string from_requester_, from_agent_;
+  bool held_ = false;
+  int agent_fd_ = -1;
+};
+
+// The requester's frames after its start request (hello, u32 length, sealed request), whole.
+std::vector<std::string> control_frames(const std::string& sent) {
+  std::vector<std::string> frames;
+  size_t at = sizeof(ProbeHello);
+  if (sent.size() < at + 4) return frames;
+  uint32_t length = 0;
+  std::memcpy(&length, sent.data() + at, sizeof length);
+  at += sizeof length + length;
+  for (FrameHeader h{}; at + sizeof h <= sent.size(); at += sizeof h + h.bytes) {
+    std::memcpy(&h, sent.data() + at, sizeof h);
+    if (at + sizeof h + h.bytes > sent.size()) break;
+    frames.push_back(sent.substr(at, sizeof h + h.bytes));
+  }
+  return frames;
+}
+
+uint32_t kind_of(const std::string& frame) {
+  FrameHeader h{};
+  std::memcpy(&h, frame.data(), sizeof h);
+  return h.kind;
+}
 
 class RankService : public ::testing::Test {
  protected:
@@ -51,7 +154,8 @@ class RankService : public ::testing::Test {
           if (serve_probe_connection(fd.get(), from, "alpha", "s1", [] { return std::string("{}"); }, 5000ms) == kOpStart)
             serve_rank_start(std::move(fd), from, options, stop_);
         } catch (const Error& e) {
-          last_error_ = e.what();
+          std::lock_guard lock(errors_mutex_);
+          errors_.push_back(e.what());
         }
         ++served_;
       }
@@ -106,8 +210,15 @@ class RankService : public ::testing::Test {
   std::string agent_;
   std::thread server_;
   std::atomic<bool> stop_{false};
+  // What serve_rank_start threw, as the agent logs it.
+  std::vector<std::string> errors() {
+    std::lock_guard lock(errors_mutex_);
+    return errors_;
+  }
+
   std::atomic<int> served_{0};
-  std::string last_error_;
+  std::mutex errors_mutex_;
+  std::vector<std::string> errors_;
 };
 
 TEST_F(RankService, RunsTheRankAndStreamsItsOutputAndExitCode) {
@@ -188,37 +299,17 @@ TEST_F(RankService, ForgedAndReplayedRequestsAreRefused) {
 // requester's recording holds neither it nor any of the request's JSON, the agent's neither it
 // nor any line of the rank's output nor its exit status.
 TEST_F(RankService, TheStartRequestAndTheRanksOutputCrossTheWireEncrypted) {
-  tcp::Fd relay_listener = tcp::listen_on("127.0.0.1", 0);
-  const uint16_t relay_port = tcp::local_port(relay_listener.get());
-  std::string captured, answered;
-  std::thread relay([&] {
-    std::string from;
-    tcp::Fd client = tcp::accept_until(relay_listener.get(), tcp::Clock::now() + 10s, &from);
-    tcp::Fd agent = tcp::connect_to({"127.0.0.1", port_}, tcp::Clock::now() + 5s, "agent");
-    pollfd fds[2] = {{client.get(), POLLIN, 0}, {agent.get(), POLLIN, 0}};
-    for (bool open = true; open && ::poll(fds, 2, 10000) > 0;) {
-      char buffer[4096];
-      for (int i = 0; i < 2 && open; ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        const ssize_t n = ::recv(fds[i].fd, buffer, sizeof buffer, 0);
-        if (n <= 0) {
-          open = false;
-          break;
-        }
-        (i == 0 ? captured : answered).append(buffer, static_cast<size_t>(n));
-        tcp::write_exact(fds[1 - i].fd, buffer, static_cast<size_t>(n), tcp::Clock::now() + 5s, "relay");
-      }
-    }
-  });
+  Relay relay(port_);
   const std::string job_secret = "job-secret-5e1f0c9a7b";
   testing::internal::CaptureStdout();
   testing::internal::CaptureStderr();
-  auto rank = start_rank_by_agent("127.0.0.1:" + std::to_string(relay_port), "machine-b", "alpha", "s1",
+  auto rank = start_rank_by_agent(relay.address(), "machine-b", "alpha", "s1",
                                   command({"run", "hello"}, {{"ORCHARD_RANK", job_secret}}));
   const parallel::RankEnd end = wait_for_end(*rank);
   const std::string out = testing::internal::GetCapturedStdout(), err = testing::internal::GetCapturedStderr();
   rank.reset();
-  relay.join();
+  wait_served(1);
+  const std::string captured = relay.from_requester(), answered = relay.from_agent();
   EXPECT_EQ(end.code, 0) << end.detail;
   EXPECT_EQ(out, "out run hello " + job_secret + "\n") << "the rank did not get the job's variable";
   EXPECT_EQ(err, "err line\n");
@@ -227,12 +318,112 @@ TEST_F(RankService, TheStartRequestAndTheRanksOutputCrossTheWireEncrypted) {
   EXPECT_EQ(captured.find("ORCHARD_RANK"), std::string::npos);
   EXPECT_EQ(captured.find("\"args\""), std::string::npos);
   EXPECT_EQ(captured.find("hello"), std::string::npos);
+  // After the request the requester sent sealed frames only (a heartbeat at once): an empty
+  // payload's nonce and tag each, and not a byte besides.
+  const std::vector<std::string> frames = control_frames(captured);
+  ASSERT_FALSE(frames.empty()) << "no heartbeat went to the agent";
+  size_t framed = 0;
+  for (const std::string& f : frames) {
+    EXPECT_EQ(kind_of(f), static_cast<uint32_t>(ControlKind::kHeartbeat));
+    EXPECT_EQ(f.size(), sizeof(FrameHeader) + 24 + 16);
+    framed += f.size();
+  }
+  uint32_t request_bytes = 0;
+  std::memcpy(&request_bytes, captured.data() + sizeof(ProbeHello), sizeof request_bytes);
+  EXPECT_EQ(sizeof(ProbeHello) + 4 + request_bytes + framed, captured.size());
   // Started, two lines of output and the exit status: five frames at least, each with its nonce and tag.
   EXPECT_GT(answered.size(), kChallengeBytes + 4 * (sizeof(FrameHeader) + 24 + 16));
   EXPECT_EQ(answered.find(job_secret), std::string::npos) << "the rank's output crossed the wire in clear";
   EXPECT_EQ(answered.find("out run"), std::string::npos);
   EXPECT_EQ(answered.find("err line"), std::string::npos);
   EXPECT_EQ(answered.find("\"code\""), std::string::npos);
+}
+
+// A relay that can write into the connection cannot stop a rank with a stop of its own, nor keep
+// a rank alive once its requester is gone by replaying the requester's heartbeats: the agent
+// takes a frame that does not open as sealed for this connection and place (forged, a
+// heartbeat replayed or damaged, a stop recorded on another connection) as the connection no
+// longer speaking for the requester: it stops the rank at once, tells the requester nothing more
+// (a frame it could not trust may have been the relay's answer to it), and reports the frame.
+// A real stop through the same relay still ends the rank with the exit status.
+TEST_F(RankService, ARequestersFrameForgedReplayedOrDamagedOnTheWayIsRefused) {
+  // A stop the requester sent: the rank ends by SIGTERM, and the relay keeps the frame.
+  std::string recorded_stop;
+  {
+    Relay relay(port_);
+    auto rank = start_rank_by_agent(relay.address(), "machine-b", "alpha", "s1", command({"run", "wait"}));
+    const pid_t pid = started_pid();
+    ASSERT_GT(pid, 0);
+    rank->terminate();
+    const parallel::RankEnd end = wait_for_end(*rank);
+    EXPECT_EQ(end.code, 128 + SIGTERM) << end.detail;
+    EXPECT_EQ(end.detail, "exited with signal 15");
+    EXPECT_NE(::kill(pid, 0), 0);
+    rank.reset();
+    wait_served(1);
+    EXPECT_TRUE(errors().empty()) << errors().front();
+    for (const std::string& f : control_frames(relay.from_requester()))
+      if (kind_of(f) == static_cast<uint32_t>(ControlKind::kStop)) recorded_stop = f;
+    ASSERT_FALSE(recorded_stop.empty()) << "no stop frame crossed the relay";
+  }
+
+  // Each case: a rank through a relay that holds the requester's bytes back from some point
+  // (to the agent the requester is gone) and writes the frame `bad` makes of the frames that
+  // reached the agent or, where it waits for one, of the first it held back.
+  using Make = std::function<std::string(const std::vector<std::string>& forwarded, const std::vector<std::string>& held)>;
+  FrameHeader forged_stop{static_cast<uint32_t>(ControlKind::kStop), 24 + 16};
+  const std::vector<std::tuple<std::string, bool, Make>> cases = {
+      {"the first heartbeat again", false, [](const auto& forwarded, const auto&) { return forwarded.front(); }},
+      {"the next heartbeat with one bit flipped", true,
+       [](const auto&, const auto& held) {
+         std::string f = held.front();
+         f.back() = static_cast<char>(f.back() ^ 1);
+         return f;
+       }},
+      {"a stop not sealed with the secret", false,
+       [&](const auto&, const auto&) {
+         return std::string(reinterpret_cast<const char*>(&forged_stop), sizeof forged_stop) + std::string(24 + 16, 'x');
+       }},
+      {"the stop of another connection", false, [&](const auto&, const auto&) { return recorded_stop; }},
+  };
+  for (const auto& [what, wait_for_held, bad] : cases) {
+    SCOPED_TRACE(what);
+    std::filesystem::remove(dir_ / "pid");
+    const int served = served_;
+    const size_t errors_before = errors().size();
+    Relay relay(port_);
+    auto rank = start_rank_by_agent(relay.address(), "machine-b", "alpha", "s1", command({"run", "wait"}));
+    const pid_t pid = started_pid();
+    ASSERT_GT(pid, 0);
+    const std::vector<std::string> forwarded = control_frames(relay.hold_requester());
+    ASSERT_FALSE(forwarded.empty()) << "no heartbeat reached the agent";
+    std::vector<std::string> held;
+    if (wait_for_held) {  // a heartbeat each second
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      while ((held = control_frames(relay.from_requester())).size() <= forwarded.size() &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(20ms);
+      ASSERT_GT(held.size(), forwarded.size()) << "the requester sent no heartbeat after the hold";
+      held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(forwarded.size()));
+    }
+    const auto sent_at = std::chrono::steady_clock::now();
+    relay.send_to_agent(bad(forwarded, held));
+    const parallel::RankEnd end = wait_for_end(*rank);
+    // Well before the 10 s a silent requester is given: the frame, not the silence, stopped it.
+    EXPECT_LT(std::chrono::steady_clock::now() - sent_at, 5s);
+    EXPECT_NE(::kill(pid, 0), 0) << "rank " << pid << " still runs";
+    EXPECT_EQ(end.code, 1) << end.detail;
+    EXPECT_NE(end.detail.find("lost: the agent on machine-b went away"), std::string::npos) << end.detail;
+    rank.reset();
+    wait_served(served + 1);
+    const std::vector<std::string> now = errors();
+    ASSERT_EQ(now.size(), errors_before + 1);
+    EXPECT_NE(now.back().find("rank requester 127.0.0.1"), std::string::npos) << now.back();
+    EXPECT_NE(now.back().find("not sealed with the cluster secret for this connection: forged, replayed or reordered"),
+              std::string::npos)
+        << now.back();
+    EXPECT_NE(now.back().find("stopped its rank " + std::to_string(pid)), std::string::npos) << now.back();
+  }
 }
 
 // A machine posing as the agent (it answers the hello, as anyone on the LAN of an open port
