@@ -67,8 +67,9 @@ def wait_for(what, cond, timeout):
 
 
 class Network:
-    def __init__(self, name, lease=3, host="127.0.0.1"):
+    def __init__(self, name, lease=3, host="127.0.0.1", args=()):
         self.host = host  # where the coordinator listens
+        self.args = list(args)  # more flags of `orchard network`
         self.db = "sqlite://" + os.path.join(TMP, name + ".db")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -79,7 +80,7 @@ class Network:
 
     def start(self):
         self.proc = spawn(["network", "--db", self.db, "--host", self.host, "--port", str(self.port),
-                           "--lease", str(self.lease)], "coordinator.log")
+                           "--lease", str(self.lease)] + self.args, "coordinator.log")
         wait_for("coordinator", lambda: self.up(), 30)
 
     def up(self):

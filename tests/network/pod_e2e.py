@@ -14,10 +14,15 @@ namespaces (not root) both agents run on loopback, naming their places with --po
      and completes, with no rank left behind;
   3. leader_killed: the leader's agent killed mid-job: its ranks stop, the job's lease expires
      and it waits in the queue (the member cannot hold the model alone) until a machine that
-     can joins and completes it.
+     can joins and completes it;
+  4. agents: no ssh anywhere (the stand-in only notes that it was called): every machine runs an
+     `orchard agent`, the hostfile's entries say "agent": true, and the leader's launch asks the
+     two agents (cluster and secret from the node's ORCHARD_CLUSTER and ORCHARD_CLUSTER_SECRET)
+     to start the ranks; the job gives the tokens of one machine and its credits are posted to
+     the leader.
 Usage: pod_e2e.py ORCHARD_BINARY [scenario...]
 """
-import os, shutil, signal, subprocess, sys, time
+import json, os, shutil, signal, subprocess, sys, time
 
 import e2e
 from e2e import ORCHARD, TMP, MODELS, free_port, http, kill, wait_for, reference
@@ -84,20 +89,65 @@ def rank_pid(rank):
 POD_MEMBER_MEMORY = "3M"
 
 
-class Pod:
-    """A coordinator and the agents of one two-machine pod."""
+# The cluster of the machines' `orchard agent`s in the agents scenario.
+CLUSTER, CLUSTER_SECRET = "podc", "pod-cluster-secret"
 
-    def __init__(self, name, netns, delay_ms=0):
+
+class Pod:
+    """A coordinator and the agents of one two-machine pod; with cluster_agents, an `orchard agent` on
+    each machine starts its rank and ssh is never used."""
+
+    def __init__(self, name, netns, delay_ms=0, cluster_agents=False, coordinator_args=()):
         self.netns = netns
         # In namespaces the machines reach the coordinator over their uplinks, not loopback.
-        self.net = e2e.Network(name, lease=3, host="0.0.0.0" if netns else "127.0.0.1")
+        self.net = e2e.Network(name, lease=3, host="0.0.0.0" if netns else "127.0.0.1", args=coordinator_args)
         hosts = [POD_NET + "1", POD_NET + "2"] if netns else ["127.0.0.1", "127.0.0.1"]
         self.hostfile = os.path.join(TMP, name + "-hosts.json")
-        with open(self.hostfile, "w") as f:
-            f.write('[{"ssh": "%s", "ips": ["%s"]}, {"ssh": "%s", "ips": ["%s"]}]' % (NS[0], hosts[0], NS[1], hosts[1]))
         self.ssh = os.path.join(TMP, "pod-ssh.sh")
+        self.ssh_log = os.path.join(TMP, name + "-ssh.log")
+        self.cluster_agents = []
+        if cluster_agents:
+            # On loopback each agent has ports of its own, which its entry names.
+            ports = [(free_port(), free_port()) for _ in range(2)]
+            agent = ['true', 'true'] if netns else ['"127.0.0.1:%d"' % tcp for _, tcp in ports]
+            with open(self.hostfile, "w") as f:
+                f.write('[{"ssh": "%s", "ips": ["%s"], "agent": %s}, {"ssh": "%s", "ips": ["%s"], "agent": %s}]'
+                        % (hosts[0], hosts[0], agent[0], hosts[1], hosts[1], agent[1]))
+            self.ssh = os.path.join(TMP, name + "-ssh.sh")
+            with open(self.ssh, "w") as f:
+                f.write('#!/bin/sh\necho "$*" >> %s\nexit 255\n' % self.ssh_log)
+            os.chmod(self.ssh, 0o755)
+            self.cluster_agents = [self.cluster_agent(name, i, ports[i]) for i in range(2)]
+        else:
+            with open(self.hostfile, "w") as f:
+                f.write('[{"ssh": "%s", "ips": ["%s"]}, {"ssh": "%s", "ips": ["%s"]}]' % (NS[0], hosts[0], NS[1], hosts[1]))
+            self.write_ssh_stand_in()
+        self.port = free_port()
+        self.delay_ms = delay_ms
+        self.logs = {}
+        self.agents = [self.agent(0), self.agent(1)]
+        wait_for("the pod to form", lambda: (lambda t: t["online"] == 2 and t["pods"] == 1)(self.world()["totals"]), 60)
+
+    def cluster_agent(self, name, i, ports):
+        """Machine i's `orchard agent`; in namespaces the member's sees an empty folder over the leader's
+        models (a mount of its own), so the rank it starts has no model file."""
+        log = os.path.join(TMP, "%s-agent%d.log" % (name, i))
+        command = [ORCHARD, "agent", "--cluster", CLUSTER, "--secret", CLUSTER_SECRET, "--no-measure", "--probe-every",
+                   "3600", "--probe-mb", "8", "--cache-dir", os.path.join(TMP, "%s-agent-cache-%d" % (name, i))]
+        if self.netns:
+            hide = "mount -t tmpfs tmpfs '%s' && " % MODELS if i == 1 else ""
+            argv = ["ip", "netns", "exec", NS[i], "sh", "-c", hide + "exec " + " ".join("'%s'" % a for a in command)]
+        else:
+            argv = command + ["--port", str(ports[0]), "--agent-port", str(ports[1])]
+        p = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+        e2e.PROCS.append(p)
+        wait_for("agent %d" % i, lambda: "in cluster '%s'" % CLUSTER in open(log, errors="replace").read(), 30)
+        p.log = log
+        return p
+
+    def write_ssh_stand_in(self):
         with open(self.ssh, "w") as f:
-            if netns:
+            if self.netns:
                 f.write('#!/bin/sh\n# ssh stand-in: -o BatchMode=yes HOST COMMAND, HOST a namespace\nshift 2\nhost=$1\n'
                         'if [ "$host" = "%s" ]; then\n'
                         "  exec ip netns exec \"$host\" unshare -m sh -c 'mount -t tmpfs tmpfs \"%s\" && exec sh -c \"$0\"' \"$2\"\n"
@@ -105,11 +155,6 @@ class Pod:
             else:
                 f.write('#!/bin/sh\n# ssh stand-in: -o BatchMode=yes HOST COMMAND, every host this one\nexec sh -c "$4"\n')
         os.chmod(self.ssh, 0o755)
-        self.port = free_port()
-        self.delay_ms = delay_ms
-        self.logs = {}
-        self.agents = [self.agent(0), self.agent(1)]
-        wait_for("the pod to form", lambda: (lambda t: t["online"] == 2 and t["pods"] == 1)(self.world()["totals"]), 60)
 
     def agent(self, i):
         # The member has a copy of its own (to run jobs alone); the leader's folder is hidden from its rank.
@@ -130,6 +175,8 @@ class Pod:
         self.logs[i] = log
         prefix = ["ip", "netns", "exec", NS[i]] if self.netns else []
         env = dict(os.environ, ORCHARD_CACHE_DIR=os.path.join(TMP, "cache-%d" % i))
+        if self.cluster_agents:  # the leader's launch asks the agents of this cluster
+            env.update(ORCHARD_CLUSTER=CLUSTER, ORCHARD_CLUSTER_SECRET=CLUSTER_SECRET)
         return e2e.spawn(args, log, prefix, env)
 
     def world(self):
@@ -139,9 +186,18 @@ class Pod:
         return open(self.logs[i], errors="replace").read()
 
     def stop(self):
-        for p in self.agents:
+        # The nodes and the coordinator without a goodbye: on SIGTERM a node leaves, and the
+        # coordinator ends, only once the long polls between them (10 s) have returned.
+        for p in self.agents + [self.net.proc]:
+            kill(p)
+        for p in self.cluster_agents:
             kill(p, signal.SIGTERM)
-        kill(self.net.proc, signal.SIGTERM)
+
+    def earnings(self, i):
+        """Member i's balance in credits, as `orchard node status` reads it from the coordinator."""
+        out = subprocess.check_output([ORCHARD, "node", "status", "--network", self.net.url, "--key-file",
+                                       os.path.join(TMP, "%s-%d.key" % (os.path.basename(self.hostfile), i))]).decode()
+        return float(out.split("earnings: ")[1].split()[0])
 
 
 def scenario_pod(netns):
@@ -160,6 +216,42 @@ def scenario_pod(netns):
         assert any("rank 1 of 2" in l and "shard received from rank 0" in l for l in ranks), ranks
     assert pod.world()["totals"]["jobs_served"] == 2
     assert not rank_processes()
+    pod.stop()
+
+
+def scenario_agents(netns):
+    # No spot check: its escrow would hold the leader's pay until a second machine confirmed it.
+    pod = Pod("agents", netns, cluster_agents=True, coordinator_args=["--verify-fraction", "0"])
+    prompt, n = "The orchard", 16
+    jid = pod.net.submit(prompt, n)
+    job = pod.net.done(jid)
+    assert job["state"] == "completed", (job, pod.log(0))
+    # What `orchard run` gives on one machine (greedy): the same text from as many tokens.
+    one = json.loads(subprocess.check_output([ORCHARD, "run", "-m", os.path.join(MODELS, "tiny.gguf"), "-p", prompt, "-n",
+                                              str(n), "--temp", "0", "--json", "-c", "256", "-t", "1"],
+                                             stderr=subprocess.DEVNULL))
+    assert job["text"] == one["text"], (job["text"], one["text"])
+    assert job["usage"]["completion_tokens"] == len(one["tokens"]) == n, (job, one)
+    assert job["usage"]["prompt_tokens"] == one["prompt_tokens"], (job, one)
+    log = pod.log(0)
+    assert "ran a job over 2 ranks" in log, log
+    ranks = [l for l in log.splitlines() if "[network] pod rank " in l]
+    assert any("rank 0 of 2" in l and "layers 0-1" in l and "read the model file" in l for l in ranks), ranks
+    assert any("rank 1 of 2" in l and "layers 2-3" in l for l in ranks), ranks
+    if netns:  # the member's agent sees no model: its rank received its shard over the pod's cable
+        assert any("rank 1 of 2" in l and "shard received from rank 0" in l for l in ranks), ranks
+    # Each machine's agent started one rank of the job, and ssh was never called.
+    for agent in pod.cluster_agents:
+        started = [l for l in open(agent.log, errors="replace").read().splitlines() if "started rank" in l]
+        assert len(started) == 1 and started[0].endswith(": node"), started
+    assert not os.path.exists(pod.ssh_log), open(pod.ssh_log).read()
+    # Credits: the job is settled and paid to the leader, none to the member; the books balance and
+    # the audit finds the payment the rules give for the counted tokens.
+    audit = pod.net.audit()
+    assert audit["completed"] == 1 and audit["sum"] == 0 and audit["consistent"] and not audit["problems"], audit
+    assert audit["payments_checked"] >= 1, audit
+    assert pod.earnings(0) > 0 and pod.earnings(1) == 0, (pod.earnings(0), pod.earnings(1))
+    wait_for("no rank left", lambda: not rank_processes(), 10)
     pod.stop()
 
 
@@ -203,7 +295,7 @@ def main():
                               else "loopback (no permission for network namespaces)"), flush=True)
     try:
         for name, fn in [("pod", scenario_pod), ("rank_killed", scenario_rank_killed),
-                         ("leader_killed", scenario_leader_killed)]:
+                         ("leader_killed", scenario_leader_killed), ("agents", scenario_agents)]:
             if ONLY and name not in ONLY:
                 continue
             t = time.time()
