@@ -395,11 +395,13 @@ TEST_F(RankService, ARequestersFrameForgedReplayedOrDamagedOnTheWayIsRefused) {
     auto rank = start_rank_by_agent(relay.address(), "machine-b", "alpha", "s1", command({"run", "wait"}));
     const pid_t pid = started_pid();
     ASSERT_GT(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (control_frames(relay.from_requester()).empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);  // the first heartbeat goes as the rank starts
     const std::vector<std::string> forwarded = control_frames(relay.hold_requester());
     ASSERT_FALSE(forwarded.empty()) << "no heartbeat reached the agent";
     std::vector<std::string> held;
     if (wait_for_held) {  // a heartbeat each second
-      const auto deadline = std::chrono::steady_clock::now() + 5s;
       while ((held = control_frames(relay.from_requester())).size() <= forwarded.size() &&
              std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(20ms);
