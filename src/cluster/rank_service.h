@@ -3,7 +3,8 @@
 // machine that planned the job asks each chosen machine's `orchard agent` to run its rank (the
 // same orchard binary, `run` or `serve` with the job's arguments and comm environment), and the
 // agent streams the rank's output and exit status back. When the requester goes away (its
-// connection drops or stays silent) or asks, the agent stops the rank.
+// connection drops, sends no sealed frame for kRankSilenceLimit, or carries a frame that is not
+// the requester's) or asks, the agent stops the rank.
 //
 // Protocol (on the agent's TCP port, after a ProbeHello for kOpStart that the agent accepted):
 //   agent -> client: 16 random bytes, a challenge fresh for this connection;
