@@ -411,15 +411,23 @@ template <class L, KvType kType>
   }
   const int64_t score_stride = round_up(max_keys, kTileKeys);
   const int32_t vectors = b.n_rows * b.group;
-  // Chunks start at the block's first visible key, so a tile that starts there reads whole key
-  // tiles to its last one.
-  for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
-    for (int32_t first = 0; first < vectors; first += kTileQueries)
-      tile_scores(b, cache, query_tile(b, first, score_stride), lo, lo + kChunkKeys);
-  for (int32_t first = 0; first < vectors; first += kTileQueries) tile_softmax<L>(b, query_tile(b, first, score_stride));
-  for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
-    for (int32_t first = 0; first < vectors; first += kTileQueries)
-      tile_output(b, cache, query_tile(b, first, score_stride), lo, lo + kChunkKeys, lo > min_first);
+  // The tiles are set up once for all chunks (their divisions were a tenth of a decode step's
+  // attention when redone per chunk), up to kTileGroup of them at a time: a block of 8 rows of 8
+  // query heads is one group.
+  constexpr int32_t kTileGroup = 32;
+  QueryTile tiles[kTileGroup];
+  for (int32_t group_first = 0; group_first < vectors; group_first += kTileGroup * kTileQueries) {
+    const int32_t n_tiles =
+        std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
+    for (int32_t i = 0; i < n_tiles; ++i) tiles[i] = query_tile(b, group_first + i * kTileQueries, score_stride);
+    // Chunks start at the block's first visible key, so a tile that starts there reads whole key
+    // tiles to its last one.
+    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+      for (int32_t i = 0; i < n_tiles; ++i) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys);
+    for (int32_t i = 0; i < n_tiles; ++i) tile_softmax<L>(b, tiles[i]);
+    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+      for (int32_t i = 0; i < n_tiles; ++i) tile_output(b, cache, tiles[i], lo, lo + kChunkKeys, lo > min_first);
+  }
 }
 
 template <class L>
