@@ -6,7 +6,7 @@
 #
 # defines the option (ON by default where node and npm are found), rebuilds the bundle with
 # `npm run build` (web_npm_build.cmake: `npm ci` first when node_modules is missing or older than
-# the lockfile) when the project's src/, package files, build.mjs or DEPENDS change, and writes a
+# the lockfile; each file's Brotli and gzip forms written beside it) when the project's src/, package files, build.mjs or DEPENDS change, and writes a
 # C++ source (its path in OUT_VAR) that defines `std::span<const core::EmbeddedFile> NS::FN()` and
 # `const bool NS::BUILT_VAR`, as HEADER declares them. Without node/npm, or with the option OFF,
 # the table holds the PLACEHOLDER folder's index.html, which says how to get the page.
@@ -35,10 +35,10 @@ function(orchard_web_page label)
     add_custom_command(
       OUTPUT "${stamp}"
       COMMAND "${CMAKE_COMMAND}" -DLABEL=${label} -DOPTION=${PAGE_OPTION} -DWEB_DIR=${PAGE_WEB_DIR} -DOUT_DIR=${dist}
-              -DNPM=${ORCHARD_NPM} -DSTAMP=${stamp} -P "${ORCHARD_WEB_PAGE_CMAKE_DIR}/web_npm_build.cmake"
+              -DNPM=${ORCHARD_NPM} -DNODE=${ORCHARD_NODE} -DSTAMP=${stamp} -P "${ORCHARD_WEB_PAGE_CMAKE_DIR}/web_npm_build.cmake"
       DEPENDS ${sources} "${PAGE_WEB_DIR}/package.json" "${PAGE_WEB_DIR}/package-lock.json" "${PAGE_WEB_DIR}/build.mjs"
               ${PAGE_DEPENDS} "${ORCHARD_WEB_PAGE_CMAKE_DIR}/web_npm_build.cmake"
-              "${ORCHARD_WEB_PAGE_CMAKE_DIR}/../web/build_page.mjs"
+              "${ORCHARD_WEB_PAGE_CMAKE_DIR}/../web/build_page.mjs" "${ORCHARD_WEB_PAGE_CMAKE_DIR}/../web/compress_dist.mjs"
       COMMENT "[${label}] npm run build (${PAGE_WEB_DIR})"
       VERBATIM)
     set(built ON)

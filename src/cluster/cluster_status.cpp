@@ -70,11 +70,13 @@ void answer(int fd, int status, const nlohmann::json& body, const std::string& p
 // content-hashed assets for a year, the rest revalidated by ETag.
 void send_page_file(int fd, const core::EmbeddedFile& file, const std::string& head, const std::string& peer) {
   const bool hashed = file.path.starts_with("assets/");
-  Reply r{.content_type = file.content_type, .body = file.bytes};
+  const core::EncodedBytes body = core::encoded_for(file, header_value(head, "accept-encoding"));
+  Reply r{.content_type = file.content_type, .body = body.bytes};
   r.headers = fmt::format(
       "Cache-Control: {}\r\nETag: {}\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: {}\r\n"
-      "Referrer-Policy: no-referrer\r\n",
+      "Referrer-Policy: no-referrer\r\nVary: Accept-Encoding\r\n",
       hashed ? "public, max-age=31536000, immutable" : "no-cache", file.etag, core::kEmbeddedPageCsp);
+  if (!body.content_encoding.empty()) r.headers += fmt::format("Content-Encoding: {}\r\n", body.content_encoding);
   if (header_value(head, "if-none-match") == file.etag) {
     r.status = 304;
     r.body = {};

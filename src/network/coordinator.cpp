@@ -275,13 +275,13 @@ void Coordinator::on_notices(const std::string& payload) {
         continue;
       }
       if (!text) continue;
-      Live& live = live_[id.substr(0, a)];
+      Live& live = live_locked(id.substr(0, a));
       if (offset <= live.text.size() && offset + text->size() > live.text.size())
         live.text += text->substr(live.text.size() - offset);
       changed_.notify_all();
     } else if (what == "done") {
-      if (auto live = live_.find(id); live != live_.end()) {
-        live->second.done = true;
+      if (live_.count(id)) {
+        live_done_locked(id);
         changed_.notify_all();
       }
     } else if (!leading_) {
@@ -430,7 +430,7 @@ json Coordinator::job_to_json(const JobRecord& j) {
                     {"total_tokens", j.prompt_tokens + j.completion_tokens}};
     if (!j.verify_state.empty()) out["check"] = j.verify_state;
   } else if (auto it = live_.find(j.id); it != live_.end()) {
-    out["text"] = it->second.text;
+    out["text"] = it->second->text;
   }
   if (!j.error.empty()) out["error"] = j.error;
   return out;
@@ -457,9 +457,7 @@ json Coordinator::cancel(const KeyRecord& key, const std::string& id) {
 
 void Coordinator::cancelled_locked(const std::string& id) {
   book_.finish(id);
-  Live& live = live_[id];
-  live.done = true;
-  live.finish_reason = "cancelled";
+  live_done_locked(id);
   changed_.notify_all();
   if (leading_) finished_locked(id);
 }
@@ -479,7 +477,8 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
   if (job->state == JobState::Completed || job->state == JobState::Failed || job->state == JobState::Cancelled)
     return finished(*job);
   std::unique_lock lock(mu_);
-  Live& live = live_[id];
+  const std::shared_ptr<Live> entry = live_entry_locked(id);
+  const Live& live = *entry;
   // A follower streams the text the leader tells it of, and hears of the end by a notice, which
   // may come before this wait: it looks at the store again every so often.
   const bool follower = !leading_;
@@ -703,7 +702,7 @@ void Coordinator::progress(const std::string& node_id, const std::string& job_id
   std::lock_guard lock(mu_);
   registry_.seen(node_id);
   book_.renew(job_id, node_id, attempt);
-  Live& live = live_[job_id];
+  Live& live = live_locked(job_id);
   // A re-run after a lost lease repeats what clients already saw (same seed): only new bytes go out.
   if (offset + text.size() > live.text.size() && offset <= live.text.size()) {
     const size_t from = live.text.size();
@@ -754,10 +753,8 @@ json Coordinator::complete(const std::string& node_id, const std::string& job_id
   if (outcome == CompleteOutcome::Completed) {
     settlement_.settled(node_id, counted_job);
     book_.finish(job_id);
-    Live& live = live_[job_id];
-    live.done = true;
-    live.text = result.value("text", "");
-    live.finish_reason = result.value("finish_reason", "stop");
+    live_locked(job_id).text = result.value("text", "");
+    live_done_locked(job_id);
     totals_.completed(clock_(), c.completion_tokens);
     if (!check) totals_.earned(node->seat, amount);  // else when the check passes
     if (world_) world_->job_served(node_id, c.tok_s);
@@ -889,9 +886,7 @@ bool Coordinator::runnable_locked(const BookJob& job, const std::unordered_set<s
 void Coordinator::fail_locked(const std::string& job_id, const std::string& error) {
   book_.finish(job_id);
   if (!store_.fail_job(job_id, error, clock_())) return;
-  Live& live = live_[job_id];
-  live.done = true;
-  live.finish_reason = "failed";
+  live_done_locked(job_id);
   changed_.notify_all();
   finished_locked(job_id);
 }
@@ -958,6 +953,30 @@ json Coordinator::node_status(const std::string& node_id) {
 size_t Coordinator::queued() const {
   std::lock_guard lock(mu_);
   return book_.queued();
+}
+
+size_t Coordinator::live_jobs() const {
+  std::lock_guard lock(mu_);
+  return live_.size();
+}
+
+std::shared_ptr<Coordinator::Live> Coordinator::live_entry_locked(const std::string& job_id) {
+  std::shared_ptr<Live>& entry = live_[job_id];
+  if (!entry) entry = std::make_shared<Live>();
+  return entry;
+}
+
+Coordinator::Live& Coordinator::live_locked(const std::string& job_id) { return *live_entry_locked(job_id); }
+
+void Coordinator::live_done_locked(const std::string& job_id) {
+  Live& live = live_locked(job_id);
+  const int64_t now = clock_();
+  if (!live.done) ended_live_.emplace_back(now, job_id);
+  live.done = true;
+  while (!ended_live_.empty() && now - ended_live_.front().first > options_.ended_text_kept_ms) {
+    live_.erase(ended_live_.front().second);
+    ended_live_.pop_front();
+  }
 }
 
 }  // namespace orchard::network

@@ -60,6 +60,10 @@ struct CoordinatorOptions {
   // follower, which takes clients' jobs and leaves placement and nodes to the leader, until
   // become_leader().
   bool replica = false;
+  // How long an ended job's streamed text stays in memory: long enough for a client that was
+  // streaming it to read the end, and to see what a cancelled or failed job had written (a
+  // completed job's text is in the store).
+  int64_t ended_text_kept_ms = 10 * 60 * 1000;
 };
 
 int64_t wall_clock_ms();
@@ -154,13 +158,19 @@ class Coordinator {
   std::string add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min);
   Store& store() { return store_; }
   size_t queued() const;
+  // Jobs whose streamed text this replica holds: running ones, and ended ones for a while after.
+  size_t live_jobs() const;
 
  private:
   struct Live {  // what clients waiting on a job see
     std::string text;
     bool done = false;
-    std::string finish_reason;
   };
+  // A waiter holds its entry while it waits unlocked, so the entry outlives its removal.
+  Live& live_locked(const std::string& job_id);
+  std::shared_ptr<Live> live_entry_locked(const std::string& job_id);
+  // Marks a job's text ended, and forgets texts that ended more than ended_text_kept_ms ago.
+  void live_done_locked(const std::string& job_id);
   void recover_nodes_locked();  // nodes, models and pods from the store
   void recover_jobs_locked();   // the queue and the leases (the leader's)
   void load_node_locked(const NodeRecord& r);  // into the registry and the placement
@@ -194,7 +204,8 @@ class Coordinator {
   NodeRegistry registry_;  // the nodes and their models, guarded by mu_
   JobBook book_;  // the queue and the leases (the leader's; no database read per dispatch)
   Settlement settlement_;
-  std::unordered_map<std::string, Live> live_;
+  std::unordered_map<std::string, std::shared_ptr<Live>> live_;
+  std::deque<std::pair<int64_t, std::string>> ended_live_;  // (when it ended, job), oldest first
   std::atomic<bool> leading_{true};
   void tell(std::string notice);
   std::mutex outbox_mu_;

@@ -5,10 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -17,34 +14,13 @@ namespace {
 
 enum class Encoding { kIdentity, kGzip, kBrotli };
 
-// The best encoding the request accepts (RFC 9110 Accept-Encoding: names with optional ;q=, 0
-// refusing one), Brotli before gzip.
 Encoding accepted_encoding(const httplib::Request& req) {
-  const std::string header = req.get_header_value("Accept-Encoding");
-  bool brotli = false, gzip = false;
-  for (size_t begin = 0; begin <= header.size();) {
-    size_t end = header.find(',', begin);
-    if (end == std::string::npos) end = header.size();
-    std::string item = header.substr(begin, end - begin);
-    begin = end + 1;
-    const size_t semicolon = item.find(';');
-    std::string name = item.substr(0, semicolon);
-    name.erase(0, name.find_first_not_of(" \t"));
-    name.erase(name.find_last_not_of(" \t") + 1);
-    bool refused = false;
-    if (semicolon != std::string::npos) {
-      const size_t q = item.find("q=", semicolon);
-      refused = q != std::string::npos && std::strtod(item.c_str() + q + 2, nullptr) <= 0.0;
-    }
-    if (refused) continue;
-    if (name == "br") brotli = true;
-    if (name == "gzip" || name == "x-gzip") gzip = true;
-  }
-  return brotli ? Encoding::kBrotli : gzip ? Encoding::kGzip : Encoding::kIdentity;
+  const core::AcceptedEncodings accepted = core::accepted_encodings(req.get_header_value("Accept-Encoding"));
+  return accepted.brotli ? Encoding::kBrotli : accepted.gzip ? Encoding::kGzip : Encoding::kIdentity;
 }
 
 // Empty when compression fails or does not make the file smaller.
-std::string brotli_bytes(std::string_view bytes, int quality = BROTLI_MAX_QUALITY) {
+std::string brotli_bytes(std::string_view bytes, int quality) {
   std::string out(BrotliEncoderMaxCompressedSize(bytes.size()), '\0');
   size_t size = out.size();
   if (out.empty() || !BrotliEncoderCompress(quality, BROTLI_DEFAULT_WINDOW, BROTLI_MODE_TEXT, bytes.size(),
@@ -55,7 +31,7 @@ std::string brotli_bytes(std::string_view bytes, int quality = BROTLI_MAX_QUALIT
   return out;
 }
 
-std::string gzip_bytes(std::string_view bytes, int level = Z_BEST_COMPRESSION) {
+std::string gzip_bytes(std::string_view bytes, int level) {
   z_stream z{};
   // windowBits 15 + 16: a gzip header and trailer rather than zlib's.
   if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) return {};
@@ -68,22 +44,6 @@ std::string gzip_bytes(std::string_view bytes, int level = Z_BEST_COMPRESSION) {
   out.resize(z.total_out);
   deflateEnd(&z);
   return done ? out : std::string();
-}
-
-// An embedded file's bytes in `encoding`, compressed once per file and encoding at its first
-// request and kept: cpp-httplib would otherwise compress every response anew, at Brotli's
-// highest quality, which took the World page's 250 KB bundle about half a second of a core per
-// visit (several seconds on a loaded host, most of the page's load time). Null: send it as is.
-std::shared_ptr<const std::string> encoded(const core::EmbeddedFile& file, Encoding encoding) {
-  static std::mutex mutex;
-  static std::map<std::pair<const char*, Encoding>, std::shared_ptr<const std::string>> cache;
-  const std::lock_guard lock(mutex);
-  auto [it, fresh] = cache.try_emplace({file.bytes.data(), encoding});
-  if (fresh) {
-    std::string bytes = encoding == Encoding::kBrotli ? brotli_bytes(file.bytes) : gzip_bytes(file.bytes);
-    if (!bytes.empty() && bytes.size() < file.bytes.size()) it->second = std::make_shared<const std::string>(std::move(bytes));
-  }
-  return it->second;
 }
 
 // Sends `bytes` (kept alive by `owner`) through a provider of known length, which cpp-httplib
@@ -114,18 +74,14 @@ void send_file(const httplib::Request& req, httplib::Response& res, const core::
     res.status = 304;
     return;
   }
-  const Encoding encoding = accepted_encoding(req);
-  std::shared_ptr<const std::string> body = encoding == Encoding::kIdentity ? nullptr : encoded(file, encoding);
   if (file.bytes.empty()) {
     res.set_content(std::string(), std::string(file.content_type));
     return;
   }
-  std::string_view bytes = file.bytes;
-  if (body) {
-    res.set_header("Content-Encoding", encoding == Encoding::kBrotli ? "br" : "gzip");
-    bytes = *body;
-  }
-  send_as_is(res, bytes, std::move(body), std::string(file.content_type));
+  // Compressed at build time (web/compress_dist.mjs): nothing is compressed per request.
+  const core::EncodedBytes body = core::encoded_for(file, req.get_header_value("Accept-Encoding"));
+  if (!body.content_encoding.empty()) res.set_header("Content-Encoding", std::string(body.content_encoding));
+  send_as_is(res, body.bytes, nullptr, std::string(file.content_type));
 }
 
 void send_compressed(const httplib::Request& req, httplib::Response& res, std::string body,

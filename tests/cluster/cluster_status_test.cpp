@@ -129,6 +129,11 @@ TEST(ClusterStatus, ServesThePage) {
     EXPECT_EQ(script.substr(0, 15), "HTTP/1.1 200 OK");
     EXPECT_NE(script.find("Cache-Control: public, max-age=31536000, immutable"), std::string::npos);
     EXPECT_EQ(script.substr(script.find("\r\n\r\n") + 4), js->bytes);
+    // Compressed at build time: sent as it is to a browser that accepts it.
+    ASSERT_FALSE(js->brotli.empty());
+    const std::string packed = exchange("GET /" + std::string(js->path) + " HTTP/1.1\r\nAccept-Encoding: gzip, br\r\n\r\n");
+    EXPECT_NE(packed.find("Content-Encoding: br\r\n"), std::string::npos) << packed.substr(0, 400);
+    EXPECT_EQ(packed.substr(packed.find("\r\n\r\n") + 4), js->brotli);
     const std::string again =
         exchange("GET /" + std::string(js->path) + " HTTP/1.1\r\nif-none-match: " + std::string(js->etag) + "\r\n\r\n");
     EXPECT_EQ(again.substr(0, 25), "HTTP/1.1 304 Not Modified");

@@ -87,6 +87,10 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
       {1, 8, 64, 4200, {4097}},   {1, 8, 64, 1000, {1000}, {301}},  {1, 7, 80, 2100, {2050}},
       {8, 8, 64, 700, {693, 694, 695, 696, 697, 698, 699, 700}, {100, 131, 200, 263, 264, 300, 450, 690}},
       {2, 8, 64, 3000, {2999, 3000}, {}, {1.0f, -2.0f, 0.5f, 8.0f, -8.0f, 0.0f, 3.0f, 2.0f}},
+      // More query vectors than one group of tiles takes at a time (32 tiles of 4): 160 vectors
+      // with windows, and 130 (latent attention's many heads) ending in a part tile.
+      {8, 20, 32, 150, {143, 144, 145, 146, 147, 148, 149, 150}, {10, 70, 71, 100, 101, 102, 140, 149}},
+      {1, 130, 32, 90, {90}},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -342,6 +342,48 @@ TEST_F(HttpApiTest, AJobRunsOnANodeAndIsPaidOnce) {
   EXPECT_EQ(store_->balance(ledger::node_account(node)), 480000);
 }
 
+// The coordinator forgets an ended job's streamed text once it has been kept long enough (the
+// result is in the store): a long-running coordinator does not keep every job's text.
+class EndedTextTest : public HttpApiTest {
+ protected:
+  CoordinatorOptions options() override {
+    CoordinatorOptions o = HttpApiTest::options();
+    o.ended_text_kept_ms = 0;
+    return o;
+  }
+};
+
+TEST_F(EndedTextTest, EndedJobsTextIsForgottenAndTheirResultStaysReadable) {
+  start_agent();
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/models")->body)["data"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto res = c.Post("/v1/jobs", R"({"model":"echo","prompt":"hi","max_tokens":2})", "application/json");
+    ASSERT_EQ(res->status, 201) << res->body;
+    ids.push_back(json::parse(res->body)["id"]);
+    ASSERT_FALSE(wait_done(ids.back()).is_null());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the next job ends a later millisecond
+  }
+  // Each end forgets the texts that ended before it: the last job's alone is left.
+  EXPECT_EQ(coordinator_->live_jobs(), 1u);
+  for (const std::string& id : ids) EXPECT_EQ(json::parse(c.Get("/v1/jobs/" + id)->body)["text"], "hi hi");
+}
+
+TEST_F(HttpApiTest, EndedJobsTextIsKeptForAWhile) {
+  start_agent();
+  auto c = client();
+  for (int i = 0; i < 100 && json::parse(c.Get("/v1/models")->body)["data"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 3; ++i) {
+    auto res = c.Post("/v1/jobs", R"({"model":"echo","prompt":"hi","max_tokens":2})", "application/json");
+    ASSERT_EQ(res->status, 201) << res->body;
+    ASSERT_FALSE(wait_done(json::parse(res->body)["id"]).is_null());
+  }
+  EXPECT_EQ(coordinator_->live_jobs(), 3u);
+}
+
 TEST_F(HttpApiTest, ChatCompletionsSpeakOpenAI) {
   start_agent();
   auto c = client();
