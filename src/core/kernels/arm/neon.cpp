@@ -30,6 +30,7 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) {
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"
+#include "core/kernels/arm/neon_small_batch.inc"
 
 const KernelSet kNeon{
     "neon",
@@ -59,8 +60,16 @@ const KernelSet kNeon{
     row_tile<Block32Kernel<MXFP4Block>, 4>,
 };
 
+const SmallBatchSet kNeonSmallBatch{
+    small_batch_tile<Q4_0Run>,
+    small_batch_tile<Q8_0Run>,
+    small_batch_tile<Q4_KRun>,
+    small_batch_tile<Q6_KRun>,
+};
+
 }  // namespace
 
 const KernelSet& neon_kernels() { return kNeon; }
+const SmallBatchSet& neon_small_batch_kernels() { return kNeonSmallBatch; }
 
 }  // namespace orchard::core::kernels

@@ -19,6 +19,7 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdot
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"
+#include "core/kernels/arm/neon_small_batch.inc"
 
 const KernelSet kNeonDotprod{
     "neon-dotprod",
@@ -48,8 +49,16 @@ const KernelSet kNeonDotprod{
     row_tile<Block32Kernel<MXFP4Block>, 4>,
 };
 
+const SmallBatchSet kNeonDotprodSmallBatch{
+    small_batch_tile<Q4_0Run>,
+    small_batch_tile<Q8_0Run>,
+    small_batch_tile<Q4_KRun>,
+    small_batch_tile<Q6_KRun>,
+};
+
 }  // namespace
 
 const KernelSet& neon_dotprod_kernels() { return kNeonDotprod; }
+const SmallBatchSet& neon_dotprod_small_batch_kernels() { return kNeonDotprodSmallBatch; }
 
 }  // namespace orchard::core::kernels
