@@ -27,6 +27,7 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) {
   const int8x16_t xs = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), kLane));
   return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(xs)), vmull_high_s8(w, xs)));
 }
+constexpr bool kSdot = false;  // neon_small_batch.inc chooses its kernels by it
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"

@@ -16,6 +16,7 @@ inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_
 
 template <int kLane>
 inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdotq_laneq_s32(acc, w, x, kLane); }
+constexpr bool kSdot = true;  // neon_small_batch.inc chooses its kernels by it
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"
