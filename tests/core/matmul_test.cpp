@@ -425,25 +425,32 @@ TEST(MatmulContract, QuantizedOutputsDoNotDependOnTheBatch) {
 
 TEST(MatmulContract, SmallBatchKernelsMatchTheReferenceAndOneTokenSteps) {
   // A decode step of 2..16 sequences takes the small-batch kernels where the set has them
-  // (AVX2): against the float64 reference, and bit for bit each token's one-token step and the
-  // set's own few-token kernels. Partial groups (50 rows), runs of 8 tokens with a remainder
-  // (9, 13) and a row wider than a run's activations stay in L1 for (Q4_0 at 4096).
-  const int64_t rows = 50;
+  // (AVX2, NEON): against the float64 reference, and bit for bit each token's one-token step and
+  // the set's own few-token kernels. Every token count from 2 to 16 (one run of 8 or fewer, or a
+  // run of 8 and a remainder); row counts of whole groups (16), of a last group with a partial
+  // quad (37: 5 rows) and with padding quads (50: 2 rows); rows of a few blocks (96, 768 wide)
+  // and a row wider than a run's activations stay in L1 for (Q4_0 at 4096).
   ThreadPool pool(2);
   MatmulScratch scratch;
   int small_sets = 0;
   for (const kernels::KernelSet* set : all_sets()) small_sets += kernels::small_batch_kernels(*set) != nullptr;
-  for (const TypeCase c : {TypeCase{TensorType::Q4_0, 512}, TypeCase{TensorType::Q4_0, 4096}, TypeCase{TensorType::Q8_0, 512},
-                           TypeCase{TensorType::Q4_K, 512}, TypeCase{TensorType::Q6_K, 768}}) {
-    for (int64_t n_tokens : {2, 3, 5, 8, 9, 13, 16}) {
-      Problem p = make_problem(c.type, rows, c.cols, n_tokens, static_cast<uint32_t>(31 + n_tokens));
+  struct Case {
+    TensorType type;
+    int64_t cols, rows;
+  };
+  for (const Case c : {Case{TensorType::Q4_0, 96, 37}, Case{TensorType::Q4_0, 512, 50}, Case{TensorType::Q4_0, 4096, 16},
+                       Case{TensorType::Q8_0, 96, 50}, Case{TensorType::Q8_0, 512, 37}, Case{TensorType::Q4_K, 512, 50},
+                       Case{TensorType::Q4_K, 768, 37}, Case{TensorType::Q6_K, 768, 50}, Case{TensorType::Q6_K, 256, 16}}) {
+    for (int64_t n_tokens = 2; n_tokens <= kernels::kSmallBatch; ++n_tokens) {
+      Problem p = make_problem(c.type, c.rows, c.cols, n_tokens, static_cast<uint32_t>(31 + n_tokens));
       for (const kernels::KernelSet* set : all_sets()) {
         kernels::use_kernel_set(set);
-        WeightMatrix w = WeightMatrix::prepare(c.type, p.weights.data(), rows, c.cols);
+        WeightMatrix w = WeightMatrix::prepare(c.type, p.weights.data(), c.rows, c.cols);
         const std::string what = std::string(type_name(c.type)) + " " + std::to_string(c.cols) + " " + set->name +
-                                 (w.repacked() ? " repacked" : " rows") + " tokens=" + std::to_string(n_tokens);
-        std::vector<float> batch(static_cast<size_t>(n_tokens * rows), NAN), own(batch.size(), NAN),
-            alone(static_cast<size_t>(rows), NAN);
+                                 (w.repacked() ? " repacked" : " rows") + " rows=" + std::to_string(c.rows) +
+                                 " tokens=" + std::to_string(n_tokens);
+        std::vector<float> batch(static_cast<size_t>(n_tokens * c.rows), NAN), own(batch.size(), NAN),
+            alone(static_cast<size_t>(c.rows), NAN);
         matmul(w, p.x.data(), n_tokens, batch.data(), pool, scratch);
         check(p, batch, what);
         kernels::use_small_batch_kernels(false);
@@ -452,14 +459,14 @@ TEST(MatmulContract, SmallBatchKernelsMatchTheReferenceAndOneTokenSteps) {
         ASSERT_EQ(0, std::memcmp(own.data(), batch.data(), batch.size() * sizeof(float))) << what;
         for (int64_t t = 0; t < n_tokens; ++t) {
           matmul(w, p.x.data() + t * c.cols, 1, alone.data(), pool, scratch);
-          ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * rows, alone.size() * sizeof(float)))
+          ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + t * c.rows, alone.size() * sizeof(float)))
               << what << " token " << t;
         }
       }
     }
   }
   kernels::use_kernel_set(nullptr);
-  // On an AVX2 machine the kernels above were the small-batch ones; elsewhere this says so.
+  // On an AVX2 or arm64 machine the kernels above were the small-batch ones; elsewhere this says so.
   if (small_sets == 0) GTEST_SKIP() << "no kernel set of this CPU has small-batch kernels: only the fallback ran";
 }
 
@@ -471,7 +478,7 @@ void expect_extreme_rows_exact(TensorType type, const void* weights, int64_t row
   MatmulScratch scratch;
   std::vector<float> dequantized(static_cast<size_t>(cols));
   for (float sign : {1.0f, -1.0f}) {
-    std::vector<float> x(static_cast<size_t>(3 * cols), sign);
+    std::vector<float> x(static_cast<size_t>(9 * cols), sign);
     std::vector<double> expected(static_cast<size_t>(rows)), magnitude(expected.size());
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row_reference(type, static_cast<const uint8_t*>(weights) + row_bytes(type, cols) * static_cast<size_t>(r),
@@ -485,7 +492,7 @@ void expect_extreme_rows_exact(TensorType type, const void* weights, int64_t row
       kernels::use_kernel_set(set);
       for (bool repack : {false, true}) {
         WeightMatrix w = WeightMatrix::prepare(type, weights, rows, cols, repack);
-        for (int64_t n_tokens : {1, 2, 3}) {
+        for (int64_t n_tokens : {1, 2, 3, 9}) {  // 2..16: the small-batch kernels, 9 a run of 8 and one
           std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
           matmul(w, x.data(), n_tokens, y.data(), pool, scratch);
           for (int64_t t = 0; t < n_tokens; ++t)

@@ -6,5 +6,8 @@ namespace orchard::core::kernels {
 
 const KernelSet& neon_kernels();          // baseline AArch64 (NEON is always there)
 const KernelSet& neon_dotprod_kernels();  // ARMv8.2 dot product (sdot)
+// Their small-batch kernels (kernel_set.h), one set each.
+const SmallBatchSet& neon_small_batch_kernels();
+const SmallBatchSet& neon_dotprod_small_batch_kernels();
 
 }  // namespace orchard::core::kernels

@@ -32,7 +32,10 @@ std::vector<const KernelSet*> supported_simd_kernels() {
   return sets;
 }
 
-// None written for NEON yet: its own kernels take the few-token calls.
-const SmallBatchSet* small_batch_kernels(const KernelSet&) { return nullptr; }
+const SmallBatchSet* small_batch_kernels(const KernelSet& set) {
+  if (&set == &neon_dotprod_kernels()) return &neon_dotprod_small_batch_kernels();
+  if (&set == &neon_kernels()) return &neon_small_batch_kernels();
+  return nullptr;
+}
 
 }  // namespace orchard::core::kernels

@@ -27,9 +27,11 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) {
   const int8x16_t xs = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), kLane));
   return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(xs)), vmull_high_s8(w, xs)));
 }
+constexpr bool kSdot = false;  // neon_small_batch.inc chooses its kernels by it
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"
+#include "core/kernels/arm/neon_small_batch.inc"
 
 const KernelSet kNeon{
     "neon",
@@ -45,9 +47,9 @@ const KernelSet kNeon{
     QuadGroups<Q8_0Quads>::tile,
     QuadGroups<Q4_KQuads>::tile,
     QuadGroups<Q6_KQuads>::tile,
-    nullptr,
-    nullptr,
-    nullptr,
+    GroupTokenTiles<FloatGroups<LoadF32Column>, 1, 4>::tile,
+    GroupTokenTiles<FloatGroups<LoadF16Column>, 1, 4>::tile,
+    GroupTokenTiles<FloatGroups<LoadBF16Column>, 1, 4>::tile,
     row_tile<Block32Kernel<Q4_1Block>, 4>,
     row_tile<Block32Kernel<Q5_0Block>, 4>,
     row_tile<Block32Kernel<Q5_1Block>, 4>,
@@ -59,8 +61,16 @@ const KernelSet kNeon{
     row_tile<Block32Kernel<MXFP4Block>, 4>,
 };
 
+const SmallBatchSet kNeonSmallBatch{
+    small_batch_tile<Q4_0Run>,
+    small_batch_tile<Q8_0Run>,
+    small_batch_tile<Q4_KRun>,
+    small_batch_tile<Q6_KRun>,
+};
+
 }  // namespace
 
 const KernelSet& neon_kernels() { return kNeon; }
+const SmallBatchSet& neon_small_batch_kernels() { return kNeonSmallBatch; }
 
 }  // namespace orchard::core::kernels

@@ -16,9 +16,11 @@ inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_
 
 template <int kLane>
 inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t x) { return vdotq_laneq_s32(acc, w, x, kLane); }
+constexpr bool kSdot = true;  // neon_small_batch.inc chooses its kernels by it
 
 #include "core/kernels/arm/neon_kernels.inc"
 #include "core/kernels/arm/neon_interleaved.inc"
+#include "core/kernels/arm/neon_small_batch.inc"
 
 const KernelSet kNeonDotprod{
     "neon-dotprod",
@@ -34,9 +36,9 @@ const KernelSet kNeonDotprod{
     QuadGroups<Q8_0Quads>::tile,
     QuadGroups<Q4_KQuads>::tile,
     QuadGroups<Q6_KQuads>::tile,
-    nullptr,
-    nullptr,
-    nullptr,
+    GroupTokenTiles<FloatGroups<LoadF32Column>, 1, 4>::tile,
+    GroupTokenTiles<FloatGroups<LoadF16Column>, 1, 4>::tile,
+    GroupTokenTiles<FloatGroups<LoadBF16Column>, 1, 4>::tile,
     row_tile<Block32Kernel<Q4_1Block>, 4>,
     row_tile<Block32Kernel<Q5_0Block>, 4>,
     row_tile<Block32Kernel<Q5_1Block>, 4>,
@@ -48,8 +50,16 @@ const KernelSet kNeonDotprod{
     row_tile<Block32Kernel<MXFP4Block>, 4>,
 };
 
+const SmallBatchSet kNeonDotprodSmallBatch{
+    small_batch_tile<Q4_0Run>,
+    small_batch_tile<Q8_0Run>,
+    small_batch_tile<Q4_KRun>,
+    small_batch_tile<Q6_KRun>,
+};
+
 }  // namespace
 
 const KernelSet& neon_dotprod_kernels() { return kNeonDotprod; }
+const SmallBatchSet& neon_dotprod_small_batch_kernels() { return kNeonDotprodSmallBatch; }
 
 }  // namespace orchard::core::kernels
