@@ -483,7 +483,7 @@ Output Coordinator::wait_output(const KeyRecord& key, const std::string& id, siz
   // may come before this wait: it looks at the store again every so often.
   const bool follower = !leading_;
   const auto until = follower ? std::min(deadline, std::chrono::steady_clock::now() + kFollowerRecheck) : deadline;
-  changed_.wait_until(lock, until, [&] { return live.done || live.text.size() > offset; });
+  changed_.wait_until(lock, until, [&] { return live.done || live.text.size() > offset || waits_ended_; });
   if (live.done || (follower && live.text.size() <= offset)) {
     lock.unlock();
     auto now = store_.get_job(id);
@@ -661,7 +661,10 @@ json Coordinator::heartbeat(const std::string& node_id, const json& state) {
   registry_.seen(node_id);
   registry_.set_offering(node_id, state.value("offering", true));
   if (came_online) store_.set_node_online(node_id, true, n.last_seen);
-  if (!n.offering) withdraw_inbox_locked(node_id);  // the owner is back: work not yet picked up goes elsewhere
+  if (!n.offering) {
+    withdraw_inbox_locked(node_id);  // the owner is back: work not yet picked up goes elsewhere
+    changed_.notify_all();           // and its long poll ends
+  }
   refresh_availability_locked(node_id);
   dispatch_locked();
   return {{"ok", true}, {"online", n.online}, {"offering", n.offering}};
@@ -679,7 +682,12 @@ json Coordinator::poll(const std::string& node_id, std::chrono::steady_clock::ti
   }
   // Nodes are never removed, and the registry's map keeps its entries in place: n stays valid.
   const NodeState& n = *found;
-  changed_.wait_until(lock, deadline, [&] { return book_.has_offer(node_id) || n.banned; });
+  // A node that withdraws (its owner came back, or it is leaving) is answered at once, so that
+  // it can stop without waiting out its poll.
+  const bool was_offering = n.offering;
+  changed_.wait_until(lock, deadline, [&] {
+    return book_.has_offer(node_id) || n.banned || (was_offering && !n.offering) || waits_ended_;
+  });
   registry_.seen(node_id);
   if (n.banned) return nullptr;
   auto lease = book_.take(node_id);
@@ -953,6 +961,12 @@ json Coordinator::node_status(const std::string& node_id) {
 size_t Coordinator::queued() const {
   std::lock_guard lock(mu_);
   return book_.queued();
+}
+
+void Coordinator::end_waits() {
+  std::lock_guard lock(mu_);
+  waits_ended_ = true;
+  changed_.notify_all();
 }
 
 size_t Coordinator::live_jobs() const {

@@ -158,6 +158,9 @@ class Coordinator {
   std::string add_key(const std::string& name, int64_t quota_tokens, int64_t rate_per_min);
   Store& store() { return store_; }
   size_t queued() const;
+  // Ends every long wait now, and each later one at once (polls answer no job, output waits
+  // what there is): the server is stopping, and must not wait out its clients' and nodes' waits.
+  void end_waits();
   // Jobs whose streamed text this replica holds: running ones, and ended ones for a while after.
   size_t live_jobs() const;
 
@@ -207,6 +210,7 @@ class Coordinator {
   std::unordered_map<std::string, std::shared_ptr<Live>> live_;
   std::deque<std::pair<int64_t, std::string>> ended_live_;  // (when it ended, job), oldest first
   std::atomic<bool> leading_{true};
+  bool waits_ended_ = false;  // guarded by mu_
   void tell(std::string notice);
   std::mutex outbox_mu_;
   std::vector<std::string> outbox_;  // notices for the other replicas, sent in batches by Replica

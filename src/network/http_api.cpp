@@ -358,6 +358,7 @@ void HttpApi::serve() {
 
 void HttpApi::stop() {
   impl_->stopping = true;
+  impl_->coordinator.end_waits();  // the handlers in long waits return, so the server can stop
   // httplib's stop() does nothing before its listen loop has started: wait for the loop if
   // serve() is entering it, so a stop that comes early is not lost (serve() then sees stopping).
   while (impl_->listening && !impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -384,6 +384,29 @@ TEST_F(HttpApiTest, EndedJobsTextIsKeptForAWhile) {
   EXPECT_EQ(coordinator_->live_jobs(), 3u);
 }
 
+// A node's long poll ends as soon as the node withdraws (so a node that is told to stop leaves
+// at once, not after its poll), and every long wait ends when the server stops.
+TEST_F(HttpApiTest, LongPollsEndWhenTheNodeWithdrawsOrTheServerStops) {
+  NodeKey key = NodeKey::generate();
+  signed_call(key, url_, "POST", "/v1/nodes/register",
+              json{{"memory_bytes", 1'000'000'000}, {"models", json::array()}, {"offering", true}}, 5000);
+  auto poll_seconds = [&](const std::function<void()>& meanwhile) {
+    const auto start = std::chrono::steady_clock::now();
+    auto answer = std::async(std::launch::async, [&] {
+      return signed_call(key, url_, "POST", "/v1/nodes/poll", {{"wait_ms", 20000}}, 30000);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    meanwhile();
+    const json r = answer.get();
+    EXPECT_TRUE(r["job"].is_null()) << r.dump();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  EXPECT_LT(poll_seconds([&] { signed_call(key, url_, "POST", "/v1/nodes/heartbeat", {{"offering", false}}, 5000); }),
+            10.0);
+  signed_call(key, url_, "POST", "/v1/nodes/heartbeat", {{"offering", true}}, 5000);
+  EXPECT_LT(poll_seconds([&] { coordinator_->end_waits(); }), 10.0);
+}
+
 TEST_F(HttpApiTest, ChatCompletionsSpeakOpenAI) {
   start_agent();
   auto c = client();
