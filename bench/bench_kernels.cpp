@@ -144,12 +144,13 @@ void decode_batch(benchmark::State& state, TensorType type, int64_t rows, int64_
 
 // A decode step's mixture of experts on moe-3b's layer (Qwen3-30B-A3B: 2048 wide, experts 768
 // wide, 4 of 32 chosen), the way Forward runs it: the chosen experts' gate and up products in
-// one matmul_many, then one matmul per down projection. Each pass takes the next 4 of 32 experts
-// and the next of enough layers that the chosen bytes come from DRAM. of_bw is against the
-// bytes the 4 experts read; moe-3b's Q4_K_M gives them Q4_K gate/up and, in half the layers,
-// Q6_K down (range 1: the down projections' type, 0 Q4_K, 1 Q6_K; Q4_0 files use Q4_0 for all).
-// The experts are repacked copies of one random matrix each (the kernels' speed does not depend
-// on the values); a set without repacking would read that one matrix from cache.
+// one matmul_many, then their down projections, each of its own input, in another. Each pass
+// takes the next 4 of 32 experts and the next of enough layers that the chosen bytes come from
+// DRAM. of_bw is against the bytes the 4 experts read; moe-3b's Q4_K_M gives them Q4_K gate/up
+// and, in half the layers, Q6_K down (range 1: the down projections' type, 0 Q4_K, 1 Q6_K; Q4_0
+// files use Q4_0 for all). The experts are repacked copies of one random matrix each (the
+// kernels' speed does not depend on the values); a set without repacking would read that one
+// matrix from cache.
 void moe_decode(benchmark::State& state, TensorType type) {
   constexpr int64_t kWidth = 2048, kExpertWidth = 768, kExperts = 32, kChosen = 4;
   const int threads = static_cast<int>(state.range(0));
@@ -170,7 +171,7 @@ void moe_decode(benchmark::State& state, TensorType type) {
   ThreadPool pool(threads);
   MatmulScratch scratch;
   std::vector<float> x = random_activations(kWidth), hidden(static_cast<size_t>(2 * kChosen * kExpertWidth)),
-                     out(static_cast<size_t>(kWidth));
+                     out(static_cast<size_t>(kChosen * kWidth));
   size_t next = 0;
   for (auto _ : state) {
     MatmulTarget targets[2 * kChosen];
@@ -180,9 +181,11 @@ void moe_decode(benchmark::State& state, TensorType type) {
       targets[2 * i + 1] = {&e.up, &hidden[static_cast<size_t>((2 * i + 1) * kExpertWidth)]};
     }
     matmul_many(targets, x.data(), 1, pool, scratch);
+    MatmulTarget downs[kChosen];
     for (int64_t i = 0; i < kChosen; ++i)
-      matmul(experts[(next + static_cast<size_t>(i)) % experts.size()].down,
-             &hidden[static_cast<size_t>(2 * i * kExpertWidth)], 1, out.data(), pool, scratch);
+      downs[i] = {&experts[(next + static_cast<size_t>(i)) % experts.size()].down, &out[static_cast<size_t>(i * kWidth)],
+                  &hidden[static_cast<size_t>(2 * i * kExpertWidth)]};
+    matmul_many(downs, nullptr, 1, pool, scratch);
     benchmark::DoNotOptimize(out.data());
     next = (next + kChosen) % experts.size();
   }

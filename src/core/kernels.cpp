@@ -140,6 +140,9 @@ size_t activation_row_bytes(Activations kind, int64_t cols) {
 // Tokens per task in a prompt matmul: their quantized activations (64 × a few KiB) stay in L2
 // while a task's rows stream past them once.
 constexpr int64_t kTokenChunk = 64;
+// Matrices of one matmul_many call: a decode step's chosen experts' gate and up products
+// (8 experts of Qwen3's and DeepSeek's mixtures) in one pass. Its bookkeeping is on the stack.
+constexpr size_t kMaxTargets = 16;
 // Rows per unit of work: the interleaved layouts' group size.
 constexpr int64_t kRowUnit = kernels::kInterleave;
 // Tasks per thread: enough for the dynamic scheduler to even out a thread that is descheduled
@@ -401,45 +404,58 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
                  MatmulScratch& scratch) {
   ORCHARD_CHECK(n_tokens >= 0, "[kernels] matmul with {} tokens", n_tokens);
   if (n_tokens == 0 || targets.empty()) return;
-  constexpr size_t kMaxTargets = 8;
   ORCHARD_CHECK(targets.size() <= kMaxTargets, "[kernels] {} matrices in one call, at most {}", targets.size(),
                 kMaxTargets);
-  const int64_t cols = targets.front().w->cols_;
+  int64_t shared_cols = 0;
   for (const MatmulTarget& target : targets) {
-    ORCHARD_CHECK(target.w->cols_ == cols, "[kernels] matrices of {} and {} columns read one input", cols,
-                  target.w->cols_);
+    if (!target.x) {
+      ORCHARD_CHECK(x != nullptr, "[kernels] a {} x {} matrix of matmul_many has no input: x is null and its target names none",
+                    target.w->rows_, target.w->cols_);
+      if (shared_cols == 0) shared_cols = target.w->cols_;
+      ORCHARD_CHECK(target.w->cols_ == shared_cols, "[kernels] matrices of {} and {} columns read one input",
+                    shared_cols, target.w->cols_);
+    }
     target.w->fill(&pool);
   }
 
-  // x [n_tokens, cols] f32 -> activations [n_tokens, stride bytes], quantized once per call for
-  // each kind the matrices take (usually one).
-  constexpr size_t kKinds = 3;
-  std::array<const uint8_t*, kKinds> act_of{};
-  std::array<size_t, kKinds> stride_of{};
-  std::array<size_t, kKinds> offset_of{};
-  size_t scratch_bytes = 0;
-  for (const MatmulTarget& target : targets) {
-    const auto k = static_cast<size_t>(activations_for(target.w->type_));
-    if (stride_of[k] != 0) continue;
-    stride_of[k] = activation_row_bytes(static_cast<Activations>(k), cols);
-    if (static_cast<Activations>(k) == Activations::kF32) continue;
-    offset_of[k] = scratch_bytes;
-    scratch_bytes += stride_of[k] * static_cast<size_t>(n_tokens);
+  // Each input [n_tokens, cols] f32 -> activations [n_tokens, stride bytes], quantized once per
+  // call for each kind the matrices reading it take (usually one).
+  struct Input {
+    const float* x;
+    int64_t cols;
+    Activations kind;
+    size_t stride, offset;
+    const uint8_t* act;
+  };
+  std::array<Input, kMaxTargets> inputs;
+  std::array<size_t, kMaxTargets> input_of{};
+  size_t n_inputs = 0, scratch_bytes = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const WeightMatrix& w = *targets[i].w;
+    const float* source = targets[i].x ? targets[i].x : x;
+    const Activations kind = activations_for(w.type_);
+    size_t at = 0;
+    while (at < n_inputs && !(inputs[at].x == source && inputs[at].kind == kind && inputs[at].cols == w.cols_)) ++at;
+    input_of[i] = at;
+    if (at < n_inputs) continue;
+    Input& input = inputs[n_inputs++];
+    input = {source, w.cols_, kind, activation_row_bytes(kind, w.cols_), 0, nullptr};
+    if (kind == Activations::kF32) continue;
+    input.offset = scratch_bytes;
+    scratch_bytes += input.stride * static_cast<size_t>(n_tokens);
   }
   if (scratch.activations.size() < scratch_bytes) scratch.activations.resize(scratch_bytes);
-  for (size_t k = 0; k < kKinds; ++k) {
-    if (stride_of[k] == 0) continue;
-    const auto kind = static_cast<Activations>(k);
-    if (kind == Activations::kF32) {
-      act_of[k] = reinterpret_cast<const uint8_t*>(x);
+  for (size_t k = 0; k < n_inputs; ++k) {
+    Input& input = inputs[k];
+    if (input.kind == Activations::kF32) {
+      input.act = reinterpret_cast<const uint8_t*>(input.x);
       continue;
     }
-    uint8_t* out = scratch.activations.data() + offset_of[k];
-    const size_t stride = stride_of[k];
+    uint8_t* out = scratch.activations.data() + input.offset;
     pool.parallel_for(n_tokens, [&](int64_t t, int) {
-      quantize_activations(kind, x + t * cols, cols, out + static_cast<size_t>(t) * stride);
+      quantize_activations(input.kind, input.x + t * input.cols, input.cols, out + static_cast<size_t>(t) * input.stride);
     });
-    act_of[k] = out;
+    input.act = out;
   }
 
   // The matrices' row units laid end to end: a range of that sequence may cover parts of
@@ -448,8 +464,8 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
   std::array<int64_t, kMaxTargets + 1> first_unit{};
   for (size_t i = 0; i < targets.size(); ++i) {
     const WeightMatrix& w = *targets[i].w;
-    const auto k = static_cast<size_t>(activations_for(w.type_));
-    parts[i] = MatmulPart::of(tile_for(w.type_, w.layout_, n_tokens), w, act_of[k], stride_of[k], targets[i].y, w.rows_);
+    const Input& input = inputs[input_of[i]];
+    parts[i] = MatmulPart::of(tile_for(w.type_, w.layout_, n_tokens), w, input.act, input.stride, targets[i].y, w.rows_);
     first_unit[i + 1] = first_unit[i] + (w.rows_ + kRowUnit - 1) / kRowUnit;
   }
   split_over_pool(first_unit[targets.size()], n_tokens, pool, [&](int64_t u0, int64_t u1, int64_t t0, int64_t t1) {

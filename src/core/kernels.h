@@ -104,14 +104,18 @@ struct MatmulScratch {
 // by at most Σ|w|·(block absmax of x)/254 plus float32 rounding.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, MatmulScratch& scratch);
 
-// Several products of one input in a single pass over the pool: targets[i].y = x · Wᵢᵀ, for at
-// most 8 matrices with the same column count. x is quantized once for each input type they
-// take (one for the 32-element types together, the 256-element ones, or the float types) and the matrices' rows
-// share one split over the threads, so a decode step waits for its slowest thread once
-// instead of once per matrix (the query, key and value projections; a gated FFN's gate and up).
+// Several products in a single pass over the pool: targets[i].y = xᵢ · Wᵢᵀ, for at most 16
+// matrices, where xᵢ is the target's own input when it has one and x otherwise (the matrices
+// reading x share its column count). Each input is quantized once for each input type its
+// matrices take (one for the 32-element types together, the 256-element ones, or the float
+// types) and the matrices' rows share one split over the threads, so a decode step waits for
+// its slowest thread once instead of once per matrix (the query, key and value projections; a
+// gated FFN's gate and up; the chosen experts' down projections, each of its own input). Each
+// output is bit for bit what matmul gives that matrix alone.
 struct MatmulTarget {
   const WeightMatrix* w;
-  float* y;  // [n_tokens, w->rows()]
+  float* y;                  // [n_tokens, w->rows()]
+  const float* x = nullptr;  // [n_tokens, w->cols()]; null: the call's shared x
 };
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
                  MatmulScratch& scratch);

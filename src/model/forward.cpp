@@ -475,12 +475,20 @@ void Forward::route(int32_t layer, const LayerWeights& w, int32_t n) {
   const ModelConfig& c = weights_.config();
   const int32_t n_expert = c.n_expert, used = c.n_expert_used;
   const int32_t d = c.n_embd;
-  // The router's products are row by row in one fixed order (not a matmul, whose tiles order
-  // sums by how many rows share them), so a row routes the same alone or in any batch.
+  // The router's products are one dot product per (row, expert) (not a matmul, whose tiles
+  // order sums by how many rows share them), so a row routes the same alone or in any batch.
+  // They are split over the pool by those pairs, not by rows: a decode step's one row would
+  // read the whole router (f32: 256 KB a layer in Qwen3-30B-A3B) on one thread.
+  constexpr int64_t kDotsPerGrain = 4;
+  pool_.parallel_shares(int64_t{n} * n_expert, kDotsPerGrain, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / n_expert, e = i % n_expert;
+      router_logits_[static_cast<size_t>(i)] =
+          ops::dot(&w.router[static_cast<size_t>(e) * d], &normed_[static_cast<size_t>(t) * d], d);
+    }
+  });
   for_rows(n, [&](int32_t t) {
     float* p = &router_logits_[static_cast<size_t>(t) * n_expert];
-    const float* x = &normed_[static_cast<size_t>(t) * d];
-    for (int32_t e = 0; e < n_expert; ++e) p[e] = ops::dot(&w.router[static_cast<size_t>(e) * d], x, d);
     if (!w.router_bias.empty()) ops::add(p, w.router_bias.data(), n_expert);
     if (c.expert_gating == ExpertGating::Sigmoid)
       for (int32_t e = 0; e < n_expert; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
@@ -563,15 +571,18 @@ void Forward::moe_block(int32_t layer, int32_t n) {
   std::fill_n(proj_.begin(), static_cast<size_t>(n) * d, 0.0f);
   if (n == 1) {
     // A decode step: every chosen expert reads the same row, so their gate and up products run
-    // as one pass over the pool (matmul_many takes 8 matrices: 4 experts at a time).
+    // as one pass over the pool, and their down products (each of its own row) as another: an
+    // expert's matrices are small (under 1 MB in Qwen3-30B-A3B), so a pass per matrix would
+    // wait for the slowest thread and restart the memory streams once per few hundred KB.
     int32_t* local = held_choices_.data();
     int32_t n_local = 0;
     for (int32_t i = 0; i < used; ++i)
       if (mine(i)) local[n_local++] = i;
-    constexpr int32_t kExpertsPerPass = 4;
-    for (int32_t first = 0; first < n_local; first += kExpertsPerPass) {
-      core::MatmulTarget targets[2 * kExpertsPerPass];
-      const int32_t count = std::min(kExpertsPerPass, n_local - first);
+    // matmul_many takes 16 matrices: 8 experts' gate and up, or 16 down projections.
+    constexpr int32_t kGateUpPerPass = 8, kDownPerPass = 16;
+    core::MatmulTarget targets[kDownPerPass];
+    for (int32_t first = 0; first < n_local; first += kGateUpPerPass) {
+      const int32_t count = std::min(kGateUpPerPass, n_local - first);
       for (int32_t i = 0; i < count; ++i) {
         const auto e = static_cast<size_t>(route_expert_[local[first + i]]);
         const size_t at = static_cast<size_t>(first + i) * ff;
@@ -587,12 +598,18 @@ void Forward::moe_block(int32_t layer, int32_t n) {
         ops::add(&up_[at], &w.expert_up_bias[e * ff], ff);
       }
     activate(gate_.data(), up_.data(), static_cast<int64_t>(n_local) * ff);
-    for (int32_t j = 0; j < n_local; ++j) {
-      const int32_t i = local[j];
-      const auto e = static_cast<size_t>(route_expert_[i]);
-      core::matmul(w.expert_down[e], &gate_[static_cast<size_t>(j) * ff], 1, expert_out_.data(), pool_, scratch_);
-      ops::add_scaled(proj_.data(), expert_out_.data(), route_weight_[i], d);
+    for (int32_t first = 0; first < n_local; first += kDownPerPass) {
+      const int32_t count = std::min(kDownPerPass, n_local - first);
+      for (int32_t i = 0; i < count; ++i) {
+        const int32_t j = first + i;
+        targets[i] = {&w.expert_down[static_cast<size_t>(route_expert_[local[j]])], &slot_out_[static_cast<size_t>(j) * d],
+                      &gate_[static_cast<size_t>(j) * ff]};
+      }
+      core::matmul_many(std::span(targets, static_cast<size_t>(count)), nullptr, 1, pool_, scratch_);
     }
+    // Summed in the order the row chose its experts, as a prompt's rows sum theirs.
+    for (int32_t j = 0; j < n_local; ++j)
+      ops::add_scaled(proj_.data(), &slot_out_[static_cast<size_t>(j) * d], route_weight_[local[j]], d);
   } else {
     // A prompt (or a batch): one product per expert over the rows routed to it.
     group_by_expert(n);

@@ -290,6 +290,84 @@ TEST(MatmulContract, ManyMatricesOfOneInputMatchTheirOwnProducts) {
   }
 }
 
+TEST(MatmulContract, ManyMatricesOfTheirOwnInputsMatchTheirOwnProducts) {
+  // A decode step's down projections: each matrix reads its own input (their column counts may
+  // differ), beside matrices reading the call's shared input, two of them reading one own input
+  // (quantized once for both); every product must match the reference and be bit for bit what
+  // matmul gives the matrix alone on its input.
+  struct Shape {
+    TensorType type;
+    int64_t rows, cols;
+    int input;  // -1: the shared x; otherwise which own input
+  };
+  const std::vector<Shape> shapes = {{TensorType::Q4_0, 40, 256, 0},  {TensorType::Q4_K, 33, 512, 1},
+                                     {TensorType::Q6_K, 16, 512, 1},  {TensorType::F32, 17, 256, 2},
+                                     {TensorType::Q8_0, 20, 768, -1}, {TensorType::Q4_0, 50, 768, -1},
+                                     {TensorType::Q4_K, 16, 768, 3}};
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n_tokens : {1, 3, 70}) {
+      std::mt19937 rng(static_cast<uint32_t>(17 * threads + n_tokens));
+      std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+      auto random_input = [&](int64_t cols) {
+        std::vector<float> x(static_cast<size_t>(n_tokens * cols));
+        for (auto& v : x) v = uniform(rng);
+        return x;
+      };
+      const std::vector<float> shared = random_input(768);
+      std::vector<std::vector<float>> own = {random_input(256), random_input(512), random_input(256), random_input(768)};
+      std::vector<Problem> problems;
+      std::vector<WeightMatrix> matrices;
+      std::vector<std::vector<float>> outputs;
+      for (const Shape& shape : shapes) {
+        const std::vector<float>& x = shape.input < 0 ? shared : own[static_cast<size_t>(shape.input)];
+        problems.push_back(make_problem(shape.type, shape.rows, shape.cols, n_tokens,
+                                        static_cast<uint32_t>(shape.rows + shape.cols), &x));
+        matrices.push_back(WeightMatrix::prepare(shape.type, problems.back().weights.data(), shape.rows, shape.cols));
+        outputs.emplace_back(static_cast<size_t>(n_tokens * shape.rows), NAN);
+      }
+      std::vector<MatmulTarget> targets;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        targets.push_back({&matrices[i], outputs[i].data(),
+                           shapes[i].input < 0 ? nullptr : own[static_cast<size_t>(shapes[i].input)].data()});
+      MatmulScratch scratch;
+      matmul_many(targets, shared.data(), n_tokens, pool, scratch);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const std::string what = std::string(type_name(shapes[i].type)) + " input " + std::to_string(shapes[i].input) +
+                                 " threads=" + std::to_string(threads) + " tokens=" + std::to_string(n_tokens);
+        check(problems[i], outputs[i], what);
+        std::vector<float> alone(outputs[i].size(), NAN);
+        matmul(matrices[i], problems[i].x.data(), n_tokens, alone.data(), pool, scratch);
+        ASSERT_EQ(0, std::memcmp(alone.data(), outputs[i].data(), alone.size() * sizeof(float))) << what;
+      }
+      // Only own inputs: no shared x at all.
+      const std::vector<MatmulTarget> own_only = {targets[0], targets[1], targets[6]};
+      std::vector<std::vector<float>> before = {outputs[0], outputs[1], outputs[6]};
+      for (const MatmulTarget& target : own_only) std::fill_n(target.y, static_cast<size_t>(n_tokens * target.w->rows()), NAN);
+      matmul_many(own_only, nullptr, n_tokens, pool, scratch);
+      for (size_t i = 0; i < own_only.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(before[i].data(), own_only[i].y, before[i].size() * sizeof(float))) << i;
+    }
+  }
+}
+
+TEST(MatmulContract, ManyMatricesNeedAnInputAndAtMostSixteen) {
+  Problem a = make_problem(TensorType::Q4_0, 16, 256, 1, 1);
+  WeightMatrix wa = WeightMatrix::prepare(TensorType::Q4_0, a.weights.data(), 16, 256);
+  std::vector<float> y(16);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  const MatmulTarget without_input[] = {{&wa, y.data(), a.x.data()}, {&wa, y.data()}};
+  EXPECT_THROW(matmul_many(without_input, nullptr, 1, pool, scratch), Error);
+  const std::vector<MatmulTarget> seventeen(17, MatmulTarget{&wa, y.data(), a.x.data()});
+  EXPECT_THROW(matmul_many(seventeen, nullptr, 1, pool, scratch), Error);
+  std::vector<std::vector<float>> ys(16, std::vector<float>(16, NAN));
+  std::vector<MatmulTarget> sixteen;
+  for (auto& out : ys) sixteen.push_back({&wa, out.data(), a.x.data()});
+  matmul_many(sixteen, nullptr, 1, pool, scratch);
+  for (const auto& out : ys) check(a, out, "sixteen targets");
+}
+
 TEST(MatmulContract, PerHeadProductsMatchTheReference) {
   // matmul_heads: each head's input and output at its own stride (padded, so a wrong stride
   // reads or writes the padding), tokens on both sides of the few-token path and its 64-token
