@@ -16,6 +16,11 @@ constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";  // Llama 3.1 may open a call with it
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kMistralCallId = "[CALL_ID]";
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kSpace = " \t\r\n";
 constexpr std::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
 constexpr std::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
@@ -30,7 +35,6 @@ constexpr size_t kMaxName = 256;  // a function name longer than this is not a c
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r\n";
   const size_t begin = s.find_first_not_of(kSpace);
   if (begin == std::string_view::npos) return {};
   return s.substr(begin, s.find_last_not_of(kSpace) - begin + 1);
@@ -243,6 +247,24 @@ Scan deepseek_header(Cursor& c, std::string& name) {
     ORCHARD_SCAN(c.literal("```json"));
   } else {
     ORCHARD_SCAN(c.name_until(kDeepSeekSep, name));
+  }
+  return arguments_start(c);
+}
+
+// Mistral v11's NAME[ARGS] or NAME[CALL_ID]ID[ARGS] (the id is the model's; ours replace it),
+// up to where the arguments start.
+Scan mistral_name_header(Cursor& c, std::string& name) {
+  // The name ends at the "[" that opens [ARGS] or [CALL_ID] (consumed with it).
+  ORCHARD_SCAN(c.name_until("[", name));
+  Cursor args = c;
+  const Scan direct = args.literal(kMistralArgs.substr(1));
+  if (direct == Scan::Match) {
+    c = args;
+  } else {
+    const Scan with_id = c.literal(kMistralCallId.substr(1));
+    if (with_id != Scan::Match) return direct == Scan::NeedMore || with_id == Scan::NeedMore ? Scan::NeedMore : Scan::Mismatch;
+    std::string id;
+    ORCHARD_SCAN(c.name_until(kMistralArgs, id));
   }
   return arguments_start(c);
 }
@@ -517,8 +539,59 @@ std::vector<ChatToolCall> parse_tool_calls(ToolStyle style, std::string_view tex
   return ToolCallParser(style, id_prefix).whole(text).calls;
 }
 
-ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix)
-    : style_(style), id_prefix_(std::move(id_prefix)), mode_(style == ToolStyle::Harmony ? Mode::Header : Mode::Text) {}
+ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix, ReplyOptions options)
+    : style_(style), id_prefix_(std::move(id_prefix)), options_(options) {
+  mode_ = options_.think_tags && style_ != ToolStyle::Harmony ? Mode::ThinkOpen : after_thinking();
+}
+
+ToolCallParser::Mode ToolCallParser::after_thinking() const {
+  if (style_ == ToolStyle::Harmony) return Mode::Header;
+  return options_.calls ? Mode::Text : Mode::Plain;
+}
+
+bool ToolCallParser::in_call_region() const {
+  return style_ != ToolStyle::Harmony && (mode_ == Mode::Header || mode_ == Mode::Arguments || mode_ == Mode::Trailer ||
+                                          mode_ == Mode::Held || mode_ == Mode::Done);
+}
+
+// Whether the reply opens with <think>; spacing before it is no content.
+bool ToolCallParser::step_think_open(bool at_end) {
+  const size_t first = held_.find_first_not_of(kSpace);
+  if (first == std::string::npos && !at_end) return false;
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(held_).substr(first);
+  if (rest.starts_with(kThinkOpen)) {
+    held_.erase(0, first + kThinkOpen.size());
+    mode_ = Mode::Thinking;
+    return true;
+  }
+  if (!at_end && kThinkOpen.starts_with(rest)) return false;
+  mode_ = after_thinking();
+  return true;
+}
+
+// Reasoning up to </think>. Its spacing at either end is no reasoning: trailing spacing is held
+// until reasoning follows it.
+bool ToolCallParser::step_thinking(ReplyDelta& out, bool at_end) {
+  const size_t close = held_.find(kThinkClose);
+  const size_t take = close != std::string::npos ? close : held_.size() - (at_end ? 0 : partial_suffix(held_, kThinkClose));
+  const std::string_view text = std::string_view(held_).substr(0, take);
+  size_t begin = reasoning_started_ ? 0 : text.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) begin = text.size();
+  const size_t last = text.find_last_not_of(kSpace);
+  const size_t end = last == std::string_view::npos || last < begin ? begin : last + 1;
+  if (end > begin) {
+    out.reasoning += text.substr(begin, end - begin);
+    reasoning_started_ = true;
+  }
+  if (close == std::string::npos) {
+    held_.erase(0, at_end ? held_.size() : end > begin || !reasoning_started_ ? end : 0);
+    return false;
+  }
+  held_.erase(0, close + kThinkClose.size());
+  skip_space_ = true;
+  mode_ = after_thinking();
+  return true;
+}
 
 void ToolCallParser::start_call(ReplyDelta& out, std::string name) {
   ChatToolCall call;
@@ -605,8 +678,15 @@ bool ToolCallParser::step_header(ReplyDelta& out, bool at_end) {
       break;
     case ToolStyle::Mistral:
       c.spaces();
-      if (calls_.empty() && !c.end() && c.peek() == '[') c.literal("[");
-      scan = json_header(c, name);
+      if (c.end()) {
+        scan = Scan::NeedMore;
+      } else if (c.peek() == '[' || c.peek() == '{') {
+        if (calls_.empty() && c.peek() == '[') c.literal("[");
+        scan = json_header(c, name);
+      } else {
+        mistral_names_ = true;
+        scan = mistral_name_header(c, name);
+      }
       break;
     case ToolStyle::DeepSeek: scan = deepseek_header(c, name); break;
     default: scan = json_header(c, name); break;
@@ -674,7 +754,7 @@ bool ToolCallParser::step_trailer(bool at_end) {
     mode_ = Mode::Done;
     return false;
   }
-  if (style_ == ToolStyle::Mistral) {
+  if (style_ == ToolStyle::Mistral && !mistral_names_) {
     // The rest of the call's object ("id" may follow the arguments), then "," or "]".
     size_t i = 0;
     for (; i < held_.size() && !object_closed_; ++i) {
@@ -704,7 +784,7 @@ bool ToolCallParser::step_trailer(bool at_end) {
     mode_ = Mode::Done;
     return false;
   }
-  const std::string_view next = style_ == ToolStyle::Hermes ? kCallOpen : kDeepSeekCallBegin;
+  const std::string_view next = style_ == ToolStyle::Hermes ? kCallOpen : style_ == ToolStyle::Mistral ? kMistralCalls : kDeepSeekCallBegin;
   const size_t open = held_.find(next);
   const size_t end = style_ == ToolStyle::DeepSeek ? held_.find(kDeepSeekCallsEnd) : std::string::npos;
   if (end != std::string::npos && (open == std::string::npos || end < open)) {
@@ -713,8 +793,8 @@ bool ToolCallParser::step_trailer(bool at_end) {
     return false;
   }
   if (open != std::string::npos) {
-    // DeepSeek's header starts at its call marker; Hermes's after it.
-    held_.erase(0, style_ == ToolStyle::Hermes ? open + next.size() : open);
+    // DeepSeek's header starts at its call marker; Hermes's and Mistral's after it.
+    held_.erase(0, style_ == ToolStyle::DeepSeek ? open : open + next.size());
     mode_ = Mode::Header;
     return true;
   }
@@ -795,7 +875,14 @@ bool ToolCallParser::step_harmony_body(ReplyDelta& out, bool at_end) {
 
 void ToolCallParser::run(ReplyDelta& out, bool at_end) {
   for (bool more = true; more;) {
+    if (skip_space_) {
+      held_.erase(0, std::min(held_.find_first_not_of(kSpace), held_.size()));
+      skip_space_ = held_.empty();
+    }
     switch (mode_) {
+      case Mode::ThinkOpen: more = step_think_open(at_end); break;
+      case Mode::Thinking: more = step_thinking(out, at_end); break;
+      case Mode::Plain: out.content += std::exchange(held_, {}); more = false; break;
       case Mode::Text: more = step_text(out, at_end); break;
       case Mode::Header:
         more = style_ == ToolStyle::Harmony ? step_harmony_header(out, at_end) : step_header(out, at_end);
@@ -812,7 +899,7 @@ void ToolCallParser::run(ReplyDelta& out, bool at_end) {
 ReplyDelta ToolCallParser::push(std::string_view text) {
   ReplyDelta out;
   held_ += text;
-  if (mode_ != Mode::Text && style_ != ToolStyle::Harmony) region_ += text;
+  if (in_call_region()) region_ += text;
   run(out, false);
   return out;
 }
