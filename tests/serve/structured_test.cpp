@@ -559,6 +559,7 @@ TEST(ToolCalls, AThinkBlockIsReasoning) {
 TEST(ToolCalls, EveryStylesRequiredCallParsesBack) {
   const std::vector<std::pair<ToolStyle, std::string>> cases = {
       {ToolStyle::Mistral, R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"},
+      {ToolStyle::MistralV11, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"})"},
       {ToolStyle::DeepSeek,
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>"
        "<｜tool▁calls▁end｜>"},
@@ -622,6 +623,14 @@ TEST(ToolCalls, RendersMistralDeepSeekAndHarmonyTurns) {
             R"([TOOL_CALLS] [{"name":"get_weather","arguments":{"city":"Oslo"},"id":"call_1"},{"name":"get_time","arguments":{},"id":"call_2"}]</s>)"
             R"([TOOL_RESULTS] {"content":"{\"temp\": 3}","call_id":"call_1"}[/TOOL_RESULTS])"
             R"([TOOL_RESULTS] {"content":"12:00","call_id":"call_2"}[/TOOL_RESULTS])");
+  // Mistral's v11 templates (Mistral Small 3.2, Devstral): a call is NAME[ARGS]{...}, a result its text.
+  EXPECT_EQ(tool_style(ChatFamily::Mistral, "{{- '[TOOL_CALLS]' + tool.function.name + '[ARGS]' + arguments }}"), ToolStyle::MistralV11);
+  EXPECT_EQ(tool_style(ChatFamily::Mistral, "{{- '[TOOL_CALLS] ' + tool_calls|tojson }}"), ToolStyle::Mistral);
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, render_tool_turns(ToolStyle::MistralV11, messages, time_only), "<s>", "</s>"),
+            R"([AVAILABLE_TOOLS][{"type":"function","function":{"name":"get_time","parameters":{}}}][/AVAILABLE_TOOLS])"
+            "[INST] Be brief.\n\nWeather in Oslo? [/INST]"
+            R"([TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}[TOOL_CALLS]get_time[ARGS]{}</s>)"
+            R"([TOOL_RESULTS]{"temp": 3}[/TOOL_RESULTS][TOOL_RESULTS]12:00[/TOOL_RESULTS])");
 
   EXPECT_EQ(render_chat(ChatFamily::DeepSeek, render_tool_turns(ToolStyle::DeepSeek, messages, time_only), "", "<｜end▁of▁sentence｜>"),
             "Be brief.\n\n## Tools\n\nYou have access to the following tools:\n\n### get_time\n\nParameters: {}\n\n"

@@ -58,7 +58,7 @@ std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
     const std::string text =
         tools_on || tool_turns
             ? render_chat(chat_family_,
-                          structured::render_tool_turns(structured::tool_style(chat_family_), r.messages,
+                          structured::render_tool_turns(structured::tool_style(chat_family_, engine_.info().chat_template), r.messages,
                                                         tools_on ? std::span(r.tools) : std::span<const structured::ToolFunction>()),
                           bos_text_, eos_text_, options)
             : render_chat(chat_family_, r.messages, bos_text_, eos_text_, options);
@@ -103,7 +103,7 @@ Started Service::start(ApiRequest request) {
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   const bool tools_on = tools_offered(r);
-  const structured::ToolStyle style = structured::tool_style(chat_family_);
+  const structured::ToolStyle style = structured::tool_style(chat_family_, info.chat_template);
   std::shared_ptr<const structured::Grammar> grammar = r.format;
   if (tools_on && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)) {
     std::vector<structured::ToolFunction> allowed;

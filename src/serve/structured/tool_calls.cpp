@@ -338,10 +338,10 @@ std::string ts_type(const json& s, const std::string& indent) {
 
 }  // namespace
 
-ToolStyle tool_style(ChatFamily family) {
+ToolStyle tool_style(ChatFamily family, std::string_view jinja) {
   switch (family) {
     case ChatFamily::Llama3: return ToolStyle::Llama3;
-    case ChatFamily::Mistral: return ToolStyle::Mistral;
+    case ChatFamily::Mistral: return jinja.find(kMistralArgs) != std::string_view::npos ? ToolStyle::MistralV11 : ToolStyle::Mistral;
     case ChatFamily::DeepSeek: return ToolStyle::DeepSeek;
     case ChatFamily::Harmony: return ToolStyle::Harmony;
     case ChatFamily::Llama2:
@@ -383,6 +383,8 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
       out.push_back({"functions." + called_name(m.tool_call_id), m.content});
     } else if (tool && style == ToolStyle::Mistral) {
       out.push_back({"raw", "[TOOL_RESULTS] " + dump(ordered{{"content", m.content}, {"call_id", m.tool_call_id}}) + "[/TOOL_RESULTS]"});
+    } else if (tool && style == ToolStyle::MistralV11) {
+      out.push_back({"raw", "[TOOL_RESULTS]" + m.content + "[/TOOL_RESULTS]"});
     } else if (tool && style == ToolStyle::DeepSeek) {
       const std::string output = "<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>";
       if (after_tool)
@@ -411,6 +413,9 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
         list.push_back(std::move(call));
       }
       copy.content += std::string(kMistralCalls) + " " + dump(list);
+    } else if (style == ToolStyle::MistralV11) {
+      for (const ChatToolCall& c : m.tool_calls)
+        copy.content += std::string(kMistralCalls) + c.name + std::string(kMistralArgs) + dump(arguments_json(c.arguments));
     } else if (!m.tool_calls.empty() && style == ToolStyle::DeepSeek) {
       copy.content += kDeepSeekCallsBegin;
       for (size_t i = 0; i < m.tool_calls.size(); ++i) copy.content += (i ? "\n" : "") + deepseek_call(m.tool_calls[i]);
@@ -457,13 +462,16 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
         out.push_back({"user", text});
       return out;
     }
-    case ToolStyle::Mistral: {
-      // The tools stand right before the last user turn, as Mistral's v3 template puts them.
+    case ToolStyle::Mistral:
+    case ToolStyle::MistralV11: {
+      // The tools stand right before the last user turn, as Mistral's templates put them (v3's
+      // with a space after the marker, v11's without).
       ordered list = ordered::array();
       for (const ToolFunction& f : tools) list.push_back(tool_json(f));
       auto last_user = std::find_if(out.rbegin(), out.rend(), [](const ChatMessage& m) { return m.role == "user"; });
       out.insert(last_user == out.rend() ? out.end() : std::prev(last_user.base()),
-                 ChatMessage{"raw", "[AVAILABLE_TOOLS] " + dump(list) + "[/AVAILABLE_TOOLS]"});
+                 ChatMessage{"raw", std::string(style == ToolStyle::Mistral ? "[AVAILABLE_TOOLS] " : "[AVAILABLE_TOOLS]") + dump(list) +
+                                        "[/AVAILABLE_TOOLS]"});
       return out;
     }
     case ToolStyle::DeepSeek: {
@@ -499,6 +507,7 @@ std::shared_ptr<Grammar> tool_call_grammar(ToolStyle style, std::span<const Tool
     case ToolStyle::Hermes: prefix = std::string(kCallOpen) + "\n", after = "}", suffix = "\n" + std::string(kCallClose); break;
     case ToolStyle::Llama3: after = "}"; break;
     case ToolStyle::Mistral: prefix = std::string(kMistralCalls) + " [", after = "}", suffix = "]"; break;
+    case ToolStyle::MistralV11: prefix = kMistralCalls; break;
     case ToolStyle::DeepSeek:
       prefix = fmt::format("{}{}function{}", kDeepSeekCallsBegin, kDeepSeekCallBegin, kDeepSeekSep);
       after = "\n```" + std::string(kDeepSeekCallEnd);
@@ -518,6 +527,7 @@ std::shared_ptr<Grammar> tool_call_grammar(ToolStyle style, std::span<const Tool
     switch (style) {
       case ToolStyle::DeepSeek: openings.push_back(prefix + f.name + "\n```json\n"); break;
       case ToolStyle::Harmony: openings.push_back(prefix + f.name + " <|constrain|>json<|message|>"); break;
+      case ToolStyle::MistralV11: openings.push_back(prefix + f.name + std::string(kMistralArgs)); break;
       default:
         openings.push_back(prefix + fmt::format("{{\"name\": {}, \"{}\": ", dump(json(f.name)),
                                                 style == ToolStyle::Llama3 ? "parameters" : "arguments"));
@@ -540,7 +550,8 @@ std::vector<ChatToolCall> parse_tool_calls(ToolStyle style, std::string_view tex
 }
 
 ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix, ReplyOptions options)
-    : style_(style), id_prefix_(std::move(id_prefix)), options_(options) {
+    // Mistral's parser reads both forms of its calls.
+    : style_(style == ToolStyle::MistralV11 ? ToolStyle::Mistral : style), id_prefix_(std::move(id_prefix)), options_(options) {
   mode_ = options_.think_tags && style_ != ToolStyle::Harmony ? Mode::ThinkOpen : after_thinking();
 }
 

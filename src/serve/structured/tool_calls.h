@@ -43,8 +43,11 @@ struct ToolFunction {
   nlohmann::json parameters;  // a JSON schema of the arguments (an object)
 };
 
-enum class ToolStyle { Hermes, Llama3, Mistral, DeepSeek, Harmony };
-ToolStyle tool_style(ChatFamily family);
+enum class ToolStyle { Hermes, Llama3, Mistral, MistralV11, DeepSeek, Harmony };
+// The family's style; Mistral's is MistralV11 when its Jinja template writes calls with [ARGS]
+// (tools as [AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS], calls [TOOL_CALLS]NAME[ARGS]{...},
+// results [TOOL_RESULTS]TEXT[/TOOL_RESULTS]).
+ToolStyle tool_style(ChatFamily family, std::string_view jinja = {});
 
 // The messages to render: tools described where the style puts them (when `tools` is not
 // empty), assistant turns' tool_calls written into their content (Harmony: kept, its renderer
