@@ -32,6 +32,14 @@ std::string_view trim(std::string_view s) {
   return s.substr(begin, s.find_last_not_of(kSpace) - begin + 1);
 }
 
+// An earlier reply as reasoning models' templates give it back (DeepSeek R1's, Qwen3's): without
+// its thinking, which only the reply being written needs.
+std::string_view without_thinking(std::string_view reply) {
+  constexpr std::string_view kThinkEnd = "</think>";
+  const size_t end = reply.rfind(kThinkEnd);
+  return end == std::string_view::npos ? reply : trim(reply.substr(end + kThinkEnd.size()));
+}
+
 std::string render_llama3(std::span<const ChatMessage> messages) {
   std::string out;
   auto turn = [&](std::string_view role) {
@@ -48,10 +56,15 @@ std::string render_llama3(std::span<const ChatMessage> messages) {
   return out;
 }
 
-std::string render_chatml(std::span<const ChatMessage> messages) {
+std::string render_chatml(std::span<const ChatMessage> messages, bool skip_thinking) {
   std::string out;
-  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  for (const ChatMessage& m : messages) {
+    out += "<|im_start|>" + m.role + "\n";
+    out += m.role == "assistant" ? without_thinking(m.content) : std::string_view(m.content);
+    out += "<|im_end|>\n";
+  }
   out += "<|im_start|>assistant\n";
+  if (skip_thinking) out += "<think>\n\n</think>\n\n";
   return out;
 }
 
@@ -112,7 +125,7 @@ std::string render_deepseek(std::span<const ChatMessage> messages, std::string_v
       out += m.content;
     } else if (m.role == "assistant") {
       out += kDeepSeekAssistant;
-      out += m.content;
+      out += without_thinking(m.content);
       out += eos;
     } else if (m.role == "raw") {
       out += m.content;
@@ -125,7 +138,7 @@ std::string render_deepseek(std::span<const ChatMessage> messages, std::string_v
 // OpenAI's Harmony format (gpt-oss): a system message of its own (the reasoning effort and the
 // channels), the caller's system text as the developer message's instructions with the tools'
 // namespace, then the conversation; the prompt ends where the assistant's next message starts.
-std::string render_harmony(std::span<const ChatMessage> messages) {
+std::string render_harmony(std::span<const ChatMessage> messages, std::string_view effort) {
   std::string instructions, tools;
   for (const ChatMessage& m : messages) {
     if (m.role == "system" || m.role == "developer") instructions += (instructions.empty() ? "" : "\n\n") + m.content;
@@ -133,7 +146,9 @@ std::string render_harmony(std::span<const ChatMessage> messages) {
   }
   std::string out =
       "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-      "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n"
+      "Knowledge cutoff: 2024-06\n\nReasoning: " +
+      std::string(effort) +
+      "\n\n"
       "# Valid channels: analysis, commentary, final. Channel must be included for every message.";
   if (!tools.empty()) out += "\nCalls to these tools must go to the commentary channel: 'functions'.";
   out += "<|end|>";
@@ -215,17 +230,21 @@ ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& toke
   return family_from_architecture(arch);
 }
 
+bool template_thinks(std::string_view jinja) { return jinja.find("</think>") != std::string_view::npos; }
+
+bool template_can_skip_thinking(std::string_view jinja) { return jinja.find("enable_thinking") != std::string_view::npos; }
+
 std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages, std::string_view bos,
-                        std::string_view eos) {
+                        std::string_view eos, const RenderOptions& options) {
   switch (family) {
     case ChatFamily::Llama3: return render_llama3(messages);
-    case ChatFamily::ChatML: return render_chatml(messages);
+    case ChatFamily::ChatML: return render_chatml(messages, options.skip_thinking);
     case ChatFamily::Llama2:
     case ChatFamily::Mistral: return render_inst(family, messages, bos, eos);
     case ChatFamily::DeepSeek: return render_deepseek(messages, eos);
-    case ChatFamily::Harmony: return render_harmony(messages);
+    case ChatFamily::Harmony: return render_harmony(messages, options.reasoning_effort);
   }
-  return render_chatml(messages);
+  return render_chatml(messages, options.skip_thinking);
 }
 
 }  // namespace orchard::serve

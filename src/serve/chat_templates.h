@@ -58,17 +58,32 @@ ChatFamily family_from_architecture(std::string_view arch);
 // Template metadata first (may be empty), then vocabulary, then architecture.
 ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& tokenizer, std::string_view arch);
 
+// Whether a Jinja chat template belongs to a model that thinks in <think>...</think> first
+// (DeepSeek R1, Qwen3, QwQ).
+bool template_thinks(std::string_view jinja);
+// Whether a Jinja chat template lets the caller turn thinking off (Qwen3's enable_thinking: false
+// writes an empty <think></think> block where the reply starts).
+bool template_can_skip_thinking(std::string_view jinja);
+
+// What a prompt asks of a reasoning model.
+struct RenderOptions {
+  std::string_view reasoning_effort = "medium";  // Harmony's "Reasoning:" line: low, medium or high
+  // ChatML: the reply starts after an empty think block, as Qwen3's template writes it with
+  // enable_thinking false, so the model answers without thinking.
+  bool skip_thinking = false;
+};
+
 // The prompt text for `messages`, ending where the assistant's next reply starts. It leaves out
 // the leading BOS token (the tokenizer adds it when the model wants one) but writes the special
 // tokens between turns, so it must be encoded with parse_special. `eos` is the text of the end
 // of sequence token, closing earlier assistant turns in the Llama 2 and Mistral formats. Roles
 // other than system/user/assistant are the caller's to refuse. In the families without a system
 // role (Llama 2, Mistral) system text leads the next user turn, or stands as a user turn of its
-// own when no user turn follows it. Harmony writes its system message (reasoning effort medium,
+// own when no user turn follows it. Harmony writes its system message (the reasoning effort,
 // its channels) and puts system/developer text in the developer message's instructions; earlier
 // assistant turns are final-channel messages, their tool_calls commentary messages to
 // functions.NAME.
 std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages, std::string_view bos,
-                        std::string_view eos);
+                        std::string_view eos, const RenderOptions& options = {});
 
 }  // namespace orchard::serve

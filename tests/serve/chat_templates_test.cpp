@@ -65,6 +65,29 @@ TEST(ChatTemplates, Harmony) {
   EXPECT_EQ(render_chat(ChatFamily::Harmony, user, "", "").find("<|start|>developer"), std::string::npos);
 }
 
+// gpt-oss's reasoning effort is its system message's "Reasoning:" line.
+TEST(ChatTemplates, HarmonyReasoningEffort) {
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  EXPECT_EQ(render_chat(ChatFamily::Harmony, user, "", "", {.reasoning_effort = "high"}),
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\n"
+            "Reasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+            "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+}
+
+// Reasoning models: earlier replies lose their thinking (DeepSeek R1's template keeps what follows
+// the last </think>, Qwen3's the same), and Qwen3 with thinking off answers after an empty block.
+TEST(ChatTemplates, ReasoningModelsTurns) {
+  const std::vector<ChatMessage> turns = {{"user", "Hi"}, {"assistant", "<think>\nA greeting.\n</think>\n\nHello!"}, {"user", "Bye"}};
+  EXPECT_EQ(render_chat(ChatFamily::DeepSeek, turns, "", "<｜end▁of▁sentence｜>"),
+            "<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
+  EXPECT_EQ(render_chat(ChatFamily::ChatML, turns, "", "", {.skip_thinking = true}),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_TRUE(template_can_skip_thinking(
+      "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"));
+  EXPECT_FALSE(template_can_skip_thinking("{{- '<|im_start|>assistant\\n' }}"));
+}
+
 TEST(ChatTemplates, SystemWithoutUserTurnStandsAlone) {
   const std::vector<ChatMessage> only_system = {{"system", "Rules."}};
   EXPECT_EQ(render_chat(ChatFamily::Llama2, only_system, "<s>", "</s>"), "[INST] <<SYS>>\nRules.\n<</SYS>> [/INST]");

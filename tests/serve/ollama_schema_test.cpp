@@ -147,6 +147,8 @@ TEST(OllamaSchema, BadInputIsA400NamingTheField) {
       {Route::Generate, R"({"model": "m", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", "tools",
        "use /api/chat"},
       {Route::Chat, chat_with(R"("keep_alive": [])"), "keep_alive", "a duration"},
+      {Route::Chat, chat_with(R"("think": "max")"), "think", R"(must be true, false, "low", "medium" or "high", not "max")"},
+      {Route::Generate, R"({"model": "m", "prompt": "x", "think": 1})", "think", R"(true, false, "low", "medium" or "high", not number)"},
       {Route::Generate, R"({"model": "m", "prompt": 5})", "prompt", "must be a string"},
       {Route::Generate, R"({"model": "m", "prompt": "x", "raw": 1})", "raw", "must be a boolean"},
       {Route::Generate, R"({"model": "m", "prompt": "x", "system": false})", "system", "must be a string"},
@@ -224,6 +226,26 @@ TEST(OllamaSchema, CallsGoOutAsOllamasToolCalls) {
   EXPECT_EQ(last["message"]["tool_calls"].size(), 2u);
   EXPECT_EQ(last["done_reason"], "stop");
   EXPECT_FALSE(json::parse(chunk_line(chat, "x"))["message"].contains("tool_calls"));
+}
+
+// think: a boolean, or gpt-oss's reasoning effort (which thinks); reasoning goes out as the chat
+// message's "thinking" and generate's top-level "thinking".
+TEST(OllamaSchema, ThinkAndThinking) {
+  EXPECT_TRUE(parse_request(Route::Chat, chat_with("")).generation.thinking);
+  EXPECT_FALSE(parse_request(Route::Chat, chat_with(R"("think": false)")).generation.thinking);
+  const Request high = parse_request(Route::Generate, R"({"model": "m", "prompt": "x", "think": "high"})");
+  EXPECT_TRUE(high.generation.thinking);
+  EXPECT_EQ(high.generation.reasoning_effort, "high");
+  EXPECT_EQ(parse_request(Route::Chat, chat_with(R"("think": true)")).generation.reasoning_effort, "medium");
+
+  const Answer chat{Route::Chat, "tiny:latest"}, generate{Route::Generate, "tiny:latest"};
+  EXPECT_EQ(json::parse(chunk_line(chat, "", {}, "Hm."))["message"],
+            json::parse(R"({"role": "assistant", "content": "", "thinking": "Hm."})"));
+  EXPECT_FALSE(json::parse(chunk_line(chat, "Hi"))["message"].contains("thinking"));
+  const json last = json::parse(final_line(generate, "4", FinishReason::Stop, Usage{}, 1, {}, "2 + 2"));
+  EXPECT_EQ(last["response"], "4");
+  EXPECT_EQ(last["thinking"], "2 + 2");
+  EXPECT_FALSE(json::parse(final_line(generate, "4", FinishReason::Stop, Usage{}, 1)).contains("thinking"));
 }
 
 TEST(OllamaSchema, ShowNamesTheModelEitherWay) {
@@ -305,6 +327,11 @@ TEST(OllamaSchema, ModelDescriptions) {
   EXPECT_EQ(show["parameters"], "num_ctx 256");
   EXPECT_NE(show["modelfile"].get<std::string>().find("chatml"), std::string::npos);
   EXPECT_EQ(show["capabilities"], json::array({"completion", "tools"}));
+  // Models that think: gpt-oss, and those whose template holds a think block (R1, Qwen3).
+  EXPECT_EQ(json::parse(show_body(info, ChatFamily::Harmony, 256))["capabilities"], json::array({"completion", "tools", "thinking"}));
+  ModelInfo r1 = info;
+  r1.chat_template = "{% set content = content.split('</think>')[-1] %}";
+  EXPECT_EQ(json::parse(show_body(r1, ChatFamily::DeepSeek, 256))["capabilities"], json::array({"completion", "tools", "thinking"}));
 
   const json ps = json::parse(ps_body(info));
   EXPECT_EQ(ps["models"][0]["name"], "tiny:latest");

@@ -30,7 +30,8 @@ TEST(Schema, ParsesAChatRequest) {
                  {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                  {"role": "assistant", "content": null}],
     "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": -1, "stop": ["x", ""], "n": 1,
-    "user": "ignored", "presence_penalty": 0, "ignore_eos": true})");
+    "user": "ignored", "presence_penalty": 0, "ignore_eos": true, "reasoning_effort": "high"})");
+  EXPECT_EQ(r.reasoning_effort, "high");
   EXPECT_EQ(r.model, "tiny");
   ASSERT_EQ(r.messages.size(), 3u);
   EXPECT_EQ(r.messages[0].role, "system");
@@ -124,6 +125,8 @@ TEST(Schema, EveryBadInputIsA400NamingTheParameter) {
       {completions, R"({"prompt": "x", "tools": []})", "tools"},
       {chat, chat_with(R"("response_format": {"type": "xml"})"), "response_format.type"},
       {chat, chat_with(R"("top_k": -1)"), "top_k"},
+      {chat, chat_with(R"("reasoning_effort": "max")"), "reasoning_effort"},
+      {chat, chat_with(R"("reasoning_effort": 3)"), "reasoning_effort"},
       {chat, chat_with(R"("min_p": 1)"), "min_p"},
       {chat, chat_with(R"("repeat_penalty": 0)"), "repeat_penalty"},
       {completions, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
@@ -147,6 +150,13 @@ TEST(Schema, EveryBadInputIsA400NamingTheParameter) {
     EXPECT_EQ(e.param(), c.param) << c.body << ": " << e.message();
     EXPECT_FALSE(e.message().empty());
   }
+}
+
+TEST(Schema, ReasoningEffortIsLowMediumOrHigh) {
+  EXPECT_EQ(parse_request(Endpoint::ChatCompletions, chat_with("")).reasoning_effort, "medium");
+  EXPECT_EQ(parse_request(Endpoint::ChatCompletions, chat_with(R"("reasoning_effort": "low")")).reasoning_effort, "low");
+  EXPECT_EQ(error_of(Endpoint::ChatCompletions, chat_with(R"("reasoning_effort": "Max")")).message(),
+            "'reasoning_effort' must be low, medium or high, not 'Max'");
 }
 
 TEST(Schema, DeeplyNestedJsonIsRefusedWithoutCrashing) {

@@ -381,8 +381,8 @@ struct Streamed {
   size_t argument_pieces = 0;
 };
 
-Streamed stream(ToolStyle style, std::string_view reply, const std::vector<size_t>& cuts) {
-  ToolCallParser p(style, "call_");
+Streamed stream(ToolStyle style, std::string_view reply, const std::vector<size_t>& cuts, ReplyOptions options = {}) {
+  ToolCallParser p(style, "call_", options);
   Streamed out;
   auto take = [&](const ReplyDelta& d) {
     out.content += d.content;
@@ -428,9 +428,9 @@ std::vector<size_t> every_byte(std::string_view s) {
 // same calls, and arguments that stream in more than one piece.
 void expect_calls_at_every_cut(ToolStyle style, std::string_view reply, const std::string& content,
                                const std::vector<std::pair<std::string, json>>& calls, const std::string& reasoning = "",
-                               bool streams = true) {
+                               bool streams = true, ReplyOptions options = {}) {
   for (size_t cut = 0; cut <= reply.size() + 1; ++cut) {
-    const Streamed s = cut <= reply.size() ? stream(style, reply, {cut}) : stream(style, reply, every_byte(reply));
+    const Streamed s = cut <= reply.size() ? stream(style, reply, {cut}, options) : stream(style, reply, every_byte(reply), options);
     EXPECT_EQ(s.content, content) << cut;
     EXPECT_EQ(s.reasoning, reasoning) << cut;
     ASSERT_EQ(s.calls.size(), calls.size()) << cut;
@@ -443,9 +443,12 @@ void expect_calls_at_every_cut(ToolStyle style, std::string_view reply, const st
       EXPECT_GT(s.argument_pieces, calls.size());
     }
   }
-  const ToolCallParser::Result whole = ToolCallParser(style, "call_").whole(reply);
+  const ToolCallParser::Result whole = ToolCallParser(style, "call_", options).whole(reply);
   EXPECT_EQ(whole.calls.size(), calls.size());
   EXPECT_EQ(whole.reasoning, reasoning);
+  if (calls.empty()) {
+    EXPECT_EQ(whole.content, content);
+  }
 }
 
 TEST(ToolCalls, ParsesCallsWholeAndStreamedAtEveryCut) {
@@ -488,6 +491,15 @@ TEST(ToolCalls, ParsesMistralDeepSeekAndHarmonyCalls) {
   expect_calls_at_every_cut(ToolStyle::Mistral, "Sure. [TOOL_CALLS][{\"arguments\": {\"tz\": \"UTC\"}, \"name\": \"get_time\"}]", "Sure. ",
                             {{"get_time", {{"tz", "UTC"}}}}, "", false);
   EXPECT_TRUE(parse_tool_calls(ToolStyle::Mistral, "[TOOL_CALLS] not a list", "x").empty());
+  // Mistral's v11 tokenizers: [TOOL_CALLS]NAME[ARGS]{...} per call, the model's call id optional
+  // (Mistral Small 3.2's and Devstral's chat templates write both).
+  expect_calls_at_every_cut(ToolStyle::Mistral,
+                            R"(Checking. [TOOL_CALLS]get_weather[ARGS]{"city": "Oslo", "unit": "c"})"
+                            R"([TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{"tz": "UTC"})",
+                            "Checking. ", {{"get_weather", {{"city", "Oslo"}, {"unit", "c"}}}, {"get_time", {{"tz", "UTC"}}}});
+  expect_calls_at_every_cut(ToolStyle::Mistral, "[TOOL_CALLS]get_time[ARGS]{}", "", {{"get_time", json::object()}}, "", false);
+  EXPECT_EQ(ToolCallParser(ToolStyle::Mistral, "x").whole("[TOOL_CALLS]get time[ARGS]{}").content, "[TOOL_CALLS]get time[ARGS]{}");
+  EXPECT_EQ(ToolCallParser(ToolStyle::Mistral, "x").whole("[TOOL_CALLS]get_time[OOPS]{}").content, "[TOOL_CALLS]get_time[OOPS]{}");
 
   expect_calls_at_every_cut(ToolStyle::DeepSeek,
                             "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
@@ -521,10 +533,33 @@ TEST(ToolCalls, ParsesMistralDeepSeekAndHarmonyCalls) {
   EXPECT_EQ(ToolCallParser(ToolStyle::Harmony, "x").whole("Just text.").content, "Just text.");
 }
 
+// DeepSeek R1's and Qwen3's replies open with <think>...</think>: that block is reasoning (no tags,
+// no spacing around it), the rest content or calls, at every cut.
+TEST(ToolCalls, AThinkBlockIsReasoning) {
+  const ReplyOptions think{.calls = false, .think_tags = true};
+  expect_calls_at_every_cut(ToolStyle::DeepSeek, "<think>\nThe user greets me.\n\nI greet back.\n</think>\n\nHello! <think>x</think>",
+                            "Hello! <think>x</think>", {}, "The user greets me.\n\nI greet back.", true, think);
+  expect_calls_at_every_cut(ToolStyle::Hermes, "\n<think>\n\n</think>\n\n2 + 2 = 4.", "2 + 2 = 4.", {}, "", true, think);
+  // Only a reply that opens with it thinks; without think_tags the block is content.
+  expect_calls_at_every_cut(ToolStyle::Hermes, "Hi <think>no</think>", "Hi <think>no</think>", {}, "", true, think);
+  expect_calls_at_every_cut(ToolStyle::Hermes, "<think>a</think>b", "<think>a</think>b", {}, "", true, ReplyOptions{.calls = false});
+  // A reply cut short while thinking (max_tokens) is all reasoning; <thin alone is content.
+  expect_calls_at_every_cut(ToolStyle::DeepSeek, "<think>Let me see, 17 is", "", {}, "Let me see, 17 is", true, think);
+  expect_calls_at_every_cut(ToolStyle::DeepSeek, "<thin", "<thin", {}, "", true, think);
+  // Without calls asked for, a call's markup is content; with them, calls follow the thinking.
+  expect_calls_at_every_cut(ToolStyle::Hermes, "<think>no tools</think><tool_call>{}</tool_call>", "<tool_call>{}</tool_call>", {},
+                            "no tools", true, think);
+  expect_calls_at_every_cut(ToolStyle::Hermes,
+                            "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                            "{\"city\": \"Oslo\"}}\n</tool_call>",
+                            "", {{"get_weather", {{"city", "Oslo"}}}}, "Need the weather.", true, ReplyOptions{.think_tags = true});
+}
+
 // Each style's grammar for tool_choice "required" writes a call that its parser reads back.
 TEST(ToolCalls, EveryStylesRequiredCallParsesBack) {
   const std::vector<std::pair<ToolStyle, std::string>> cases = {
       {ToolStyle::Mistral, R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo"}}])"},
+      {ToolStyle::MistralV11, R"([TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"})"},
       {ToolStyle::DeepSeek,
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>"
        "<｜tool▁calls▁end｜>"},
@@ -588,6 +623,14 @@ TEST(ToolCalls, RendersMistralDeepSeekAndHarmonyTurns) {
             R"([TOOL_CALLS] [{"name":"get_weather","arguments":{"city":"Oslo"},"id":"call_1"},{"name":"get_time","arguments":{},"id":"call_2"}]</s>)"
             R"([TOOL_RESULTS] {"content":"{\"temp\": 3}","call_id":"call_1"}[/TOOL_RESULTS])"
             R"([TOOL_RESULTS] {"content":"12:00","call_id":"call_2"}[/TOOL_RESULTS])");
+  // Mistral's v11 templates (Mistral Small 3.2, Devstral): a call is NAME[ARGS]{...}, a result its text.
+  EXPECT_EQ(tool_style(ChatFamily::Mistral, "{{- '[TOOL_CALLS]' + tool.function.name + '[ARGS]' + arguments }}"), ToolStyle::MistralV11);
+  EXPECT_EQ(tool_style(ChatFamily::Mistral, "{{- '[TOOL_CALLS] ' + tool_calls|tojson }}"), ToolStyle::Mistral);
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, render_tool_turns(ToolStyle::MistralV11, messages, time_only), "<s>", "</s>"),
+            R"([AVAILABLE_TOOLS][{"type":"function","function":{"name":"get_time","parameters":{}}}][/AVAILABLE_TOOLS])"
+            "[INST] Be brief.\n\nWeather in Oslo? [/INST]"
+            R"([TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}[TOOL_CALLS]get_time[ARGS]{}</s>)"
+            R"([TOOL_RESULTS]{"temp": 3}[/TOOL_RESULTS][TOOL_RESULTS]12:00[/TOOL_RESULTS])");
 
   EXPECT_EQ(render_chat(ChatFamily::DeepSeek, render_tool_turns(ToolStyle::DeepSeek, messages, time_only), "", "<｜end▁of▁sentence｜>"),
             "Be brief.\n\n## Tools\n\nYou have access to the following tools:\n\n### get_time\n\nParameters: {}\n\n"

@@ -123,6 +123,21 @@ TEST(BytePairs, SpecialTokensAndBos) {
   EXPECT_FALSE(t.is_end_of_generation(start));
 }
 
+// Control tokens that mark a reply's structure decode to their text (Mistral v11's calls,
+// reasoning models' think block); the others to nothing.
+TEST(BytePairs, ReplyMarkersDecodeToTheirText) {
+  VocabData v = bpe_vocab({"h i"}, "qwen2");
+  const std::vector<std::string> markers = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<think>", "</think>", "[INST]"};
+  for (const std::string& m : markers) v.tokens.push_back(m);
+  v.kinds.assign(v.tokens.size(), TokenKind::Normal);
+  for (const std::string& m : markers) v.kinds[id_of(v, m)] = TokenKind::Control;
+  v.bos = v.eos = id_of(v, "[INST]");
+  const Tokenizer t = Tokenizer::from_vocab(v);
+  const Ids reply = t.encode("[INST]<think>hi</think>[TOOL_CALLS]hi[CALL_ID]hi[ARGS]hi", false);
+  EXPECT_EQ(reply.size(), 10u);
+  EXPECT_EQ(t.decode(reply), "<think>hi</think>[TOOL_CALLS]hi[CALL_ID]hi[ARGS]hi");
+}
+
 TEST(BytePairs, MalformedMergesAreRejected) {
   VocabData v = bpe_vocab({}, "default");
   v.merges.push_back("ab");

@@ -23,10 +23,11 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
 
 // Control tokens that carry a reply's structure are decoded as their text (as llama.cpp keeps
 // them), so that a server can tell a reply's parts apart: OpenAI's Harmony format (gpt-oss)
-// marks messages and channels with them, Mistral and DeepSeek their tool calls.
+// marks messages and channels with them, Mistral and DeepSeek their tool calls (Mistral's v11
+// tokenizers [TOOL_CALLS]NAME[ARGS]{...}), reasoning models their thinking.
 constexpr std::string_view kShownControlTexts[] = {
-    "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
+    "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<think>", "</think>"};
 // In Harmony, <|end|> closes a message of the reply (its analysis) rather than the reply, which
 // <|return|> or <|call|> end.
 constexpr std::string_view kHarmonyReplyEnd = "<|return|>";

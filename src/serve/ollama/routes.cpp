@@ -40,18 +40,24 @@ void stream_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durat
         const JobUpdate u = c->started.job->wait(std::chrono::duration_cast<std::chrono::milliseconds>(probe));
         if (u.finished && u.finish_reason == FinishReason::Cancelled) return false;  // the server is stopping
         const std::shared_ptr<structured::ToolCallParser>& tools = c->started.tool_parser;
+        const bool thinking = c->started.request.thinking;
         std::string out;
         // With a reply parser, text that may be a call is held until it is known to be one
-        // (calls go out whole at the end) and reasoning is left out.
-        const std::string content = tools ? tools->push(u.text).content : u.text;
-        if (!content.empty()) out += chunk_line(c->answer, content);
+        // (calls go out whole at the end) and reasoning is "thinking", unless think is false.
+        structured::ReplyDelta d;
+        if (tools) d = tools->push(u.text);
+        else d.content = u.text;
+        if (!thinking) d.reasoning.clear();
+        if (!d.content.empty() || !d.reasoning.empty()) out += chunk_line(c->answer, d.content, {}, d.reasoning);
         if (u.finished && u.finish_reason == FinishReason::Error) {
           out += failure_line(u);
         } else if (u.finished) {
           if (tools) {
             // Ollama streams the calls as one message of their own before the last line.
             structured::ToolCallParser::Finished rest = tools->finish();
-            if (!rest.last.content.empty() || !rest.calls.empty()) out += chunk_line(c->answer, rest.last.content, rest.calls);
+            if (!thinking) rest.last.reasoning.clear();
+            if (!rest.last.content.empty() || !rest.calls.empty() || !rest.last.reasoning.empty())
+              out += chunk_line(c->answer, rest.last.content, rest.calls, rest.last.reasoning);
           }
           out += final_line(c->answer, "", u.finish_reason, u.usage, c->elapsed_ns());
         } else if (out.empty() && Clock::now() - last_write >= probe)
@@ -72,12 +78,14 @@ void whole_answer(std::shared_ptr<Call> c, httplib::Response& res, Clock::durati
   send_whole_answer(res, kJson, std::move(job), probe, [c](const JobUpdate& u, std::string& text) {
     if (u.finish_reason == FinishReason::Error) return failure_line(u);
     std::vector<ChatToolCall> calls;
+    std::string thinking;
     if (const auto& tools = c->started.tool_parser) {
       structured::ToolCallParser::Result split = tools->whole(text);
       text = std::move(split.content);
       calls = std::move(split.calls);
+      if (c->started.request.thinking) thinking = std::move(split.reasoning);
     }
-    return final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns(), calls);
+    return final_line(c->answer, text, u.finish_reason, u.usage, c->elapsed_ns(), calls, thinking);
   });
 }
 

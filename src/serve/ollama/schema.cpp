@@ -245,12 +245,14 @@ json model_entry(const ModelInfo& info) {
 
 json head(const Answer& a) { return {{"model", a.model}, {"created_at", timestamp_now()}}; }
 
-void put_text(json& j, Route route, std::string_view text, std::span<const ChatToolCall> calls = {}) {
+void put_text(json& j, Route route, std::string_view text, std::span<const ChatToolCall> calls = {}, std::string_view thinking = {}) {
   if (route != Route::Chat) {
     j["response"] = text;
+    if (!thinking.empty()) j["thinking"] = thinking;
     return;
   }
   j["message"] = {{"role", "assistant"}, {"content", text}};
+  if (!thinking.empty()) j["message"]["thinking"] = thinking;
   if (calls.empty()) return;
   json& out = j["message"]["tool_calls"] = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -259,6 +261,19 @@ void put_text(json& j, Route route, std::string_view text, std::span<const ChatT
     if (arguments.is_discarded()) arguments = calls[i].arguments;
     out.push_back({{"function", {{"index", i}, {"name", calls[i].name}, {"arguments", std::move(arguments)}}}});
   }
+}
+
+// think: true or false, or gpt-oss's reasoning effort ("low", "medium", "high"), which thinks.
+void parse_think(const json& think, openai::ApiRequest& r) {
+  if (think.is_boolean()) {
+    r.thinking = think.get<bool>();
+    return;
+  }
+  if (!think.is_string()) throw wrong_type("think", "true, false, \"low\", \"medium\" or \"high\"", think);
+  const std::string level = think.get<std::string>();
+  if (level != "low" && level != "medium" && level != "high")
+    throw invalid_request(fmt::format("'think' must be true, false, \"low\", \"medium\" or \"high\", not \"{}\"", level), "think");
+  r.reasoning_effort = level;
 }
 
 int64_t nanoseconds(double seconds) { return static_cast<int64_t>(seconds * 1e9); }
@@ -272,6 +287,7 @@ Request parse_request(Route route, std::string_view body_text) {
   r.model = required_model(body);
   refuse_request_fields(body);
   if (const json* v = field(body, "format")) r.format = parse_format(*v);
+  if (const json* v = field(body, "think")) parse_think(*v, r);
   if (route == Route::Chat) {
     r.endpoint = openai::Endpoint::ChatCompletions;
     if (const json* v = field(body, "messages")) r.messages = parse_messages(*v);
@@ -324,17 +340,17 @@ std::string error_body(std::string_view message) { return dump({{"error", messag
 
 std::string timestamp_now() { return rfc3339(std::chrono::system_clock::now()); }
 
-std::string chunk_line(const Answer& a, std::string_view text, std::span<const ChatToolCall> calls) {
+std::string chunk_line(const Answer& a, std::string_view text, std::span<const ChatToolCall> calls, std::string_view thinking) {
   json j = head(a);
-  put_text(j, a.route, text, calls);
+  put_text(j, a.route, text, calls, thinking);
   j["done"] = false;
   return dump(j) + "\n";
 }
 
 std::string final_line(const Answer& a, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns,
-                       std::span<const ChatToolCall> calls) {
+                       std::span<const ChatToolCall> calls, std::string_view thinking) {
   json j = head(a);
-  put_text(j, a.route, text, calls);
+  put_text(j, a.route, text, calls, thinking);
   j["done"] = true;
   j["done_reason"] = finish_reason_name(reason);
   j["total_duration"] = total_ns;
@@ -370,7 +386,9 @@ std::string show_body(const ModelInfo& info, ChatFamily family, int32_t n_ctx) {
                {"template", info.chat_template},
                {"details", details(info)},
                {"model_info", model_info},
-               {"capabilities", json::array({"completion", "tools"})},
+               {"capabilities", family == ChatFamily::Harmony || template_thinks(info.chat_template)
+                                    ? json::array({"completion", "tools", "thinking"})
+                                    : json::array({"completion", "tools"})},
                {"modified_at", modified_at(info)}});
 }
 

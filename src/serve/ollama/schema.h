@@ -33,6 +33,9 @@ struct Request {
 // template unless "raw" is true. "format" ("json" or a JSON schema) constrains the output as
 // OpenAI's response_format does; /api/chat takes "tools" in OpenAI's shape (the model decides
 // whether to call: Ollama has no tool_choice), assistant turns' "tool_calls" and "tool" turns.
+// "think": false leaves the model's reasoning out of the answer (and asks a model whose template
+// can skip thinking, Qwen3's, not to think); true, or absent, returns it; "low", "medium" or
+// "high" is gpt-oss's reasoning effort.
 // Throws openai::ApiError 400 naming the field for bad JSON, wrong types, values out of range,
 // a schema keyword the grammar can't honour, non-empty "images", "suffix", "template" or
 // "context", which this server can't honour.
@@ -55,13 +58,15 @@ struct Answer {
   std::string model;  // model_name()
 };
 // A streamed piece of the reply: done false; with calls, the message carries them as Ollama's
-// tool_calls ([{"function": {"index", "name", "arguments": {...}}}]).
-std::string chunk_line(const Answer& answer, std::string_view text, std::span<const ChatToolCall> calls = {});
+// tool_calls ([{"function": {"index", "name", "arguments": {...}}}]); reasoning is the chat
+// message's "thinking", or generate's top-level "thinking" (absent when empty).
+std::string chunk_line(const Answer& answer, std::string_view text, std::span<const ChatToolCall> calls = {},
+                       std::string_view thinking = {});
 // The last line: done true, done_reason, the counts and durations (total_ns from the request's
 // start; the load duration is 0: the model was loaded when the server started). `text` is the
 // whole reply for a whole answer, empty after streamed chunks.
 std::string final_line(const Answer& answer, std::string_view text, FinishReason reason, const Usage& usage, int64_t total_ns,
-                       std::span<const ChatToolCall> calls = {});
+                       std::span<const ChatToolCall> calls = {}, std::string_view thinking = {});
 // The answer to a load-only request: done, done_reason "load", no text.
 std::string load_line(const Answer& answer);
 

@@ -377,6 +377,13 @@ ApiError unsupported(const std::string& param, std::string_view what) {
   return invalid_request(fmt::format("{} is not supported by this server", what), param, "unsupported_parameter");
 }
 
+std::string reasoning_effort_value(const json& v, const std::string& param) {
+  const std::string effort = string_value(v, param);
+  if (effort != "low" && effort != "medium" && effort != "high")
+    throw invalid_request(fmt::format("'{}' must be low, medium or high, not '{}'", param, effort), param);
+  return effort;
+}
+
 uint64_t seed_value(const json& v, const std::string& param) {
   if (!v.is_number_integer()) throw wrong_type(param, "an integer", v);
   return v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
@@ -414,6 +421,7 @@ ApiRequest parse_request(Endpoint endpoint, std::string_view body_text) {
   if (const json* v = field(body, "tools")) r.tools = parse_tools(*v);
   if (const json* v = field(body, "tool_choice")) parse_tool_choice(*v, r);
   if (const json* v = field(body, "parallel_tool_calls")) bool_value(*v, "parallel_tool_calls");
+  if (const json* v = field(body, "reasoning_effort")) r.reasoning_effort = reasoning_effort_value(*v, "reasoning_effort");
   if (const json* v = field(body, "stream")) r.stream = bool_value(*v, "stream");
   if (const json* v = field(body, "stream_options")) {
     if (!v->is_object()) throw wrong_type("stream_options", "an object", *v);

@@ -71,6 +71,10 @@ struct ApiRequest {
   std::vector<structured::ToolFunction> tools;  // chat only; parameters schemas checked
   ToolChoice tool_choice = ToolChoice::Auto;
   std::string tool_name;                        // ToolChoice::Named
+  std::string reasoning_effort = "medium";      // low, medium or high: gpt-oss's "Reasoning:" line
+  // Reasoning is returned beside the content; false (Ollama's think: false): it is left out, and
+  // a model whose template can skip thinking is asked to.
+  bool thinking = true;
 };
 
 // Readers of a request's JSON fields, shared by the OpenAI and Ollama schemas. `field` gives the
@@ -83,6 +87,8 @@ std::string string_value(const nlohmann::json& v, const std::string& param);
 bool bool_value(const nlohmann::json& v, const std::string& param);
 double number_value(const nlohmann::json& v, const std::string& param, double lo, double hi);
 int64_t integer_value(const nlohmann::json& v, const std::string& param, int64_t lo, int64_t hi);
+// A reasoning effort: "low", "medium" or "high" (400 naming `param` and those values otherwise).
+std::string reasoning_effort_value(const nlohmann::json& v, const std::string& param);
 // A seed: any 64-bit integer, negative ones as their two's complement.
 uint64_t seed_value(const nlohmann::json& v, const std::string& param);
 // 400 "<what> is not supported by this server", code unsupported_parameter.

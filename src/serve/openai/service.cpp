@@ -26,6 +26,12 @@ uint64_t random_u64() {
 // Tools the model is offered: written into the prompt, and its reply read for calls.
 bool tools_offered(const ApiRequest& r) { return !r.tools.empty() && r.tool_choice != ToolChoice::None; }
 
+// Families whose reasoning models open their reply with <think>...</think> (DeepSeek R1, Qwen3,
+// QwQ); their other models never write it there, so every reply of theirs is read for it.
+bool thinks_in_tags(ChatFamily family, std::string_view jinja) {
+  return family == ChatFamily::ChatML || family == ChatFamily::DeepSeek || template_thinks(jinja);
+}
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -38,7 +44,9 @@ Service::Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFam
       metrics_(metrics),
       chat_family_(chat_family),
       bos_text_(special_text(engine.tokenizer(), engine.tokenizer().bos())),
-      eos_text_(special_text(engine.tokenizer(), engine.tokenizer().eos())) {}
+      eos_text_(special_text(engine.tokenizer(), engine.tokenizer().eos())),
+      think_tags_(thinks_in_tags(chat_family, engine.info().chat_template)),
+      can_skip_thinking_(chat_family == ChatFamily::ChatML && template_can_skip_thinking(engine.info().chat_template)) {}
 
 std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
   const model::Tokenizer& tokenizer = engine_.tokenizer();
@@ -46,13 +54,14 @@ std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
     const bool tools_on = tools_offered(r);
     const bool tool_turns = std::any_of(r.messages.begin(), r.messages.end(),
                                         [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+    const RenderOptions options{.reasoning_effort = r.reasoning_effort, .skip_thinking = !r.thinking && can_skip_thinking_};
     const std::string text =
         tools_on || tool_turns
             ? render_chat(chat_family_,
-                          structured::render_tool_turns(structured::tool_style(chat_family_), r.messages,
+                          structured::render_tool_turns(structured::tool_style(chat_family_, engine_.info().chat_template), r.messages,
                                                         tools_on ? std::span(r.tools) : std::span<const structured::ToolFunction>()),
-                          bos_text_, eos_text_)
-            : render_chat(chat_family_, r.messages, bos_text_, eos_text_);
+                          bos_text_, eos_text_, options)
+            : render_chat(chat_family_, r.messages, bos_text_, eos_text_, options);
     return tokenizer.encode(text, tokenizer.adds_bos(), true);
   }
   // Raw prompts may spell out a chat format themselves, so special token texts count (as in
@@ -94,7 +103,7 @@ Started Service::start(ApiRequest request) {
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   const bool tools_on = tools_offered(r);
-  const structured::ToolStyle style = structured::tool_style(chat_family_);
+  const structured::ToolStyle style = structured::tool_style(chat_family_, info.chat_template);
   std::shared_ptr<const structured::Grammar> grammar = r.format;
   if (tools_on && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)) {
     std::vector<structured::ToolFunction> allowed;
@@ -107,9 +116,12 @@ Started Service::start(ApiRequest request) {
   s.meta.id = fmt::format("{}-{:016x}", endpoint == Endpoint::ChatCompletions ? "chatcmpl" : "cmpl", random_u64());
   s.meta.created = unix_seconds();
   s.meta.model = info.id;
-  // Harmony replies always need reading: their analysis channel is reasoning, not content.
-  if (tools_on || (endpoint == Endpoint::ChatCompletions && style == structured::ToolStyle::Harmony))
-    s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()));
+  // Harmony replies always need reading: their analysis channel is reasoning, not content; so do
+  // the replies of families whose reasoning models think in <think> tags.
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  if (tools_on || (chat && (style == structured::ToolStyle::Harmony || think_tags_)))
+    s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()),
+                                                                 structured::ReplyOptions{.calls = tools_on, .think_tags = chat && think_tags_});
   try {
     s.job = scheduler_.submit(std::move(g));
   } catch (const QueueFullError&) {

@@ -21,8 +21,10 @@ struct Started {
   ApiRequest request;
   ResponseMeta meta;
   std::shared_ptr<Job> job;
-  // Chat with tools the model may call, or in Harmony: splits its text into content, reasoning
-  // and tool_calls. Null otherwise (no tools, or tool_choice "none").
+  // Chat with tools the model may call, in Harmony, or in a family whose reasoning models think
+  // in <think> tags (ChatML, DeepSeek): splits its text into content, reasoning and tool_calls.
+  // Null otherwise (text completions, other families without tools or with tool_choice "none").
+  // The request's `thinking` is the caller's to honour: reasoning still comes out of the parser.
   std::shared_ptr<structured::ToolCallParser> tool_parser;
 };
 
@@ -61,6 +63,8 @@ class Service {
 
   ChatFamily chat_family_;
   std::string bos_text_, eos_text_;
+  bool think_tags_;         // replies may open with <think>...</think>
+  bool can_skip_thinking_;  // the template writes an empty think block when asked not to think
   std::mutex trie_mutex_;
   std::shared_ptr<const structured::TokenTrie> trie_;
 };

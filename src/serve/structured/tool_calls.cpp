@@ -16,6 +16,11 @@ constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";  // Llama 3.1 may open a call with it
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kMistralCallId = "[CALL_ID]";
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kSpace = " \t\r\n";
 constexpr std::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
 constexpr std::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
@@ -30,7 +35,6 @@ constexpr size_t kMaxName = 256;  // a function name longer than this is not a c
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r\n";
   const size_t begin = s.find_first_not_of(kSpace);
   if (begin == std::string_view::npos) return {};
   return s.substr(begin, s.find_last_not_of(kSpace) - begin + 1);
@@ -247,6 +251,24 @@ Scan deepseek_header(Cursor& c, std::string& name) {
   return arguments_start(c);
 }
 
+// Mistral v11's NAME[ARGS] or NAME[CALL_ID]ID[ARGS] (the id is the model's; ours replace it),
+// up to where the arguments start.
+Scan mistral_name_header(Cursor& c, std::string& name) {
+  // The name ends at the "[" that opens [ARGS] or [CALL_ID] (consumed with it).
+  ORCHARD_SCAN(c.name_until("[", name));
+  Cursor args = c;
+  const Scan direct = args.literal(kMistralArgs.substr(1));
+  if (direct == Scan::Match) {
+    c = args;
+  } else {
+    const Scan with_id = c.literal(kMistralCallId.substr(1));
+    if (with_id != Scan::Match) return direct == Scan::NeedMore || with_id == Scan::NeedMore ? Scan::NeedMore : Scan::Mismatch;
+    std::string id;
+    ORCHARD_SCAN(c.name_until(kMistralArgs, id));
+  }
+  return arguments_start(c);
+}
+
 #undef ORCHARD_SCAN
 
 // JSON Schema as Harmony's TypeScript-like types.
@@ -316,10 +338,10 @@ std::string ts_type(const json& s, const std::string& indent) {
 
 }  // namespace
 
-ToolStyle tool_style(ChatFamily family) {
+ToolStyle tool_style(ChatFamily family, std::string_view jinja) {
   switch (family) {
     case ChatFamily::Llama3: return ToolStyle::Llama3;
-    case ChatFamily::Mistral: return ToolStyle::Mistral;
+    case ChatFamily::Mistral: return jinja.find(kMistralArgs) != std::string_view::npos ? ToolStyle::MistralV11 : ToolStyle::Mistral;
     case ChatFamily::DeepSeek: return ToolStyle::DeepSeek;
     case ChatFamily::Harmony: return ToolStyle::Harmony;
     case ChatFamily::Llama2:
@@ -361,6 +383,8 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
       out.push_back({"functions." + called_name(m.tool_call_id), m.content});
     } else if (tool && style == ToolStyle::Mistral) {
       out.push_back({"raw", "[TOOL_RESULTS] " + dump(ordered{{"content", m.content}, {"call_id", m.tool_call_id}}) + "[/TOOL_RESULTS]"});
+    } else if (tool && style == ToolStyle::MistralV11) {
+      out.push_back({"raw", "[TOOL_RESULTS]" + m.content + "[/TOOL_RESULTS]"});
     } else if (tool && style == ToolStyle::DeepSeek) {
       const std::string output = "<｜tool▁output▁begin｜>" + m.content + "<｜tool▁output▁end｜>";
       if (after_tool)
@@ -389,6 +413,9 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
         list.push_back(std::move(call));
       }
       copy.content += std::string(kMistralCalls) + " " + dump(list);
+    } else if (style == ToolStyle::MistralV11) {
+      for (const ChatToolCall& c : m.tool_calls)
+        copy.content += std::string(kMistralCalls) + c.name + std::string(kMistralArgs) + dump(arguments_json(c.arguments));
     } else if (!m.tool_calls.empty() && style == ToolStyle::DeepSeek) {
       copy.content += kDeepSeekCallsBegin;
       for (size_t i = 0; i < m.tool_calls.size(); ++i) copy.content += (i ? "\n" : "") + deepseek_call(m.tool_calls[i]);
@@ -435,13 +462,16 @@ std::vector<ChatMessage> render_tool_turns(ToolStyle style, std::span<const Chat
         out.push_back({"user", text});
       return out;
     }
-    case ToolStyle::Mistral: {
-      // The tools stand right before the last user turn, as Mistral's v3 template puts them.
+    case ToolStyle::Mistral:
+    case ToolStyle::MistralV11: {
+      // The tools stand right before the last user turn, as Mistral's templates put them (v3's
+      // with a space after the marker, v11's without).
       ordered list = ordered::array();
       for (const ToolFunction& f : tools) list.push_back(tool_json(f));
       auto last_user = std::find_if(out.rbegin(), out.rend(), [](const ChatMessage& m) { return m.role == "user"; });
       out.insert(last_user == out.rend() ? out.end() : std::prev(last_user.base()),
-                 ChatMessage{"raw", "[AVAILABLE_TOOLS] " + dump(list) + "[/AVAILABLE_TOOLS]"});
+                 ChatMessage{"raw", std::string(style == ToolStyle::Mistral ? "[AVAILABLE_TOOLS] " : "[AVAILABLE_TOOLS]") + dump(list) +
+                                        "[/AVAILABLE_TOOLS]"});
       return out;
     }
     case ToolStyle::DeepSeek: {
@@ -477,6 +507,7 @@ std::shared_ptr<Grammar> tool_call_grammar(ToolStyle style, std::span<const Tool
     case ToolStyle::Hermes: prefix = std::string(kCallOpen) + "\n", after = "}", suffix = "\n" + std::string(kCallClose); break;
     case ToolStyle::Llama3: after = "}"; break;
     case ToolStyle::Mistral: prefix = std::string(kMistralCalls) + " [", after = "}", suffix = "]"; break;
+    case ToolStyle::MistralV11: prefix = kMistralCalls; break;
     case ToolStyle::DeepSeek:
       prefix = fmt::format("{}{}function{}", kDeepSeekCallsBegin, kDeepSeekCallBegin, kDeepSeekSep);
       after = "\n```" + std::string(kDeepSeekCallEnd);
@@ -496,6 +527,7 @@ std::shared_ptr<Grammar> tool_call_grammar(ToolStyle style, std::span<const Tool
     switch (style) {
       case ToolStyle::DeepSeek: openings.push_back(prefix + f.name + "\n```json\n"); break;
       case ToolStyle::Harmony: openings.push_back(prefix + f.name + " <|constrain|>json<|message|>"); break;
+      case ToolStyle::MistralV11: openings.push_back(prefix + f.name + std::string(kMistralArgs)); break;
       default:
         openings.push_back(prefix + fmt::format("{{\"name\": {}, \"{}\": ", dump(json(f.name)),
                                                 style == ToolStyle::Llama3 ? "parameters" : "arguments"));
@@ -517,8 +549,60 @@ std::vector<ChatToolCall> parse_tool_calls(ToolStyle style, std::string_view tex
   return ToolCallParser(style, id_prefix).whole(text).calls;
 }
 
-ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix)
-    : style_(style), id_prefix_(std::move(id_prefix)), mode_(style == ToolStyle::Harmony ? Mode::Header : Mode::Text) {}
+ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix, ReplyOptions options)
+    // Mistral's parser reads both forms of its calls.
+    : style_(style == ToolStyle::MistralV11 ? ToolStyle::Mistral : style), id_prefix_(std::move(id_prefix)), options_(options) {
+  mode_ = options_.think_tags && style_ != ToolStyle::Harmony ? Mode::ThinkOpen : after_thinking();
+}
+
+ToolCallParser::Mode ToolCallParser::after_thinking() const {
+  if (style_ == ToolStyle::Harmony) return Mode::Header;
+  return options_.calls ? Mode::Text : Mode::Plain;
+}
+
+bool ToolCallParser::in_call_region() const {
+  return style_ != ToolStyle::Harmony && (mode_ == Mode::Header || mode_ == Mode::Arguments || mode_ == Mode::Trailer ||
+                                          mode_ == Mode::Held || mode_ == Mode::Done);
+}
+
+// Whether the reply opens with <think>; spacing before it is no content.
+bool ToolCallParser::step_think_open(bool at_end) {
+  const size_t first = held_.find_first_not_of(kSpace);
+  if (first == std::string::npos && !at_end) return false;
+  const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(held_).substr(first);
+  if (rest.starts_with(kThinkOpen)) {
+    held_.erase(0, first + kThinkOpen.size());
+    mode_ = Mode::Thinking;
+    return true;
+  }
+  if (!at_end && kThinkOpen.starts_with(rest)) return false;
+  mode_ = after_thinking();
+  return true;
+}
+
+// Reasoning up to </think>. Its spacing at either end is no reasoning: trailing spacing is held
+// until reasoning follows it.
+bool ToolCallParser::step_thinking(ReplyDelta& out, bool at_end) {
+  const size_t close = held_.find(kThinkClose);
+  const size_t take = close != std::string::npos ? close : held_.size() - (at_end ? 0 : partial_suffix(held_, kThinkClose));
+  const std::string_view text = std::string_view(held_).substr(0, take);
+  size_t begin = reasoning_started_ ? 0 : text.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) begin = text.size();
+  const size_t last = text.find_last_not_of(kSpace);
+  const size_t end = last == std::string_view::npos || last < begin ? begin : last + 1;
+  if (end > begin) {
+    out.reasoning += text.substr(begin, end - begin);
+    reasoning_started_ = true;
+  }
+  if (close == std::string::npos) {
+    held_.erase(0, at_end ? held_.size() : end > begin || !reasoning_started_ ? end : 0);
+    return false;
+  }
+  held_.erase(0, close + kThinkClose.size());
+  skip_space_ = true;
+  mode_ = after_thinking();
+  return true;
+}
 
 void ToolCallParser::start_call(ReplyDelta& out, std::string name) {
   ChatToolCall call;
@@ -605,8 +689,15 @@ bool ToolCallParser::step_header(ReplyDelta& out, bool at_end) {
       break;
     case ToolStyle::Mistral:
       c.spaces();
-      if (calls_.empty() && !c.end() && c.peek() == '[') c.literal("[");
-      scan = json_header(c, name);
+      if (c.end()) {
+        scan = Scan::NeedMore;
+      } else if (c.peek() == '[' || c.peek() == '{') {
+        if (calls_.empty() && c.peek() == '[') c.literal("[");
+        scan = json_header(c, name);
+      } else {
+        mistral_names_ = true;
+        scan = mistral_name_header(c, name);
+      }
       break;
     case ToolStyle::DeepSeek: scan = deepseek_header(c, name); break;
     default: scan = json_header(c, name); break;
@@ -674,7 +765,7 @@ bool ToolCallParser::step_trailer(bool at_end) {
     mode_ = Mode::Done;
     return false;
   }
-  if (style_ == ToolStyle::Mistral) {
+  if (style_ == ToolStyle::Mistral && !mistral_names_) {
     // The rest of the call's object ("id" may follow the arguments), then "," or "]".
     size_t i = 0;
     for (; i < held_.size() && !object_closed_; ++i) {
@@ -704,7 +795,7 @@ bool ToolCallParser::step_trailer(bool at_end) {
     mode_ = Mode::Done;
     return false;
   }
-  const std::string_view next = style_ == ToolStyle::Hermes ? kCallOpen : kDeepSeekCallBegin;
+  const std::string_view next = style_ == ToolStyle::Hermes ? kCallOpen : style_ == ToolStyle::Mistral ? kMistralCalls : kDeepSeekCallBegin;
   const size_t open = held_.find(next);
   const size_t end = style_ == ToolStyle::DeepSeek ? held_.find(kDeepSeekCallsEnd) : std::string::npos;
   if (end != std::string::npos && (open == std::string::npos || end < open)) {
@@ -713,8 +804,8 @@ bool ToolCallParser::step_trailer(bool at_end) {
     return false;
   }
   if (open != std::string::npos) {
-    // DeepSeek's header starts at its call marker; Hermes's after it.
-    held_.erase(0, style_ == ToolStyle::Hermes ? open + next.size() : open);
+    // DeepSeek's header starts at its call marker; Hermes's and Mistral's after it.
+    held_.erase(0, style_ == ToolStyle::DeepSeek ? open : open + next.size());
     mode_ = Mode::Header;
     return true;
   }
@@ -795,7 +886,14 @@ bool ToolCallParser::step_harmony_body(ReplyDelta& out, bool at_end) {
 
 void ToolCallParser::run(ReplyDelta& out, bool at_end) {
   for (bool more = true; more;) {
+    if (skip_space_) {
+      held_.erase(0, std::min(held_.find_first_not_of(kSpace), held_.size()));
+      skip_space_ = held_.empty();
+    }
     switch (mode_) {
+      case Mode::ThinkOpen: more = step_think_open(at_end); break;
+      case Mode::Thinking: more = step_thinking(out, at_end); break;
+      case Mode::Plain: out.content += std::exchange(held_, {}); more = false; break;
       case Mode::Text: more = step_text(out, at_end); break;
       case Mode::Header:
         more = style_ == ToolStyle::Harmony ? step_harmony_header(out, at_end) : step_header(out, at_end);
@@ -812,7 +910,7 @@ void ToolCallParser::run(ReplyDelta& out, bool at_end) {
 ReplyDelta ToolCallParser::push(std::string_view text) {
   ReplyDelta out;
   held_ += text;
-  if (mode_ != Mode::Text && style_ != ToolStyle::Harmony) region_ += text;
+  if (in_call_region()) region_ += text;
   run(out, false);
   return out;
 }

@@ -20,6 +20,10 @@
 //   Harmony (gpt-oss): tools in the developer message's `namespace functions`, TypeScript-like;
 //     a call is a commentary message to=functions.NAME; results are messages from
 //     functions.NAME. Its replies also carry an analysis channel, returned as reasoning.
+// Mistral's newer tokenizers (v11 on: Mistral Small 3.2, Magistral, Devstral) write each call as
+// [TOOL_CALLS]NAME[ARGS]{...} (or NAME[CALL_ID]ID[ARGS]{...}); the parser reads that form too.
+// Reasoning models of the other families (DeepSeek R1, Qwen3, QwQ) open their reply with
+// <think>...</think>: with ReplyOptions::think_tags that block is reasoning.
 #include <memory>
 #include <span>
 #include <string>
@@ -39,8 +43,11 @@ struct ToolFunction {
   nlohmann::json parameters;  // a JSON schema of the arguments (an object)
 };
 
-enum class ToolStyle { Hermes, Llama3, Mistral, DeepSeek, Harmony };
-ToolStyle tool_style(ChatFamily family);
+enum class ToolStyle { Hermes, Llama3, Mistral, MistralV11, DeepSeek, Harmony };
+// The family's style; Mistral's is MistralV11 when its Jinja template writes calls with [ARGS]
+// (tools as [AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS], calls [TOOL_CALLS]NAME[ARGS]{...},
+// results [TOOL_RESULTS]TEXT[/TOOL_RESULTS]).
+ToolStyle tool_style(ChatFamily family, std::string_view jinja = {});
 
 // The messages to render: tools described where the style puts them (when `tools` is not
 // empty), assistant turns' tool_calls written into their content (Harmony: kept, its renderer
@@ -74,14 +81,23 @@ struct ReplyDelta {
   bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
 };
 
+// What a reply holds besides content.
+struct ReplyOptions {
+  bool calls = true;        // the style's tool calls (false: all but reasoning is content)
+  // A reply that opens with <think> (after spacing) reasons until </think>; the reasoning comes
+  // without the tags and the spacing around it, the content without the spacing after </think>.
+  bool think_tags = false;
+};
+
 // Splits a reply into content, reasoning and calls as it streams. push() returns what is
 // certainly known; a call's arguments stream as they are written once its name is known.
 // A call region that does not parse (no name where one belongs) is held and read whole at
 // finish(); if no call comes out of it, its text counts as content.
 class ToolCallParser {
  public:
-  // Call ids are `id_prefix` followed by the call's index.
-  ToolCallParser(ToolStyle style, std::string id_prefix);
+  // Call ids are `id_prefix` followed by the call's index. Harmony's channels are read whatever
+  // the options say.
+  ToolCallParser(ToolStyle style, std::string id_prefix, ReplyOptions options = {});
   ReplyDelta push(std::string_view text);
   struct Finished {
     ReplyDelta last;                  // what push() had not returned yet
@@ -97,8 +113,12 @@ class ToolCallParser {
   Result whole(std::string_view text);
 
  private:
-  enum class Mode { Text, Header, Arguments, Trailer, Held, Done, Body };
+  enum class Mode { Text, Header, Arguments, Trailer, Held, Done, Body, ThinkOpen, Thinking, Plain };
+  Mode after_thinking() const;
+  bool in_call_region() const;
   void run(ReplyDelta& out, bool at_end);
+  bool step_think_open(bool at_end);
+  bool step_thinking(ReplyDelta& out, bool at_end);
   bool step_text(ReplyDelta& out, bool at_end);
   bool step_header(ReplyDelta& out, bool at_end);
   bool step_arguments(ReplyDelta& out);
@@ -111,6 +131,9 @@ class ToolCallParser {
 
   ToolStyle style_;
   std::string id_prefix_;
+  ReplyOptions options_;
+  bool reasoning_started_ = false;  // reasoning other than spacing was returned
+  bool skip_space_ = false;         // drop spacing up to the content after </think>
   std::string held_;          // text not consumed yet
   std::string region_;        // the calls' text since the first opener, for a region that fails
   Mode mode_ = Mode::Text;
@@ -123,6 +146,7 @@ class ToolCallParser {
   bool in_string_ = false, escaped_ = false, string_value_ = false;
   std::string string_args_;   // a value given as a JSON string, decoded once it closes
   bool object_closed_ = false;  // Mistral: the call's object after its arguments has closed
+  bool mistral_names_ = false;  // Mistral: calls in the [TOOL_CALLS]NAME[ARGS]{...} form
   // Harmony: the message being read (reasoning, content, or a call) and whether its header is done.
   enum class Channel { Content, Reasoning, Call } channel_ = Channel::Content;
 };
