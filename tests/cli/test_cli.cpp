@@ -127,6 +127,7 @@ TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
       {{"make-model", "-o", "/dev/null", "--rope-yarn-factor", "0.5"}, "--rope-yarn-factor: must be 1 or more, got 0.5"},
       {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
       {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
+      {{"bench-comm", "--skew-us", "-1"}, "--skew-us: must be from 0 to 1e+06, got -1"},
   };
   for (const auto& [args, message] : cases) {
     Ran r = run_to_end(orchard(args));
@@ -277,6 +278,19 @@ TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {
   EXPECT_NE(help.out.find("gigabits/s"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("busbw_gb_s (bus bandwidth, gigabytes/s)"), std::string::npos) << help.out;
   EXPECT_EQ(help.out.find("--link-gbps"), std::string::npos) << "the old name is hidden: " << help.out;
+}
+
+// --skew-us: ranks take turns arriving late; what is shown is each call's time beyond the skew.
+// Over an emulated 1 ms link the late rank's message still takes 1 ms after it arrives, so each
+// call costs at least the link's latency beyond the skew: less would be the wait not counted or
+// the skew taken off twice. (No upper bound: on a loaded host a rank that slept through the
+// skew can wait milliseconds for its core.)
+TEST(BenchComm, SkewIsTakenOffTheWaitOnce) {
+  Ran r = run_to_end(orchard({"bench-comm", "--world", "2", "--sizes", "4K", "--iters", "20", "--skew-us", "2000",
+                              "--link-latency-us", "1000", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double beyond = nlohmann::json::parse(r.out)["results"][0]["p50_us"].get<double>();
+  EXPECT_GE(beyond, 900) << r.out;
 }
 
 // --- make-model says what it wrote.
