@@ -56,6 +56,8 @@ bench() {  # strategy[+busy] ranks cpus [replicas]
 # a ping over the veth pair (one way: half the round trip), unlimited bandwidth.
 probe=$("$build/orchard" plan -m "$model" --machines 2 --threads 1 --json)
 bw=$(jq .machines[0].memory_bw_gb_s <<<"$probe")
+# One rank's core streaming while the other waits (a pipeline stage in decode; one rank on one core).
+solo_bw=$(jq .machines[0].solo_memory_bw_gb_s <<<"$probe")
 gflops=$(jq .machines[0].compute_gflops <<<"$probe")
 # How one expert's products over 1, 2, 4 ... 64 tokens fare against that rate (the plan below
 # measures it again: a ratio, which the rates given to it scale).
@@ -68,8 +70,12 @@ else
   latency_us=${ORCHARD_BENCH_LINK_US:-30}
 fi
 predict() {  # strategy world [scale: machine figures × this, for one rank with 2 threads] [plan flags]
+  # One rank with both threads streams what the two-thread probe streams, whole (bw × 2);
+  # one with one thread alone, the solo figure.
+  local solo=$solo_bw
+  [ "${3:-1}" = 1 ] || solo=$(jq -n "$bw * $3")
   "$build/orchard" plan -m "$model" --machines "$2" --world "$2" --strategy "$1" "${@:4}" \
-    --memory-bw-gb-s "$(jq -n "$bw * ${3:-1}")" --compute-gflops "$(jq -n "$gflops * ${3:-1}")" \
+    --memory-bw-gb-s "$(jq -n "$bw * ${3:-1}")" --solo-memory-bw-gb-s "$solo" --compute-gflops "$(jq -n "$gflops * ${3:-1}")" \
     --link-latency-us "$latency_us" --link-gbit-s 0 --prompt-tokens "$prompt" \
     --position $((prompt + gen / 2)) -c $((prompt + gen)) -b "$batch" --json
 }
@@ -100,7 +106,7 @@ results=$(mktemp)
     echo "$label $(bench "$split" 2 - "${replicas[$split]}") ${predicted[$split]}"
   done
 } > "$results"
-python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" <<'PY'
+python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" "$solo_bw" <<'PY'
 import json, sys
 dec = json.JSONDecoder()
 rows = []
@@ -113,7 +119,8 @@ base = next(m for n, m, _ in rows if n == "single-1core")
 two = next(m for n, m, _ in rows if n == "single-2threads")
 print(f"round {sys.argv[9]}")
 print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks in 2 network namespaces over veth (TCP ring), "
-      f"one core each; plan from {float(sys.argv[5]):.1f} GB/s, {float(sys.argv[6]):.0f} GFLOP/s per rank, "
+      f"one core each; plan from {float(sys.argv[5]):.1f} GB/s (one core alone {float(sys.argv[10]):.1f}), "
+      f"{float(sys.argv[6]):.0f} GFLOP/s per rank, "
       f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate")
 print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
       f"{'pp pred':>8} {'tg pred':>8} {'pp m/p':>7} {'tg m/p':>7} {'KB/token':>9}")

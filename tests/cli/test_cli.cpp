@@ -128,6 +128,7 @@ TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
       {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
       {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
       {{"bench-comm", "--skew-us", "-1"}, "--skew-us: must be from 0 to 1e+06, got -1"},
+      {{"plan", "-m", model, "--solo-memory-bw-gb-s", "0"}, "--solo-memory-bw-gb-s: must be more than 0, got 0"},
   };
   for (const auto& [args, message] : cases) {
     Ran r = run_to_end(orchard(args));
@@ -291,6 +292,28 @@ TEST(BenchComm, SkewIsTakenOffTheWaitOnce) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double beyond = nlohmann::json::parse(r.out)["results"][0]["p50_us"].get<double>();
   EXPECT_GE(beyond, 900) << r.out;
+}
+
+// --solo-memory-bw-gb-s: a pipeline's stages take turns in decode, each streaming alone, so on
+// two ranks of one machine its decode is predicted at the solo figure (1.5x the shared one here:
+// the same bytes in 2/3 of the time, the hidden state and logits messages besides), a tensor
+// split's at the shared one; plan --json reports the figure it used.
+TEST(Plan, SoloBandwidthSetsAPipelinesDecode) {
+  auto plan = [](std::string strategy, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "-m", "llama-8b:q4_0", "--machines", "2", "--world", "2", "--strategy",
+                                     strategy, "--memory-bw-gb-s", "10", "--compute-gflops", "100",
+                                     "--link-latency-us", "0", "--link-gbit-s", "0", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Ran r = run_to_end(orchard(args));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const auto shared = plan("pipeline", {}), solo = plan("pipeline", {"--solo-memory-bw-gb-s", "15"});
+  EXPECT_EQ(shared["machines"][0]["solo_memory_bw_gb_s"].get<double>(), 10);
+  EXPECT_EQ(solo["machines"][0]["solo_memory_bw_gb_s"].get<double>(), 15);
+  EXPECT_NEAR(solo["predicted"]["gen_tok_s"].get<double>() / shared["predicted"]["gen_tok_s"].get<double>(), 1.5, 0.01);
+  EXPECT_EQ(plan("tensor", {"--solo-memory-bw-gb-s", "15"})["predicted"]["gen_tok_s"].get<double>(),
+            plan("tensor", {})["predicted"]["gen_tok_s"].get<double>());
 }
 
 // --- make-model says what it wrote.
