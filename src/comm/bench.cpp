@@ -66,12 +66,16 @@ std::vector<size_t> parse_sizes(const std::string& list) {
   return out;
 }
 
+namespace {
+
 // Keeps the CPU busy for `us` microseconds without touching memory: a rank's compute.
 void work_for(double us) {
   const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
   while (Clock::now() < until) {
   }
 }
+
+}  // namespace
 
 std::vector<BenchResult> bench_collective(Group& group, const std::string& op, const std::vector<size_t>& sizes,
                                           int iterations, double skew_us) {
