@@ -14,6 +14,8 @@
 # is the expert split with ORCHARD_BUSY_POLL=1 (each rank spins on its socket instead of
 # sleeping in poll() while it waits for the other). ORCHARD_BENCH_ROUNDS repeats the whole set,
 # one round after another, so that the ratios of each round are measured side by side.
+# ORCHARD_BENCH_OTHER=/path/to/another/orchard runs each split again with that build right after
+# this one's (rows NAME@other), e.g. the build before a comm change.
 # Each row shows measured ÷ predicted (the issue asks for 0.75-1.25) and, for the splits,
 # measured ÷ one rank with 2 threads (the issue asks for ≥ 0.95 from the expert split's decode).
 # About 6 minutes on a quiet 2-core host (one round: 5 runs, each loading the 1.9 GB model).
@@ -40,15 +42,15 @@ ip -n $a addr add 10.78.0.1/24 dev veth-ea && ip -n $a link set veth-ea up && ip
 ip -n $b addr add 10.78.0.2/24 dev veth-eb && ip -n $b link set veth-eb up && ip -n $b link set lo up
 echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2"]}]' > "$hostfile"
 
-bench() {  # strategy[+busy] ranks cpus [replicas]
-  local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0
+bench() {  # strategy[+busy] ranks cpus [replicas] [orchard binary]
+  local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0 orchard=${5:-$build/orchard}
   [ "$strategy" = "$1" ] || poll=1
   strategy=${strategy%0}
   if [ "$ranks" = 1 ]; then
     taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
-    "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
-      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --expert-replicas $replicas --json"
+    "$orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
+      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --expert-replicas $replicas --json"
   fi
 }
 
@@ -104,6 +106,9 @@ results=$(mktemp)
     label=$split
     [ "${replicas[$split]}" -gt 0 ] && label="$split/r${replicas[$split]}"
     echo "$label $(bench "$split" 2 - "${replicas[$split]}") ${predicted[$split]}"
+    # The same split run by another build, right after (its comm, same plan): old against new.
+    [ -z "${ORCHARD_BENCH_OTHER:-}" ] ||
+      echo "$label@other $(bench "$split" 2 - "${replicas[$split]}" "$ORCHARD_BENCH_OTHER") ${predicted[$split]}"
   done
 } > "$results"
 python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" "$solo_bw" <<'PY'
