@@ -14,6 +14,8 @@
 # is the expert split with ORCHARD_BUSY_POLL=1 (each rank spins on its socket instead of
 # sleeping in poll() while it waits for the other). ORCHARD_BENCH_ROUNDS repeats the whole set,
 # one round after another, so that the ratios of each round are measured side by side.
+# ORCHARD_BENCH_OTHER=/path/to/another/orchard runs each split again with that build right after
+# this one's (rows NAME@other), e.g. the build before a comm change.
 # Each row shows measured ÷ predicted (the issue asks for 0.75-1.25) and, for the splits,
 # measured ÷ one rank with 2 threads (the issue asks for ≥ 0.95 from the expert split's decode).
 # About 6 minutes on a quiet 2-core host (one round: 5 runs, each loading the 1.9 GB model).
@@ -40,15 +42,15 @@ ip -n $a addr add 10.78.0.1/24 dev veth-ea && ip -n $a link set veth-ea up && ip
 ip -n $b addr add 10.78.0.2/24 dev veth-eb && ip -n $b link set veth-eb up && ip -n $b link set lo up
 echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2"]}]' > "$hostfile"
 
-bench() {  # strategy[+busy] ranks cpus [replicas]
-  local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0
+bench() {  # strategy[+busy] ranks cpus [replicas] [orchard binary]
+  local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0 orchard=${5:-$build/orchard}
   [ "$strategy" = "$1" ] || poll=1
   strategy=${strategy%0}
   if [ "$ranks" = 1 ]; then
     taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
-    "$build/orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
-      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$build/orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --expert-replicas $replicas --json"
+    "$orchard" launch --hostfile "$hostfile" --ssh "$here/netns-ssh.sh" --backend ring -- sh -c \
+      "ORCHARD_BUSY_POLL=$poll exec taskset -c \$ORCHARD_RANK '$orchard' bench -m '$model' -p $prompt -n $gen -r 1 -b $batch -t 1 --strategy $strategy --expert-replicas $replicas --json"
   fi
 }
 
@@ -56,6 +58,8 @@ bench() {  # strategy[+busy] ranks cpus [replicas]
 # a ping over the veth pair (one way: half the round trip), unlimited bandwidth.
 probe=$("$build/orchard" plan -m "$model" --machines 2 --threads 1 --json)
 bw=$(jq .machines[0].memory_bw_gb_s <<<"$probe")
+# One rank's core streaming while the other waits (a pipeline stage in decode; one rank on one core).
+solo_bw=$(jq .machines[0].solo_memory_bw_gb_s <<<"$probe")
 gflops=$(jq .machines[0].compute_gflops <<<"$probe")
 # How one expert's products over 1, 2, 4 ... 64 tokens fare against that rate (the plan below
 # measures it again: a ratio, which the rates given to it scale).
@@ -68,8 +72,12 @@ else
   latency_us=${ORCHARD_BENCH_LINK_US:-30}
 fi
 predict() {  # strategy world [scale: machine figures × this, for one rank with 2 threads] [plan flags]
+  # One rank with both threads streams what the two-thread probe streams, whole (bw × 2);
+  # one with one thread alone, the solo figure.
+  local solo=$solo_bw
+  [ "${3:-1}" = 1 ] || solo=$(jq -n "$bw * $3")
   "$build/orchard" plan -m "$model" --machines "$2" --world "$2" --strategy "$1" "${@:4}" \
-    --memory-bw-gb-s "$(jq -n "$bw * ${3:-1}")" --compute-gflops "$(jq -n "$gflops * ${3:-1}")" \
+    --memory-bw-gb-s "$(jq -n "$bw * ${3:-1}")" --solo-memory-bw-gb-s "$solo" --compute-gflops "$(jq -n "$gflops * ${3:-1}")" \
     --link-latency-us "$latency_us" --link-gbit-s 0 --prompt-tokens "$prompt" \
     --position $((prompt + gen / 2)) -c $((prompt + gen)) -b "$batch" --json
 }
@@ -98,9 +106,12 @@ results=$(mktemp)
     label=$split
     [ "${replicas[$split]}" -gt 0 ] && label="$split/r${replicas[$split]}"
     echo "$label $(bench "$split" 2 - "${replicas[$split]}") ${predicted[$split]}"
+    # The same split run by another build, right after (its comm, same plan): old against new.
+    [ -z "${ORCHARD_BENCH_OTHER:-}" ] ||
+      echo "$label@other $(bench "$split" 2 - "${replicas[$split]}" "$ORCHARD_BENCH_OTHER") ${predicted[$split]}"
   done
 } > "$results"
-python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" <<'PY'
+python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" "$solo_bw" <<'PY'
 import json, sys
 dec = json.JSONDecoder()
 rows = []
@@ -113,7 +124,8 @@ base = next(m for n, m, _ in rows if n == "single-1core")
 two = next(m for n, m, _ in rows if n == "single-2threads")
 print(f"round {sys.argv[9]}")
 print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks in 2 network namespaces over veth (TCP ring), "
-      f"one core each; plan from {float(sys.argv[5]):.1f} GB/s, {float(sys.argv[6]):.0f} GFLOP/s per rank, "
+      f"one core each; plan from {float(sys.argv[5]):.1f} GB/s (one core alone {float(sys.argv[10]):.1f}), "
+      f"{float(sys.argv[6]):.0f} GFLOP/s per rank, "
       f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate")
 print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
       f"{'pp pred':>8} {'tg pred':>8} {'pp m/p':>7} {'tg m/p':>7} {'KB/token':>9}")

@@ -27,16 +27,18 @@ command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 
 max() { jq -n "[$1, $2] | max"; }
 # Per rank, for one rank alone and for two ranks sharing this machine's memory bandwidth.
-declare -A bw gflops
+# solo: one rank streaming while the others wait (a pipeline's stages take turns in decode).
+declare -A bw solo gflops
 for world in 1 2; do
-  bw[$world]=0 gflops[$world]=0
+  bw[$world]=0 solo[$world]=0 gflops[$world]=0
   for _ in $(seq "$REPEATS"); do
     probe=$("$ORCHARD" plan -m "$MODEL" --machines "$world" --threads 1 --json)
     bw[$world]=$(max "${bw[$world]}" "$(jq .machines[0].memory_bw_gb_s <<<"$probe")")
+    solo[$world]=$(max "${solo[$world]}" "$(jq .machines[0].solo_memory_bw_gb_s <<<"$probe")")
     gflops[$world]=$(max "${gflops[$world]}" "$(jq .machines[0].compute_gflops <<<"$probe")")
   done
-  printf 'per rank, %d rank(s) on this machine: decode %.1f GB/s, matmul %.0f GFLOP/s (best of %d probes)\n' \
-    "$world" "${bw[$world]}" "${gflops[$world]}" "$REPEATS"
+  printf 'per rank, %d rank(s) on this machine: decode %.1f GB/s (alone %.1f), matmul %.0f GFLOP/s (best of %d probes)\n' \
+    "$world" "${bw[$world]}" "${solo[$world]}" "${gflops[$world]}" "$REPEATS"
 done
 
 printf '%-8s %-9s | %9s %9s %6s | %9s %9s %6s\n' "lat µs" strategy "pp pred" "pp meas" ratio "tg pred" "tg meas" ratio
@@ -56,7 +58,7 @@ for lat in $LATENCIES; do
     prompt_tokens=$(jq -r .prompt_tokens <<<"$measured")
     gen_tokens=$(jq -r .gen_tokens <<<"$measured")
     predicted=$("$ORCHARD" plan -m "$MODEL" --machines "$world" --world "$world" --strategy "$strategy" \
-      --memory-bw-gb-s "${bw[$world]}" --compute-gflops "${gflops[$world]}" \
+      --memory-bw-gb-s "${bw[$world]}" --solo-memory-bw-gb-s "${solo[$world]}" --compute-gflops "${gflops[$world]}" \
       --link-latency-us "$lat" --link-gbit-s 0 --prompt-tokens "$prompt_tokens" \
       --position $((prompt_tokens + gen_tokens / 2)) --json)
     pp_pred=$(jq -r .predicted.prompt_tok_s <<<"$predicted")

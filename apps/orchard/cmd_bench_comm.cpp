@@ -34,6 +34,7 @@ struct BenchFlags {
   double link_gbps = -1;
   int sockets_per_link = 0;
   bool busy_poll = false;
+  double skew_us = 0;
   double timeout_s = 0;
   bool as_rank = false;
   std::string result_file;
@@ -68,7 +69,8 @@ nlohmann::json read_results(const std::string& path, const std::string& who) {
 // The flags a rank process needs to measure what this run measures.
 std::vector<std::string> rank_args(const BenchFlags& f, const std::string& backend, const std::string& result_file) {
   return {comm::current_executable(), "bench-comm", "--as-rank", "--backend", backend, "--op", f.op, "--sizes",
-          f.sizes, "--iters", std::to_string(f.iters), "--result-file", result_file};
+          f.sizes, "--iters", std::to_string(f.iters), "--skew-us", fmt::format("{}", f.skew_us), "--result-file",
+          result_file};
 }
 
 // OpenMPI's collectives under mpirun: over TCP for comparison with the ring, over its default
@@ -89,7 +91,7 @@ void run_as_rank(const BenchFlags& f) {
   comm::Config config = comm::config_from_env();
   config.backend = comm::parse_backend(f.backend);
   comm::Group group = comm::init(config);
-  auto results = comm::bench_collective(group, f.op, comm::parse_sizes(f.sizes), f.iters);
+  auto results = comm::bench_collective(group, f.op, comm::parse_sizes(f.sizes), f.iters, f.skew_us);
   if (group.rank() != 0) return;
   const std::string text = to_json(results).dump();
   if (f.result_file.empty()) {
@@ -194,6 +196,10 @@ void add_bench_comm_command(CLI::App& app) {
   cmd->add_option("--sockets-per-link", flags->sockets_per_link, "TCP sockets per link (ring; 0: the default)")
       ->check(between(0, 64));
   cmd->add_flag("--busy-poll", flags->busy_poll, "spin on sockets instead of sleeping in poll()");
+  cmd->add_option("--skew-us", flags->skew_us,
+                  "ranks take turns arriving this late (busy), as a split's uneven steps do; shows each call's "
+                  "time beyond the skew, wake-ups included (0: all arrive together)")
+      ->check(between(0, 1e6));
   cmd->add_option("--timeout-s", flags->timeout_s, "inactivity timeout of each call, seconds (0: the default)")
       ->check(at_least(0));
   cmd->add_flag("--as-rank", flags->as_rank, "run as one rank (set by the launcher)")->group("");

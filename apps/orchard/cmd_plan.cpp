@@ -62,6 +62,9 @@ void run_plan(PlanFlags f) {
   for (cluster::MachineSpec& m : r.machines) {
     if (f.machine.memory_gb > 0) m.memory_gb = f.machine.memory_gb;
     if (f.machine.memory_bw_gbs > 0) m.memory_bw_gbs = f.machine.memory_bw_gbs;
+    // A what-if bandwidth without a solo one: the rank reads at it alone too.
+    if (f.machine.memory_bw_gbs > 0 || f.machine.solo_memory_bw_gbs > 0)
+      m.solo_memory_bw_gbs = f.machine.solo_memory_bw_gbs;
     if (f.machine.compute_gflops > 0) m.compute_gflops = f.machine.compute_gflops;
   }
   if (f.link_latency_us >= 0 || f.link_gbps >= 0) {
@@ -96,7 +99,7 @@ void run_plan(PlanFlags f) {
     for (size_t i = 0; i < r.machines.size(); ++i) {
       const cluster::MachineSpec& m = r.machines[i];
       machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gb_s", m.memory_bw_gbs},
-                          {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
+                          {"solo_memory_bw_gb_s", m.solo_bw_gbs()}, {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
       if (!m.expert_efficiency.empty()) machines.back()["expert_efficiency"] = m.expert_efficiency;
     }
     j["machines"] = std::move(machines);
@@ -120,6 +123,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--memory", f->machine.memory_gb, "What-if: memory of every machine, GB");
   add_renamed_option(cmd, "--memory-bw-gb-s", "--memory-bw-gbs", f->machine.memory_bw_gbs,
                      "What-if: effective decode memory bandwidth of every machine, gigabytes/s", above(0));
+  cmd->add_option("--solo-memory-bw-gb-s", f->machine.solo_memory_bw_gbs,
+                  "What-if: decode memory bandwidth of one rank streaming while the others on its machine wait (a "
+                  "pipeline's stages), gigabytes/s (default: measured, or --memory-bw-gb-s)")
+      ->check(above(0));
   cmd->add_option("--compute-gflops", f->machine.compute_gflops, "What-if: matmul rate of every machine, GFLOP/s");
   cmd->add_option("--link-latency-us", f->link_latency_us, "What-if: one-way latency of every link, µs");
   add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", f->link_gbps, "What-if: bandwidth of every link, gigabits/s (0: unlimited)",

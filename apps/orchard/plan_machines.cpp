@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cluster/agent.h"
 #include "cluster/hardware_catalog.h"
@@ -45,9 +46,19 @@ cluster::MachineSpec local_machine_spec(const MachineOverrides& f, const model::
     if (f.compute_gflops > 0) p.compute_gflops = f.compute_gflops * count;
     return p;
   }();
+  // One rank streaming while the others wait: measured with its own threads alone (a core
+  // alone streams more than its share of what all stream together), unless the what-if flags
+  // give the figures.
+  static const double solo = [&] {
+    if (f.solo_memory_bw_gbs > 0) return f.solo_memory_bw_gbs;
+    if (f.memory_bw_gbs > 0 || count == 1) return 0.0;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return cluster::probe_decode_gbs(f.threads > 0 ? f.threads : std::max(1, cores / count),
+                                     {shape.n_embd, shape.kv_dim(), shape.n_ff, shape.n_ff_exp});
+  }();
   return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
           static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count,
-          probe.expert_efficiency};
+          probe.expert_efficiency, solo};
 }
 
 cluster::MachineSpec catalog_machine(const MachineOverrides& f, size_t index, const std::string& host) {

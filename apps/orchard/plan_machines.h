@@ -14,6 +14,9 @@ namespace orchard::app {
 struct MachineOverrides {
   std::vector<std::string> chips;  // one for all machines, or one per machine
   double memory_gb = 0, memory_bw_gbs = 0, compute_gflops = 0;
+  // One rank's decode bandwidth while the others sharing its machine wait (MachineSpec::
+  // solo_memory_bw_gbs); 0: measured, or memory_bw_gbs when that is given.
+  double solo_memory_bw_gbs = 0;
   int threads = 0;  // threads per rank when measuring this machine (0: all cores, shared)
 };
 

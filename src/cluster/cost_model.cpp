@@ -176,6 +176,7 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0, "machine '{}' without bandwidth or compute rate", machine.host);
   const double read_per_token = layers * layer_read_bytes + kv_row * kv_read_positions + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
+  r.gen_solo_ms = read_per_token / (machine.solo_bw_gbs() * 1e9) * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
   const double chunk = prompt_chunk(work, layout.pp);
   const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
@@ -430,11 +431,16 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
   int steps = 0;
 
   // Generation: stages run one after another; inside a stage the tp ranks run side by side
-  // and meet at 2 all-reduces per layer.
+  // and meet at 2 all-reduces per layer. A stage of one rank streams alone while the others
+  // wait for it, so it reads at its solo rate even where ranks share a machine; the ranks of a
+  // tensor or expert group read at once, at their shares.
   double compute = 0, allreduce = 0;
   for (int stage = 0; stage < pp; ++stage) {
     double slowest = 0;
-    for (int t = 0; t < tp; ++t) slowest = std::max(slowest, p.ranks[static_cast<size_t>(layout.rank_at(stage, t))].gen_ms);
+    for (int t = 0; t < tp; ++t) {
+      const RankCost& rank = p.ranks[static_cast<size_t>(layout.rank_at(stage, t))];
+      slowest = std::max(slowest, tp == 1 ? rank.gen_solo_ms : rank.gen_ms);
+    }
     compute += slowest;
     const double layers = p.ranks[static_cast<size_t>(layout.rank_at(stage, 0))].shard.n_layers();
     int sum_steps = 0;

@@ -63,6 +63,13 @@ struct MachineSpec {
   // token count compute_gflops is measured at (MachineProbe::expert_efficiency); empty: taken
   // as compute_gflops (not measured).
   std::vector<double> expert_efficiency = {};
+  // Where several ranks share one machine's memory (memory_bw_gbs is then each one's share of
+  // what they reach streaming together): what one of them reaches streaming alone, with its
+  // threads, while the others wait, as a pipeline's stages take turns in a decode step. One
+  // core alone streams more than half of what two stream together. 0: memory_bw_gbs (a rank
+  // with its machine to itself).
+  double solo_memory_bw_gbs = 0;
+  double solo_bw_gbs() const { return solo_memory_bw_gbs > 0 ? solo_memory_bw_gbs : memory_bw_gbs; }
 };
 
 // The fraction of compute_gflops a product over `tokens` tokens of one expert reaches on
@@ -97,6 +104,7 @@ struct RankCost {
   double overhead_bytes = 0;
   double usable_bytes = 0;   // memory_gb × kUsableMemoryFraction
   double gen_ms = 0;         // its share of one token: bytes read ÷ bandwidth
+  double gen_solo_ms = 0;    // the same read at MachineSpec::solo_bw_gbs: a rank alone in its stage
   double prompt_chunk_ms = 0;  // one prompt chunk: the larger of FLOPs ÷ rate and bytes ÷ bandwidth
   // Splits of whole experts: the expected share of a decode step's expert choices the busiest
   // member of its group computes, over the mean share (1: even; expected_busiest_choices).

@@ -65,50 +65,74 @@ std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool&
   return best;
 }
 
-}  // namespace
+// Copies of one layer's matrices (Q4_0), enough of them to be well past any cache.
+struct LayerSet {
+  std::vector<std::vector<core::BlockQ4_0>> storage;
+  std::vector<core::WeightMatrix> matrices;
+  int64_t widest = 0;
+};
 
-MachineProbe probe_machine(int threads, const ProbeShape& shape) {
-  core::ThreadPool pool(threads);
-  MachineProbe probe;
-  probe.threads = pool.size();
+LayerSet layer_set(const ProbeShape& shape) {
   const int64_t d = shape.n_embd;
   const std::vector<std::pair<int64_t, int64_t>> layer = {{d, d}, {shape.kv_dim, d}, {shape.kv_dim, d}, {d, d},
                                                           {shape.n_ff, d}, {shape.n_ff, d}, {d, shape.n_ff}};
   double layer_bytes = 0;
   for (const auto& [rows, cols] : layer) layer_bytes += static_cast<double>(rows * cols) / 32 * sizeof(core::BlockQ4_0);
   const int copies = static_cast<int>(kMinimumBytes / layer_bytes) + 1;
-
-  std::vector<std::vector<core::BlockQ4_0>> storage;
-  std::vector<core::WeightMatrix> matrices;
+  LayerSet set;
+  set.widest = std::max(d, shape.n_ff);
   for (int c = 0; c < copies; ++c) {
     for (const auto& [rows, cols] : layer) {
-      std::vector<core::BlockQ4_0>& blocks = storage.emplace_back(static_cast<size_t>(rows * cols / 32));
+      std::vector<core::BlockQ4_0>& blocks = set.storage.emplace_back(static_cast<size_t>(rows * cols / 32));
       // A modest scale and varied nibbles: the kernels' speed does not depend on values, but
       // NaNs or denormals could.
       for (size_t b = 0; b < blocks.size(); ++b) {
         blocks[b].d = 0x2c00;  // 1/16 in IEEE half
         std::memset(blocks[b].qs, static_cast<int>(0x11 * (b % 15)), sizeof blocks[b].qs);
       }
-      matrices.push_back(core::WeightMatrix::prepare(core::TensorType::Q4_0, blocks.data(), rows, cols));
+      set.matrices.push_back(core::WeightMatrix::prepare(core::TensorType::Q4_0, blocks.data(), rows, cols));
     }
   }
-  const int64_t widest = std::max(d, shape.n_ff);
-  std::vector<float> x(static_cast<size_t>(kPromptTokens * widest), 0.5f), y(x.size());
-  core::MatmulScratch scratch;
-  for (const auto& w : matrices) core::matmul(w, x.data(), 1, y.data(), pool, scratch);  // warm up
+  return set;
+}
 
+// Weight bytes per second of one-token products streaming the set, GB/s (after a warm-up pass).
+double decode_rate(const LayerSet& set, core::ThreadPool& pool, core::MatmulScratch& scratch, std::vector<float>& x,
+                   std::vector<float>& y) {
+  for (const auto& w : set.matrices) core::matmul(w, x.data(), 1, y.data(), pool, scratch);
   double bytes = 0;
-  auto start = Clock::now();
+  const auto start = Clock::now();
   while (seconds_since(start) < 0.5) {
-    for (const auto& w : matrices) {
+    for (const auto& w : set.matrices) {
       core::matmul(w, x.data(), 1, y.data(), pool, scratch);
       bytes += static_cast<double>(w.bytes());
     }
   }
-  probe.decode_gbs = bytes / seconds_since(start) / 1e9;
+  return bytes / seconds_since(start) / 1e9;
+}
+
+}  // namespace
+
+double probe_decode_gbs(int threads, const ProbeShape& shape) {
+  core::ThreadPool pool(threads);
+  const LayerSet set = layer_set(shape);
+  std::vector<float> x(static_cast<size_t>(set.widest), 0.5f), y(x.size());
+  core::MatmulScratch scratch;
+  return decode_rate(set, pool, scratch, x, y);
+}
+
+MachineProbe probe_machine(int threads, const ProbeShape& shape) {
+  core::ThreadPool pool(threads);
+  MachineProbe probe;
+  probe.threads = pool.size();
+  const LayerSet set = layer_set(shape);
+  const std::vector<core::WeightMatrix>& matrices = set.matrices;
+  std::vector<float> x(static_cast<size_t>(kPromptTokens * set.widest), 0.5f), y(x.size());
+  core::MatmulScratch scratch;
+  probe.decode_gbs = decode_rate(set, pool, scratch, x, y);
 
   double flops = 0;
-  start = Clock::now();
+  const auto start = Clock::now();
   for (size_t i = 0; seconds_since(start) < 0.5; i = (i + 1) % matrices.size()) {
     core::matmul(matrices[i], x.data(), kPromptTokens, y.data(), pool, scratch);
     flops += 2.0 * kPromptTokens * static_cast<double>(matrices[i].rows() * matrices[i].cols());

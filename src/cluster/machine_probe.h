@@ -37,4 +37,8 @@ struct ProbeShape {
 // Takes about a second (and half a second more with experts). threads: as the run will use (0: all cores).
 MachineProbe probe_machine(int threads, const ProbeShape& shape = {});
 
+// Only the decode rate (MachineProbe::decode_gbs) with `threads` (half a second): for one rank
+// of several on this machine streaming while the others wait (MachineSpec::solo_memory_bw_gbs).
+double probe_decode_gbs(int threads, const ProbeShape& shape = {});
+
 }  // namespace orchard::cluster

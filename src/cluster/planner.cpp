@@ -435,7 +435,8 @@ std::string format_plan(const Plan& plan) {
     out += fmt::format("{:<5} {:<20} {:>9} {:>9} {:>16} {:>8.2f}\n", r, plan.hosts[r],
                        fmt::format("{}-{}", rc.shard.layer_begin, rc.shard.layer_end),
                        fmt::format("{}-{}", rc.shard.head_begin, rc.shard.head_end),
-                       fmt::format("{:.1f} / {:.1f}", gb(rc.need_bytes()), gb(rc.usable_bytes)), rc.gen_ms);
+                       fmt::format("{:.1f} / {:.1f}", gb(rc.need_bytes()), gb(rc.usable_bytes)),
+                       p.layout.tp == 1 ? rc.gen_solo_ms : rc.gen_ms);  // as predict charges it
   }
   out += "\n" + plan.explanation + "\n";
   return out;

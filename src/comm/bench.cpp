@@ -66,8 +66,19 @@ std::vector<size_t> parse_sizes(const std::string& list) {
   return out;
 }
 
+namespace {
+
+// Keeps the CPU busy for `us` microseconds without touching memory: a rank's compute.
+void work_for(double us) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
+  while (Clock::now() < until) {
+  }
+}
+
+}  // namespace
+
 std::vector<BenchResult> bench_collective(Group& group, const std::string& op, const std::vector<size_t>& sizes,
-                                          int iterations) {
+                                          int iterations, double skew_us) {
   if (op != "all_reduce" && op != "all_gather") {
     throw Error(error_message("comm", "bench-comm measures all_reduce or all_gather, not '{}'", op));
   }
@@ -89,10 +100,22 @@ std::vector<BenchResult> bench_collective(Group& group, const std::string& op, c
     for (int i = 0; i < std::min(iters, 10); ++i) run_once();
     group.barrier();
     times.clear();
-    for (int i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
-      run_once();
-      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (skew_us > 0) {
+      const int late[2] = {0, n - 1};
+      for (int i = 0; i < iters; ++i) {
+        const auto t0 = Clock::now();
+        for (int side = 0; side < 2; ++side) {
+          if (group.rank() == late[side]) work_for(skew_us);
+          run_once();
+        }
+        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2 - skew_us);
+      }
+    } else {
+      for (int i = 0; i < iters; ++i) {
+        const auto t0 = Clock::now();
+        run_once();
+        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
     }
     BenchResult r;
     r.op = op;

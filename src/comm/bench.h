@@ -29,8 +29,13 @@ int default_iterations(size_t bytes);
 
 // Every rank calls this with the same arguments; op is "all_reduce" (f32) or "all_gather".
 // Times are rank 0's; other ranks get the same vector.
+// skew_us > 0 models a split's uneven steps: before each call one rank (rank 0 and the last
+// rank in turn) works skew_us on its CPU, so the other waits for it, as a decode step's layers
+// wait for the rank with more of their work. Times are then per call, averaged over a pair of
+// calls (each side late once), minus skew_us: what waiting costs beyond the wait itself (a
+// waiter that slept pays its wake-up before its next step).
 std::vector<BenchResult> bench_collective(Group& group, const std::string& op, const std::vector<size_t>& sizes,
-                                          int iterations);
+                                          int iterations, double skew_us = 0);
 
 // Two processes on this machine (pinned to CPUs 0 and 1) bounce each size over a TCP
 // connection with TCP_NODELAY: the floor any TCP collective is measured against.

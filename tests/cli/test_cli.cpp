@@ -127,6 +127,8 @@ TEST(FlagRanges, OutOfRangeNamesTheFlagAndTheRange) {
       {{"make-model", "-o", "/dev/null", "--rope-yarn-factor", "0.5"}, "--rope-yarn-factor: must be 1 or more, got 0.5"},
       {{"bench-comm", "--world", "1"}, "--world: must be from 2 to 1024, got 1"},
       {{"bench-comm", "--sockets-per-link", "65"}, "--sockets-per-link: must be from 0 to 64, got 65"},
+      {{"bench-comm", "--skew-us", "-1"}, "--skew-us: must be from 0 to 1e+06, got -1"},
+      {{"plan", "-m", model, "--solo-memory-bw-gb-s", "0"}, "--solo-memory-bw-gb-s: must be more than 0, got 0"},
   };
   for (const auto& [args, message] : cases) {
     Ran r = run_to_end(orchard(args));
@@ -277,6 +279,41 @@ TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {
   EXPECT_NE(help.out.find("gigabits/s"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("busbw_gb_s (bus bandwidth, gigabytes/s)"), std::string::npos) << help.out;
   EXPECT_EQ(help.out.find("--link-gbps"), std::string::npos) << "the old name is hidden: " << help.out;
+}
+
+// --skew-us: ranks take turns arriving late; what is shown is each call's time beyond the skew.
+// Over an emulated 1 ms link the late rank's message still takes 1 ms after it arrives, so each
+// call costs at least the link's latency beyond the skew: less would be the wait not counted or
+// the skew taken off twice. (No upper bound: on a loaded host a rank that slept through the
+// skew can wait milliseconds for its core.)
+TEST(BenchComm, SkewIsTakenOffTheWaitOnce) {
+  Ran r = run_to_end(orchard({"bench-comm", "--world", "2", "--sizes", "4K", "--iters", "20", "--skew-us", "2000",
+                              "--link-latency-us", "1000", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double beyond = nlohmann::json::parse(r.out)["results"][0]["p50_us"].get<double>();
+  EXPECT_GE(beyond, 900) << r.out;
+}
+
+// --solo-memory-bw-gb-s: a pipeline's stages take turns in decode, each streaming alone, so on
+// two ranks of one machine its decode is predicted at the solo figure (1.5x the shared one here:
+// the same bytes in 2/3 of the time, the hidden state and logits messages besides), a tensor
+// split's at the shared one; plan --json reports the figure it used.
+TEST(Plan, SoloBandwidthSetsAPipelinesDecode) {
+  auto plan = [](std::string strategy, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "-m", "llama-8b:q4_0", "--machines", "2", "--world", "2", "--strategy",
+                                     strategy, "--memory-bw-gb-s", "10", "--compute-gflops", "100",
+                                     "--link-latency-us", "0", "--link-gbit-s", "0", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Ran r = run_to_end(orchard(args));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const auto shared = plan("pipeline", {}), solo = plan("pipeline", {"--solo-memory-bw-gb-s", "15"});
+  EXPECT_EQ(shared["machines"][0]["solo_memory_bw_gb_s"].get<double>(), 10);
+  EXPECT_EQ(solo["machines"][0]["solo_memory_bw_gb_s"].get<double>(), 15);
+  EXPECT_NEAR(solo["predicted"]["gen_tok_s"].get<double>() / shared["predicted"]["gen_tok_s"].get<double>(), 1.5, 0.01);
+  EXPECT_EQ(plan("tensor", {"--solo-memory-bw-gb-s", "15"})["predicted"]["gen_tok_s"].get<double>(),
+            plan("tensor", {})["predicted"]["gen_tok_s"].get<double>());
 }
 
 // --- make-model says what it wrote.

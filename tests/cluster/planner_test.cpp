@@ -219,6 +219,30 @@ TEST(CostModel, HandWorkedTwoRankFigures) {
   EXPECT_NEAR(pipe.gen_comm_ms, 2 * 0.1 + (8192 + 128000) * 8 / 1e9 * 1e3, 1e-9);
 }
 
+// Two ranks sharing one machine's memory: each gets half of what both stream together, but a
+// pipeline's stages take turns in a decode step, each streaming alone at the solo rate (one
+// core of this 2-core host: 23.4 tok/s alone, 34.6 with both cores, not 46.8), while a tensor
+// split's ranks stream at once, at their shares. Hand-worked from the same bytes as above.
+TEST(CostModel, APipelineStageDecodesAtItsSoloBandwidth) {
+  const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");
+  Workload w;
+  w.position = 0;
+  const MachineSpec shared{"x", 16, 10, 100, {}, 15};
+  const double layer = m.attn_bytes + m.ffn_bytes;
+  const Prediction single = predict(m, parallel::Layout::make(Strategy::Single, 1), {shared}, {}, w);
+  EXPECT_NEAR(single.gen_compute_ms, (22 * layer + m.output_bytes) / 15e9 * 1e3, 1e-9);
+  const Prediction pipe = predict(m, parallel::Layout::make(Strategy::Pipeline, 2), {shared, shared}, {}, w);
+  EXPECT_NEAR(pipe.gen_compute_ms, (22 * layer + m.output_bytes) / 15e9 * 1e3, 1e-9);
+  // Tensor: each rank reads half of every layer and of the head, at its 10 GB/s share.
+  const Prediction tensor = predict(m, parallel::Layout::make(Strategy::Tensor, 2), {shared, shared}, {}, w);
+  const Prediction tensor_alone =
+      predict(m, parallel::Layout::make(Strategy::Tensor, 2), {MachineSpec{"x", 16, 10, 100}, MachineSpec{"x", 16, 10, 100}}, {}, w);
+  EXPECT_DOUBLE_EQ(tensor.gen_compute_ms, tensor_alone.gen_compute_ms);
+  EXPECT_NEAR(tensor.gen_compute_ms, single.gen_compute_ms * 15 / 10 / 2, 0.02 * single.gen_compute_ms);
+  // Without a solo figure a rank reads at memory_bw_gbs alone too.
+  EXPECT_DOUBLE_EQ(MachineSpec({"x", 16, 10, 100}).solo_bw_gbs(), 10);
+}
+
 TEST(CostModel, KvCacheIsSizedByItsElementType) {
   // tinyllama: 22 layers, 4 KV heads of 64 → 512 key and value elements per position and layer.
   const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");

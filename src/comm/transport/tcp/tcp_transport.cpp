@@ -15,9 +15,13 @@
 namespace orchard::comm::tcp {
 namespace {
 
-// How long the loop retries non-blocking sockets before it sleeps in poll(): a reply that comes
-// within this window costs no wake-up.
-constexpr auto kSpinBeforePoll = std::chrono::microseconds(30);
+// How long the loop retries non-blocking sockets before it sleeps in poll(). A split's ranks
+// wait for each other at every layer, tens to a few hundred microseconds when one has more of
+// the layer's work; a rank that slept pays its wake-up before its next layer, on the critical
+// path, so the spin covers such waits. Yielding instead of spinning measured far worse on a
+// loaded host (a yield hands the core to another program for its whole slice, while a task
+// woken from poll() preempts it), and a wait longer than this is not a layer's imbalance.
+constexpr auto kSpinBeforePoll = std::chrono::microseconds(250);
 // A connection has this long to complete the handshake, so a silent foreign client cannot
 // hold up the accept loop.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(2);
