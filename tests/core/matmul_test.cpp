@@ -556,7 +556,7 @@ void expect_extreme_rows_exact(TensorType type, const void* weights, int64_t row
   MatmulScratch scratch;
   std::vector<float> dequantized(static_cast<size_t>(cols));
   for (float sign : {1.0f, -1.0f}) {
-    std::vector<float> x(static_cast<size_t>(9 * cols), sign);
+    std::vector<float> x(static_cast<size_t>(17 * cols), sign);
     std::vector<double> expected(static_cast<size_t>(rows)), magnitude(expected.size());
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row_reference(type, static_cast<const uint8_t*>(weights) + row_bytes(type, cols) * static_cast<size_t>(r),
@@ -570,7 +570,9 @@ void expect_extreme_rows_exact(TensorType type, const void* weights, int64_t row
       kernels::use_kernel_set(set);
       for (bool repack : {false, true}) {
         WeightMatrix w = WeightMatrix::prepare(type, weights, rows, cols, repack);
-        for (int64_t n_tokens : {1, 2, 3, 9}) {  // 2..16: the small-batch kernels, 9 a run of 8 and one
+        // 2..16: the small-batch kernels, 9 a run of 8 and one; 8 and 17: a step of several
+        // sequences and a prompt, which AVX2's Q4_0 takes in runs of 4.
+        for (int64_t n_tokens : {1, 2, 3, 8, 9, 17}) {
           std::vector<float> y(static_cast<size_t>(n_tokens * rows), NAN);
           matmul(w, x.data(), n_tokens, y.data(), pool, scratch);
           for (int64_t t = 0; t < n_tokens; ++t)

@@ -134,6 +134,8 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (std::string arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "deepseek2", "gpt-oss"})
     for (std::string type : {"f32", "q8_0", "q4_k_m"}) cases.push_back({arch, type});
+  // Q4_0's interleaved kernel has paths of its own for prompts and a step of several sequences.
+  cases.push_back({"llama", "q4_0"});
   return cases;
 }
 
