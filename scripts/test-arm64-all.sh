@@ -9,8 +9,9 @@
 # Usage: scripts/test-arm64-all.sh [--build-only | --test-only] [ctest args...]   (e.g. -L 'core|gguf' -j 2)
 #   --test-only: run ctest on what the build folder holds, without configuring or building
 #   ORCHARD_ARM64_BUILD  build folder (default build-arm64-all)
-#   ORCHARD_ARM64_TIMEOUT_FACTOR  multiplies the timeouts tests set themselves (default 5: the
-#     openai client tests take 45-200 s under qemu on 2 busy cores, against a native 120 s limit)
+#   ORCHARD_ARM64_TIMEOUT_FACTOR  multiplies the timeouts and waits tests set themselves (default 5:
+#     the openai client tests take 45-200 s under qemu on 2 busy cores, against a native 120 s
+#     limit; an agent measures its machine for about a minute before it answers)
 #   ORCHARD_ARM64_NETNS=1  a network namespace of its own too, so the Netns* cluster tests run
 #     (scripts/lib/arm64-binfmt.sh)
 set -euo pipefail
@@ -51,6 +52,8 @@ source "$root/scripts/lib/arm64-binfmt.sh"
 arm64_binfmt_check
 cd "$build"
 status=0
-arm64_binfmt_run ctest --output-on-failure "$@" || status=$?
+# The same factor for the waits tests set in their own code (an agent's start-up measurement, a
+# split server's comm timeout): ORCHARD_TEST_TIMEOUT_FACTOR in their environment.
+ORCHARD_TEST_TIMEOUT_FACTOR=$timeout_factor arm64_binfmt_run ctest --output-on-failure "$@" || status=$?
 echo "[arm64] ctest under qemu took $(($(date +%s) - built)) s (exit $status)"
 exit $status

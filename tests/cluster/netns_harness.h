@@ -24,6 +24,14 @@ inline std::string orchard_binary() {
   return ORCHARD_BINARY;
 }
 
+// Multiplies the waits these tests set themselves: scripts/test-arm64-all.sh sets it for the run
+// under qemu-user, where an agent's start-up measurement of its machine alone takes about a minute.
+inline int timeout_factor() {
+  const char* f = std::getenv("ORCHARD_TEST_TIMEOUT_FACTOR");
+  const int factor = f ? std::atoi(f) : 1;
+  return factor > 0 ? factor : 1;
+}
+
 inline int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
 
 inline std::string capture(const std::string& command) {

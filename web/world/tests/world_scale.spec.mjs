@@ -31,7 +31,9 @@ const launch = (argv, log) => launchIn(orchard, tmp, argv, log);
 const machines = Number(arg("--machines", "20000"));
 const simNodes = Number(arg("--sim-nodes", "20000"));
 const only = arg("--only", "");
-const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000;
+// Times ORCHARD_TEST_TIMEOUT_FACTOR where the server is emulated (scripts/test-arm64-all.sh), as
+// ctest's TIMEOUT is.
+const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000 * (Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1);
 // From the page's script starting to totals, map and table on screen (the browser's own loading
 // of the page before that is printed beside it: on a loaded 2-core host it alone takes seconds).
 const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000"));
