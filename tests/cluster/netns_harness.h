@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cli_process.h"
+
 extern char** environ;
 
 namespace orchard::cluster {
@@ -22,14 +24,6 @@ namespace orchard::cluster {
 inline std::string orchard_binary() {
   if (const char* b = std::getenv("ORCHARD_BIN")) return b;
   return ORCHARD_BINARY;
-}
-
-// Multiplies the waits these tests set themselves: scripts/test-arm64-all.sh sets it for the run
-// under qemu-user, where an agent's start-up measurement of its machine alone takes about a minute.
-inline int timeout_factor() {
-  const char* f = std::getenv("ORCHARD_TEST_TIMEOUT_FACTOR");
-  const int factor = f ? std::atoi(f) : 1;
-  return factor > 0 ? factor : 1;
 }
 
 inline int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
