@@ -156,6 +156,8 @@ export async function guardedPage(browser, port, options, sink) {
     sink.foreign.push(route.request().url());
     return route.abort();
   });
+  // Playwright's own 30 s for navigations and actions, scaled like the waits above.
+  context.setDefaultTimeout(30000 * timeoutFactor);
   const page = await context.newPage();
   page.on("console", (m) => { if (m.type() === "error") sink.errors.push(m.text()); });
   page.on("pageerror", (e) => sink.errors.push(String(e)));
