@@ -9,11 +9,17 @@
 # Usage: scripts/test-arm64-all.sh [--build-only | --test-only] [ctest args...]   (e.g. -L 'core|gguf' -j 2)
 #   --test-only: run ctest on what the build folder holds, without configuring or building
 #   ORCHARD_ARM64_BUILD  build folder (default build-arm64-all)
+#   ORCHARD_ARM64_TIMEOUT_FACTOR  multiplies the timeouts and waits tests set themselves (default 5:
+#     the openai client tests take 45-200 s under qemu on 2 busy cores, against a native 120 s
+#     limit; an agent measures its machine for about a minute before it answers)
+#   ORCHARD_ARM64_NETNS=1  a network namespace of its own too, so the Netns* cluster tests run
+#     (scripts/lib/arm64-binfmt.sh)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${ORCHARD_ARM64_BUILD:-$root/build-arm64-all}
 build_only=0 test_only=0
+timeout_factor=${ORCHARD_ARM64_TIMEOUT_FACTOR:-5}
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --test-only) test_only=1; shift ;;
@@ -31,7 +37,7 @@ if ((!test_only)); then
   # the build never waits on qemu.
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
     "${launcher[@]}" -DORCHARD_BUILD_TESTS=ON -DORCHARD_WITH_MPI=OFF -DORCHARD_WITH_POSTGRES=OFF \
-    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST >/dev/null
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST -DORCHARD_TEST_TIMEOUT_FACTOR="$timeout_factor" >/dev/null
   cmake --build "$build" -j "$(nproc)"
   built=$(date +%s)
   echo "[arm64] built $build in $((built - start)) s"
@@ -46,6 +52,8 @@ source "$root/scripts/lib/arm64-binfmt.sh"
 arm64_binfmt_check
 cd "$build"
 status=0
-arm64_binfmt_run ctest --output-on-failure "$@" || status=$?
+# The same factor for the waits tests set in their own code (an agent's start-up measurement, a
+# split server's comm timeout): ORCHARD_TEST_TIMEOUT_FACTOR in their environment.
+ORCHARD_TEST_TIMEOUT_FACTOR=$timeout_factor arm64_binfmt_run ctest --output-on-failure "$@" || status=$?
 echo "[arm64] ctest under qemu took $(($(date +%s) - built)) s (exit $status)"
 exit $status

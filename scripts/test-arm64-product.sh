@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The product as a user runs it, on arm64 under qemu (after scripts/test-arm64-all.sh --build-only):
 # orchard make-model, orchard run, a 2-rank split (pipeline, then tensor) that must give the single
-# process's greedy tokens, and orchard serve answered by curl with the tokens orchard run gave.
+# process's greedy tokens, orchard serve answered by curl with the tokens orchard run gave, and
+# the official openai npm client's chat (whole and streamed) and tool-call round trip.
 # With an x86-64 orchard at hand (ORCHARD_X86, default build/orchard), its greedy tokens on the
 # same file are the reference for the arm64 ones too.
 # Usage: scripts/test-arm64-product.sh   (ORCHARD_ARM64_BUILD: build folder, default build-arm64-all)
@@ -74,4 +75,22 @@ echo "[arm64] serve answered: $reply"
 text=$(printf '%s' "$reply" | python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")')
 expected=$("$orchard" "${run[@]}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["text"], end="")')
 [[ $text == "$expected" ]] || fail "serve's completion '$text' is not orchard run's '$expected'"
+
+# The official openai npm client against the arm64 server, with the suite's own client tests
+# (tests/serve/client; each starts its own server): a chat completion whole and streamed (they
+# must agree), and a tool call answered by a tool result fed back. Their packages come from the
+# build folder's copy (the suite's serve_client_setup, or setup.sh here: npm ci needs the registry).
+client=$build/tests/serve/client
+if command -v node >/dev/null && { [[ -d $client/node_modules/openai ]] || sh "$root/tests/serve/client/setup.sh" "$client" >&2; }; then
+  for check in "api_test.mjs|chat completion, whole and streamed, agree" \
+               "structured_test.mjs|a tool result fed back is rendered into the prompt and answered"; do
+    script=${check%%|*} name=${check#*|}
+    step node --test-name-pattern "'$name'" "$script" orchard
+    out=$(cd "$client" && node --test-name-pattern "$name" "$script" "$orchard" 2>&1) || { echo "$out" >&2; fail "openai client: $name"; }
+    grep -q '^# pass [1-9]' <<<"$out" && grep -q '^# fail 0' <<<"$out" || { echo "$out" >&2; fail "openai client: '$name' did not run and pass"; }
+    echo "[arm64] openai client, $name: $(grep -E '^# (pass|skipped|duration_ms) ' <<<"$out" | sed 's/^# //' | paste -sd' ')"
+  done
+else
+  fail "node or the openai npm client is missing: the client checks cannot run"
+fi
 echo "[arm64] all product checks passed"

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -21,6 +22,15 @@ struct Finished {
   std::string stderr_text;
   double seconds;
 };
+
+// Multiplies the waits tests set themselves: scripts/test-arm64-all.sh sets
+// ORCHARD_TEST_TIMEOUT_FACTOR for the run under qemu-user, several times slower than a native one
+// (an agent's start-up measurement of its machine alone takes about a minute there).
+inline int timeout_factor() {
+  const char* f = std::getenv("ORCHARD_TEST_TIMEOUT_FACTOR");
+  const int factor = f ? std::atoi(f) : 1;
+  return factor > 0 ? factor : 1;
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -43,9 +53,10 @@ inline pid_t start(const std::vector<std::string>& argv, const std::string& stde
   return pid;
 }
 
-// Waits for pid, killing it (and failing the test) after `limit`.
+// Waits for pid, killing it (and failing the test) after `limit` (times timeout_factor()).
 inline Finished wait_for(pid_t pid, const std::string& stderr_path, std::chrono::seconds limit) {
   using namespace std::chrono_literals;
+  limit *= timeout_factor();
   const auto begin = std::chrono::steady_clock::now();
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) == 0) {

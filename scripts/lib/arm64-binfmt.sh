@@ -19,8 +19,20 @@ arm64_binfmt_check() {
   fi
 }
 
+# With ORCHARD_ARM64_NETNS=1, a network namespace of its own as well (loopback only) with a
+# private /run/netns: the tests that build machines out of network namespaces (tests/cluster's
+# Netns*, which run `ip netns add` and skip when it fails) can then make them, as root in the
+# user namespace. `ip netns add` returns to the namespace it came from, and may only when that
+# namespace belongs to this user namespace, not the machine's.
+arm64_netns_setup='ip link set lo up && { [ -d /run/netns ] || mkdir /run/netns; } && mount -t tmpfs tmpfs /run/netns'
+
 # Runs "$@" in such a namespace. QEMU_CPU=max: every arm64 feature qemu emulates (dotprod
 # included), for each qemu that binfmt starts too.
 arm64_binfmt_run() {
-  QEMU_CPU=max unshare --user --map-root-user --mount --fork sh -c "$arm64_binfmt_register"' && exec "$@"' sh "$@"
+  if [[ ${ORCHARD_ARM64_NETNS:-0} == 1 ]]; then
+    QEMU_CPU=max unshare --user --map-root-user --mount --net --fork \
+      sh -c "$arm64_binfmt_register && $arm64_netns_setup"' && exec "$@"' sh "$@"
+  else
+    QEMU_CPU=max unshare --user --map-root-user --mount --fork sh -c "$arm64_binfmt_register"' && exec "$@"' sh "$@"
+  fi
 }

@@ -70,7 +70,7 @@ class NetnsAgents : public Namespaces {
 
   // Until A's agent knows `count` machines.
   void wait_for_machines(size_t count) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * testing::timeout_factor());
     for (;;) {
       const nlohmann::json t = cluster_json("a", "gamma", "s3", 1);
       if (t.is_object() && t["machines"].size() == count) return;
@@ -202,7 +202,7 @@ TEST_F(NetnsAgents, AnAgentKilledMidRunEndsTheJobNamingItsMachine) {
   pid_t server = 0;
   ASSERT_EQ(posix_spawnp(&server, "sh", nullptr, nullptr, argv.data(), environ), 0);
   bool listening = false;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60 * testing::timeout_factor());
   while (!listening && std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(out);
     std::string line;
@@ -214,7 +214,7 @@ TEST_F(NetnsAgents, AnAgentKilledMidRunEndsTheJobNamingItsMachine) {
   EXPECT_NE(ranks_left(), "");
   kill(agents_[b], SIGKILL);  // B's agent dies without a word: its rank must not outlive it
   int status = 0;
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * testing::timeout_factor());
   pid_t done = 0;
   while ((done = waitpid(server, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -226,7 +226,7 @@ TEST_F(NetnsAgents, AnAgentKilledMidRunEndsTheJobNamingItsMachine) {
   ASSERT_NE(done, 0) << "the job went on without B:\n" << err;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << err;
   EXPECT_NE(err.find("rank 1 (10.77.9.2, by its agent) lost: the agent on 10.77.9.2 went away"), std::string::npos) << err;
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10 * testing::timeout_factor());
   while (ranks_left() != "" && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(ranks_left(), "");
 }

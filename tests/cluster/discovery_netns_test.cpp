@@ -52,7 +52,7 @@ class NetnsCluster : public Namespaces {
 TEST_F(NetnsCluster, AgentsFindEachOtherAndMeasureEveryCable) {
   nlohmann::json t;
   // Announcements every second, each peer probed in turn: a few seconds until every link is in.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 * testing::timeout_factor());
   auto links_from = [&](const std::string& from_ip_prefix) {
     std::set<std::string> pairs;
     for (const auto& l : t["links"])
@@ -121,7 +121,7 @@ class NetnsSplitJob : public Namespaces {
     hostfile_ = (dir_ / "hosts.json").string();
     std::ofstream(hostfile_) << R"([{"ssh": "10.77.5.1", "ips": ["10.77.5.1"]}, {"ssh": "10.77.5.2", "ips": ["10.77.5.2"]}])";
     // Both agents measured themselves and the cable both ways.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60 * testing::timeout_factor());
     for (;;) {
       const nlohmann::json t = cluster_json("a", "beta", "s2", 2);
       size_t measured = 0, links = 0;
@@ -220,7 +220,7 @@ TEST_F(NetnsSplitJob, ServeOnDiscoveredMachinesAnswersLikeOneRank) {
   pid_t server = 0;
   ASSERT_EQ(posix_spawnp(&server, "sh", nullptr, nullptr, argv.data(), environ), 0);
   std::string url;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60 * testing::timeout_factor());
   while (url.empty() && std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(out);
     std::string line;

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cli_process.h"
+
 extern char** environ;
 
 namespace orchard::cluster {
@@ -86,9 +88,12 @@ class Namespaces : public ::testing::Test {
     agents_.push_back(pid);
   }
 
+  // `orchard cluster` on machine n, listening wait_s (times the factor: under qemu-user an agent
+  // just started may not have announced itself within a native wait).
   nlohmann::json cluster_json(const std::string& n, const std::string& cluster, const std::string& secret, double wait_s) {
     const std::string out = capture("ip netns exec " + ns(n) + " " + orchard_binary() + " cluster --json --cluster " + cluster +
-                                    " --secret " + secret + " --wait " + std::to_string(wait_s) + " 2>/dev/null");
+                                    " --secret " + secret + " --wait " + std::to_string(wait_s * testing::timeout_factor()) +
+                                    " 2>/dev/null");
     return nlohmann::json::parse(out, nullptr, false);
   }
 

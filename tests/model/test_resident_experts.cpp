@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -47,10 +48,59 @@ std::vector<bool> resident_pages(const uint8_t* begin, const uint8_t* end) {
   return out;
 }
 
+// Why residency cannot show what was read here, or "" when it can: a fault on a cold file
+// mapping under madvise(MADV_RANDOM) must read its own page only. Linux honours the advice;
+// qemu-user (the arm64 run, docs/arm64.md) returns success from madvise without passing it on, so
+// a fault reads around it and pages nothing touched become resident. Tried on a scratch file of
+// 64 pages at `path`: made cold, one page in the middle touched, then no other page may be resident.
+std::string residency_blind_spot(const std::string& path) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), pages = 64;
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return "cannot write a scratch file at " + path;
+    const std::vector<uint8_t> bytes(page * pages, 1);
+    const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+    ::close(fd);
+    if (!written) return "cannot write a scratch file at " + path;
+  }
+  std::string blind = "cannot map the scratch file " + path;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  void* map = fd < 0 ? MAP_FAILED : ::mmap(nullptr, page * pages, PROT_READ, MAP_SHARED, fd, 0);
+  if (map != MAP_FAILED) {
+    const auto* bytes = static_cast<const uint8_t*>(map);
+    ::madvise(map, page * pages, MADV_RANDOM);
+    bool cold = false;
+    for (int attempt = 0; attempt < 50 && !cold; ++attempt) {
+      if (attempt > 0) ::usleep(10000);
+      cold = drop_page_cache(path);
+      for (bool r : resident_pages(bytes, bytes + page * pages)) cold = cold && !r;
+    }
+    blind = "the page cache keeps a scratch file's pages";
+    if (cold) {
+      const volatile uint8_t touched = bytes[page * (pages / 2)];
+      (void)touched;
+      const std::vector<bool> after = resident_pages(bytes, bytes + page * pages);
+      size_t resident = 0;
+      for (bool r : after) resident += r ? 1 : 0;
+      blind = "";
+      if (!after[pages / 2] || resident != 1)
+        blind = "a fault on a cold mapping under madvise(MADV_RANDOM) paged in " + std::to_string(resident) + " of " +
+                std::to_string(pages) + " pages (qemu-user ignores madvise), so residency does not show what was read";
+    }
+    ::munmap(map, page * pages);
+  }
+  if (fd >= 0) ::close(fd);
+  ::unlink(path.c_str());
+  return blind;
+}
+
 TEST(ResidentExperts, UnchosenExpertsAreNeitherCopiedNorRead) {
   const std::string path = testing::synthetic_model("qwen3moe", "tiny", "q4_0");
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   core::ThreadPool pool(2);
+  // Residency is checked only where it can tell what was read; the copies are checked always.
+  const std::string blind = residency_blind_spot(path + ".read-around");
+  std::string unchecked;  // why residency was not checked in some pass
   for (bool repack : {true, false}) {
     auto file = model::gguf::Reader::open(path);
     auto config = model::ModelConfig::from_gguf(file);
@@ -125,8 +175,8 @@ TEST(ResidentExperts, UnchosenExpertsAreNeitherCopiedNorRead) {
     std::printf("repack %d: %lld expert matrices copied, %lld never chosen\n", repack, static_cast<long long>(copied),
                 static_cast<long long>(unchosen));
 
-    if (!cold) {  // then residency would prove nothing
-      std::printf("the page cache kept the file; residency not checked\n");
+    if (!blind.empty() || !cold) {  // then residency would prove nothing
+      unchecked = (blind.empty() ? "the page cache kept the file" : blind) + "; residency not checked";
       continue;
     }
     // Pages wholly inside an unchosen expert's bytes (not shared with a neighbour that was
@@ -147,6 +197,7 @@ TEST(ResidentExperts, UnchosenExpertsAreNeitherCopiedNorRead) {
     }
     EXPECT_GT(checked, 0);
   }
+  if (!unchecked.empty()) GTEST_SKIP() << unchecked;
 }
 
 // A tensor rank's column slice of ffn_down (whole 32-element blocks of a Q4_0 matrix) holds the

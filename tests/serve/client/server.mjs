@@ -5,6 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
 
+// Multiplies the waits and timeouts a test sets itself: scripts/test-arm64-all.sh sets it for
+// the run under qemu-user, several times slower than a native one.
+export const timeoutFactor = Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1;
+
 // Writes a tiny synthetic model (`orchard make-model`) and serves it with --port 0; resolves
 // when the server printed its address. `extra`: more `orchard serve` flags.
 export async function startServer(orchard, { arch = 'llama', extra = [] } = {}) {
@@ -28,7 +32,13 @@ export async function startServer(orchard, { arch = 'llama', extra = [] } = {}) 
   return {
     url,
     baseURL: `${url}/v1`,
+    // The exit code; a server that already ended (a rank failed) says so at once, where waiting
+    // for its exit event would wait for ever.
     async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        rmSync(dir, { recursive: true, force: true });
+        return child.exitCode ?? child.signalCode;
+      }
       child.kill('SIGTERM');
       const [code] = await once(child, 'exit');
       rmSync(dir, { recursive: true, force: true });

@@ -7,18 +7,21 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
-import { startServer } from './server.mjs';
+import { startServer, timeoutFactor } from './server.mjs';
 
 const orchard = process.argv[2];
 let single;
 let split;
 let tensor;
+// Short, so that the idle test below is quick; emulated runs scale it (a busy rank under qemu-user
+// can take longer than 2 s to answer).
+const commTimeout = 2 * timeoutFactor;
 
 before(async () => {
   [single, split, tensor] = await Promise.all([
     startServer(orchard, { arch: 'qwen2' }),
-    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'pipeline', '--comm-timeout', '2'] }),
-    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'tensor', '--comm-timeout', '2'] }),
+    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'pipeline', '--comm-timeout', String(commTimeout)] }),
+    startServer(orchard, { arch: 'qwen2', extra: ['--world', '2', '--strategy', 'tensor', '--comm-timeout', String(commTimeout)] }),
   ]);
 });
 after(async () => {
@@ -65,13 +68,13 @@ test('a prompt prefix reused or copied from a busy slot answers as computed, on 
 });
 
 test('followers outlive an idle period longer than the comm timeout', async () => {
-  await sleep(3000);
+  await sleep(1500 * commTimeout);
   const [a, b] = await Promise.all([ask(single, 'Still there?'), ask(split, 'Still there?')]);
   assert.equal(b.choices[0].message.content, a.choices[0].message.content);
 });
 
 test('/metrics reports the forward time of every rank', async () => {
-  await sleep(1500);  // idle: a report comes with the next heartbeat
+  await sleep(750 * commTimeout);  // idle: a report comes with the next heartbeat
   const text = await (await fetch(`${split.url}/metrics`)).text();
   for (const rank of [0, 1]) {
     const line = text.split('\n').find((l) => l.startsWith(`orchard_rank_forward_seconds_total{rank="${rank}"} `));

@@ -93,7 +93,8 @@ try {
   await page.fill("#input", "And in winter?");
   await page.press("#input", "Enter");
   const done = ".message.assistant:nth-of-type(4)[data-finish]";
-  await page.waitForSelector(done, { timeout: 60000 });
+  // A minute, times ORCHARD_TEST_TIMEOUT_FACTOR where the server is emulated (scripts/test-arm64-all.sh).
+  await page.waitForSelector(done, { timeout: 60000 * (Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1) });
   const reply = await page.$eval(done, (el) => ({ text: el.querySelector(".text").textContent, meta: el.querySelector(".meta").textContent, finish: el.dataset.finish }));
   check(reply.text.length > 0 && ["stop", "length"].includes(reply.finish), `a reply came (${reply.text.length} characters, finish ${reply.finish})`);
   const updates = await page.evaluate(() => window.updates);

@@ -46,11 +46,14 @@ process.on("exit", () => [...agents, ...servers].forEach((p) => p.kill("SIGKILL"
 const tmp = mkdtempSync(join(tmpdir(), "orchard-cluster-"));
 const url = `http://127.0.0.1:${tcpPorts[0]}`;
 let status = null;
-for (let i = 0; i < 300 && !(status?.machines.length === 2 && status.links.length > 0); i++) {
+// An agent answers once it has measured its machine: 30 s, times ORCHARD_TEST_TIMEOUT_FACTOR where
+// a run is emulated (scripts/test-arm64-all.sh: under qemu-user the measurement alone took 55 s).
+const waitSeconds = 30 * (Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1);
+for (let i = 0; i < waitSeconds * 10 && !(status?.machines.length === 2 && status.links.length > 0); i++) {
   try { status = await (await fetch(`${url}/cluster`)).json(); } catch { /* not listening yet */ }
   await new Promise((r) => setTimeout(r, 100));
 }
-if (!status) { console.error(`the agent did not answer on ${url} within 30 s`); process.exit(1); }
+if (!status) { console.error(`the agent did not answer on ${url} within ${waitSeconds} s`); process.exit(1); }
 check(status.machines.length === 2 && status.links.length > 0,
   `the agents found each other (${status.machines.length} machines, ${status.links.length} link(s) measured)`);
 const me = status.machines[0];

@@ -37,8 +37,15 @@ export function fail(e) {
   failures++;
   console.log(`  FAIL ${e.message}`);
 }
-// Polls fn every 50 ms until it returns something truthy; the time it took, or a throw naming `what`.
+// Multiplies every wait and watchdog of these tests: scripts/test-arm64-all.sh sets
+// ORCHARD_TEST_TIMEOUT_FACTOR for the run under qemu-user, where the server is several times
+// slower than a native one (1 when unset).
+export const timeoutFactor = Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1;
+
+// Polls fn every 50 ms until it returns something truthy (for at most timeoutMs times
+// timeoutFactor); the time it took, or a throw naming `what`.
 export async function waitFor(fn, timeoutMs, what) {
+  timeoutMs *= timeoutFactor;
   const t0 = Date.now();
   for (;;) {
     const v = await fn();
@@ -149,6 +156,8 @@ export async function guardedPage(browser, port, options, sink) {
     sink.foreign.push(route.request().url());
     return route.abort();
   });
+  // Playwright's own 30 s for navigations and actions, scaled like the waits above.
+  context.setDefaultTimeout(30000 * timeoutFactor);
   const page = await context.newPage();
   page.on("console", (m) => { if (m.type() === "error") sink.errors.push(m.text()); });
   page.on("pageerror", (e) => sink.errors.push(String(e)));

@@ -24,7 +24,7 @@ import { join } from "node:path";
 import { formatBytes, formatNumber } from "../src/format.js";
 import {
   GiB, check, fail, finish, guardedPage, launch as launchIn, launchBrowser, nodeKey, portOf, setup, signedPost as signedPostTo,
-  stop, tapElement, waitFor, watchdog as startWatchdog,
+  stop, tapElement, timeoutFactor, waitFor, watchdog as startWatchdog,
 } from "./harness.mjs";
 
 const ctx = setup("world", "world.spec.mjs --orchard <orchard binary> [--out DIR]");
@@ -32,12 +32,13 @@ const { orchard, outDir, tmp, chromiumPath } = ctx;
 const launch = (argv, log) => launchIn(orchard, tmp, argv, log);
 const JOIN_LEAVE_MS = 2000;
 const AGENT_EXIT_MS = 12000; // a stopped agent exits when its long poll (10 s) returns
-const LIMIT_MS = 90000; // below ctest's TIMEOUT, so this test, not ctest, stops what it started
+// Times timeoutFactor where the run is emulated (scripts/test-arm64-all.sh), as ctest's TIMEOUT is.
+const LIMIT_MS = 90000 * timeoutFactor; // below ctest's TIMEOUT, so this test, not ctest, stops what it started
 
 // ------------------------------------------------------------------ the network
 
 const run = (argv) => {
-  const r = spawnSync(orchard, argv, { encoding: "utf8", timeout: 30000 });
+  const r = spawnSync(orchard, argv, { encoding: "utf8", timeout: 30000 * timeoutFactor });
   if (r.status !== 0) throw new Error(`orchard ${argv.join(" ")}: ${r.stderr || r.error}`);
   return r.stdout.trim();
 };

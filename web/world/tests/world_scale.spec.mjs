@@ -21,7 +21,7 @@ import { fileURLToPath } from "node:url";
 import { formatNumber } from "../src/format.js";
 import {
   GiB, check, fail, finish, guardedPage, launch as launchIn, launchBrowser, nodeKey, portOf, running, setup, signedPost,
-  stop, waitFor, watchdog,
+  stop, timeoutFactor, waitFor, watchdog,
 } from "./harness.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -31,7 +31,8 @@ const launch = (argv, log) => launchIn(orchard, tmp, argv, log);
 const machines = Number(arg("--machines", "20000"));
 const simNodes = Number(arg("--sim-nodes", "20000"));
 const only = arg("--only", "");
-const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000;
+// Times timeoutFactor where the server is emulated (scripts/test-arm64-all.sh), as ctest's TIMEOUT is.
+const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000 * timeoutFactor;
 // From the page's script starting to totals, map and table on screen (the browser's own loading
 // of the page before that is printed beside it: on a loaded 2-core host it alone takes seconds).
 const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000"));
