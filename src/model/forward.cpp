@@ -234,28 +234,40 @@ void Forward::attention_block(int32_t layer, int32_t n) {
   const core::MatmulTarget qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
   core::matmul_many(qkv, normed_.data(), n, pool_, scratch_);
 
-  const int32_t half = c.rope_dims / 2;
-  for_rows(n, [&](int32_t t) {
+  // Each row's heads are biased, normalized, rotated and stored in `parts` runs: a decode step
+  // (one row) spreads them over the pool rather than leaving the other threads waiting. Every
+  // head is computed on its own either way, so the results do not depend on the split.
+  const int32_t half = c.rope_dims / 2, n_heads = s.n_heads(), n_kv = s.n_kv_heads();
+  const int64_t parts = std::clamp<int64_t>((pool_.size() + n - 1) / n, 1, n_kv);
+  auto finish_heads = [&](int32_t t, int64_t part) {
+    const auto h0 = static_cast<int32_t>(n_heads * part / parts), h1 = static_cast<int32_t>(n_heads * (part + 1) / parts);
+    const auto k0 = static_cast<int32_t>(n_kv * part / parts), k1 = static_cast<int32_t>(n_kv * (part + 1) / parts);
     float* q = &q_[static_cast<size_t>(t) * q_dim];
     float* k = &k_[static_cast<size_t>(t) * kv_dim];
     float* v = &v_[static_cast<size_t>(t) * kv_dim];
     if (!w.bq.empty()) {
-      ops::add(q, w.bq.data(), q_dim);
-      ops::add(k, w.bk.data(), kv_dim);
-      ops::add(v, w.bv.data(), kv_dim);
+      ops::add(q + h0 * hd, w.bq.data() + h0 * hd, (h1 - h0) * hd);
+      ops::add(k + k0 * hd, w.bk.data() + k0 * hd, (k1 - k0) * hd);
+      ops::add(v + k0 * hd, w.bv.data() + k0 * hd, (k1 - k0) * hd);
     }
     const float* cos = &rope_cos_[static_cast<size_t>(t) * half];
     const float* sin = &rope_sin_[static_cast<size_t>(t) * half];
-    for (int32_t h = 0; h < s.n_heads(); ++h) {
+    for (int32_t h = h0; h < h1; ++h) {
       if (!w.q_norm.empty()) ops::rms_norm(q + h * hd, w.q_norm.data(), q + h * hd, hd, c.rms_eps);
       ops::rope(q + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
-    for (int32_t h = 0; h < s.n_kv_heads(); ++h) {
+    for (int32_t h = k0; h < k1; ++h) {
       if (!w.k_norm.empty()) ops::rms_norm(k + h * hd, w.k_norm.data(), k + h * hd, hd, c.rms_eps);
       ops::rope(k + h * hd, cos, sin, c.rope_dims, c.rope_ordering);
     }
-    caches_[static_cast<size_t>(row_sequence_[t])].store(local, row_pos_[t], k, v);
-  });
+    caches_[static_cast<size_t>(row_sequence_[t])].store_heads(local, row_pos_[t], k0, k1, k, v);
+  };
+  if (parts == 1)
+    for_rows(n, [&](int32_t t) { finish_heads(t, 0); });
+  else
+    pool_.parallel_for(int64_t{n} * parts, [&](int64_t task, int) {
+      finish_heads(static_cast<int32_t>(task / parts), task % parts);
+    });
 
   // Every row's keys and values are stored before any row attends, so a row sees the earlier
   // positions of its own step.

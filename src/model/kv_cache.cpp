@@ -1,11 +1,52 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
 #include "core/error.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ORCHARD_X86_F16C 1
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 namespace orchard::model {
+namespace {
+
+// Elements of a head's key converted at a time before they are scattered to its rows.
+constexpr int32_t kMaxConvertedKey = 256;
+
+// out[i] = float_to_half(x[i]). The hardware conversions round to nearest even, as
+// core::float_to_half does, and quiet a NaN the same way (sign, all-ones exponent, the
+// quiet bit and the payload's top bits): a decode step stores every layer's key and value,
+// and the scalar conversion was a visible part of the work its main thread does alone.
+#ifdef ORCHARD_X86_F16C
+const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+
+__attribute__((target("avx,f16c"))) void floats_to_halves_f16c(const float* x, core::Half* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = core::float_to_half(x[i]);
+}
+#endif
+
+void floats_to_halves(const float* x, core::Half* out, int64_t n) {
+#ifdef ORCHARD_X86_F16C
+  if (kHasF16c) return floats_to_halves_f16c(x, out, n);
+#endif
+  int64_t i = 0;
+#if defined(__aarch64__)
+  for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+#endif
+  for (; i < n; ++i) out[i] = core::float_to_half(x[i]);
+}
+
+}  // namespace
 
 std::string_view kv_type_name(KvType type) {
   switch (type) {
@@ -109,33 +150,47 @@ const core::Half* KvCache::value_scales(int32_t layer, int32_t kv_head) const {
   return reinterpret_cast<const core::Half*>(value_scales_.get()) + value_offset(layer, kv_head) / kKvQ8Block;
 }
 
-void KvCache::store(int32_t layer, int32_t pos, const float* k, const float* v) {
+void KvCache::store_heads(int32_t layer, int32_t pos, int32_t head_begin, int32_t head_end, const float* k,
+                          const float* v) {
+  ORCHARD_CHECK(head_begin >= 0 && head_begin <= head_end && head_end <= n_kv_heads_, "KV heads {}..{} of {}", head_begin,
+                head_end, n_kv_heads_);
   const int32_t r = ring(layer);
-  if (r == 0) return store_slot(layer, pos, k, v);
-  store_slot(layer, pos % r, k, v);
-  store_slot(layer, pos % r + r, k, v);
+  if (r == 0) return store_slot(layer, pos, head_begin, head_end, k, v);
+  store_slot(layer, pos % r, head_begin, head_end, k, v);
+  store_slot(layer, pos % r + r, head_begin, head_end, k, v);
 }
 
-void KvCache::store_slot(int32_t layer, int32_t index, const float* k, const float* v) {
+void KvCache::store_slot(int32_t layer, int32_t index, int32_t head_begin, int32_t head_end, const float* k,
+                         const float* v) {
   const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
   const size_t slots = static_cast<size_t>(key_stride(layer));  // per key row
+  // The heads' values are one run of the position's row.
   const size_t value_row = layers_[static_cast<size_t>(layer)].first_value + static_cast<size_t>(index) * kv_dim;
+  const size_t value_begin = static_cast<size_t>(head_begin) * value_dim_;
+  const size_t value_end = static_cast<size_t>(head_end) * value_dim_;
   switch (type_) {
     case KvType::F32: {
       auto* keys = reinterpret_cast<float*>(keys_.get());
-      for (int32_t h = 0; h < n_kv_heads_; ++h)
+      for (int32_t h = head_begin; h < head_end; ++h)
         for (int32_t d = 0; d < key_dim_; ++d)
           keys[key_offset(layer, h) + static_cast<size_t>(d) * slots + index] = k[h * key_dim_ + d];
-      std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row, v, kv_dim * sizeof(float));
+      std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row + value_begin, v + value_begin,
+                  (value_end - value_begin) * sizeof(float));
       return;
     }
     case KvType::F16: {
       auto* keys = reinterpret_cast<core::Half*>(keys_.get());
-      for (int32_t h = 0; h < n_kv_heads_; ++h)
-        for (int32_t d = 0; d < key_dim_; ++d)
-          keys[key_offset(layer, h) + static_cast<size_t>(d) * slots + index] = core::float_to_half(k[h * key_dim_ + d]);
-      auto* values = reinterpret_cast<core::Half*>(values_.get()) + value_row;
-      for (size_t i = 0; i < kv_dim; ++i) values[i] = core::float_to_half(v[i]);
+      // A head's key is converted as one run, then scattered down its transposed rows.
+      core::Half key[kMaxConvertedKey];
+      for (int32_t h = head_begin; h < head_end; ++h)
+        for (int32_t d0 = 0; d0 < key_dim_; d0 += kMaxConvertedKey) {
+          const int32_t count = std::min(kMaxConvertedKey, key_dim_ - d0);
+          floats_to_halves(k + h * key_dim_ + d0, key, count);
+          for (int32_t d = 0; d < count; ++d)
+            keys[key_offset(layer, h) + static_cast<size_t>(d0 + d) * slots + index] = key[d];
+        }
+      floats_to_halves(v + value_begin, reinterpret_cast<core::Half*>(values_.get()) + value_row + value_begin,
+                       static_cast<int64_t>(value_end - value_begin));
       return;
     }
     case KvType::Q8_0: {
@@ -143,7 +198,7 @@ void KvCache::store_slot(int32_t layer, int32_t index, const float* k, const flo
       core::BlockQ8_0 block;
       auto* keys = reinterpret_cast<int8_t*>(keys_.get());
       auto* key_scales = reinterpret_cast<core::Half*>(key_scales_.get());
-      for (int32_t h = 0; h < n_kv_heads_; ++h)
+      for (int32_t h = head_begin; h < head_end; ++h)
         for (int32_t d0 = 0; d0 < key_dim_; d0 += kKvQ8Block) {
           core::quantize_row_reference(core::TensorType::Q8_0, k + h * key_dim_ + d0, &block, kKvQ8Block);
           const size_t column = key_offset(layer, h) + static_cast<size_t>(d0) * slots + index;
@@ -152,7 +207,7 @@ void KvCache::store_slot(int32_t layer, int32_t index, const float* k, const flo
         }
       auto* values = reinterpret_cast<int8_t*>(values_.get()) + value_row;
       auto* value_scales = reinterpret_cast<core::Half*>(value_scales_.get()) + value_row / kKvQ8Block;
-      for (size_t i = 0; i < kv_dim; i += kKvQ8Block) {
+      for (size_t i = value_begin; i < value_end; i += kKvQ8Block) {
         core::quantize_row_reference(core::TensorType::Q8_0, v + i, &block, kKvQ8Block);
         std::memcpy(values + i, block.qs, kKvQ8Block);
         value_scales[i / kKvQ8Block] = block.d;

@@ -67,7 +67,10 @@ class KvCache {
   }
   // Stores k (F32 [n_kv_heads * key_dim]) and v (F32 [n_kv_heads * value_dim]) for `layer`
   // (counted from the shard's first) at pos, converted to the cache's type.
-  void store(int32_t layer, int32_t pos, const float* k, const float* v);
+  void store(int32_t layer, int32_t pos, const float* k, const float* v) { store_heads(layer, pos, 0, n_kv_heads_, k, v); }
+  // Stores KV heads [head_begin, head_end) of those rows (k and v still whole rows), each as
+  // store() would: disjoint ranges of one position may be stored from different threads.
+  void store_heads(int32_t layer, int32_t pos, int32_t head_begin, int32_t head_end, const float* k, const float* v);
   // [key_dim][key_stride(layer)] elements of type(): the keys of one KV head, slot-contiguous.
   const void* keys(int32_t layer, int32_t kv_head) const { return keys_.get() + key_offset(layer, kv_head) * element_bytes(); }
   // Slots per key row: n_ctx, or 2 × ring.
@@ -110,7 +113,7 @@ class KvCache {
     return layers_[static_cast<size_t>(layer)].first_value + static_cast<size_t>(kv_head) * value_dim_;
   }
   // Stores one position into slot `index` of the layer.
-  void store_slot(int32_t layer, int32_t index, const float* k, const float* v);
+  void store_slot(int32_t layer, int32_t index, int32_t head_begin, int32_t head_end, const float* k, const float* v);
 
   struct Layer {
     int32_t ring = 0;   // 0: every position

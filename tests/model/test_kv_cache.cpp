@@ -2,13 +2,19 @@
 // and decode steps) on tiny models of each attention kind: standard with grouped heads (llama),
 // latent (deepseek2), sliding windows and sinks (gpt-oss); F32 logits a thousand and more
 // positions deep against the float64 reference; a prefix copied between sequences continues as
-// if computed there.
+// if computed there; an F16 cache's conversion against the scalar one; heads stored in parts as
+// stored whole, and a decode step's logits the same on any number of threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
+#include "core/error.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "model/forward.h"
 #include "model/model_files.h"
@@ -201,6 +207,138 @@ TEST(KvCacheCopy, CopiedPrefixContinuesAsComputed) {
     // Quantized weights: each row's products are the same alone or in any batch (test_batch).
     for (size_t v = 0; v < vocab; ++v)
       ASSERT_EQ(shared.logits(0)[v], alone.logits()[v]) << kv_type_name(type) << " logit " << v;
+  }
+}
+
+// Everything a cache holds for one layer and position, KV head by KV head, as bytes: keys down
+// their transposed rows, values, and Q8_0's scales.
+std::vector<uint8_t> stored_bytes(const model::KvCache& cache, int32_t layer, int32_t pos, int32_t n_kv_heads,
+                                  int32_t key_dim, int32_t value_dim) {
+  const size_t e = cache.type() == KvType::F32 ? 4 : cache.type() == KvType::F16 ? 2 : 1;
+  const int32_t slot = cache.slot(layer, pos);
+  const int64_t stride = cache.key_stride(layer);
+  std::vector<uint8_t> out;
+  auto append = [&](const void* p, size_t bytes) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + bytes);
+  };
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    const auto* keys = static_cast<const uint8_t*>(cache.keys(layer, h));
+    for (int32_t d = 0; d < key_dim; ++d) append(keys + (d * stride + slot) * e, e);
+    append(static_cast<const uint8_t*>(cache.values(layer, h)) + slot * cache.value_stride() * e, value_dim * e);
+    if (cache.type() == KvType::Q8_0) {
+      for (int32_t b = 0; b < key_dim / model::kKvQ8Block; ++b) append(cache.key_scales(layer, h) + b * stride + slot, 2);
+      append(cache.value_scales(layer, h) + slot * cache.value_scale_stride(), 2 * value_dim / model::kKvQ8Block);
+    }
+  }
+  return out;
+}
+
+// Floats whose conversion to F16 has every kind of rounding: ties to even up and down, the
+// subnormal halves (and their ties), float subnormals, the edge of overflow, ±0, ±inf and NaNs.
+std::vector<float> conversion_cases(size_t n) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e9f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0xFF812345u),
+                          std::bit_cast<float>(0x7FBFE000u), 0x1p-24f, 0x1.8p-24f, 0x1p-25f, 0x1.000002p-25f,
+                          0x1.5p-20f, 0x1p-14f, 0x1.ffcp-15f, 0x1p-130f, -0x1p-149f,
+                          // 1 + 2^-11 and 1 + 3·2^-11 are ties (to 1 and to 1 + 2^-9); just above one.
+                          1.0f + 0x1p-11f, 1.0f + 0x1.8p-10f, 1.0f + 0x1.0002p-11f};
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint32_t> bits;
+  while (x.size() < n) {
+    // Random bit patterns: every exponent, and mantissas that hit the ties' neighbours.
+    const uint32_t b = bits(rng);
+    x.push_back(std::bit_cast<float>(x.size() % 3 ? (b & 0x8FFFFFFFu) | 0x30000000u : b));
+  }
+  return x;
+}
+
+// The cache's F16 conversion (vectors where the CPU has them) is the scalar round-to-nearest-even
+// one, element for element, NaNs included; hand-checked values pin that one down.
+TEST(KvCacheStore, F16ConversionIsTheScalarOne) {
+  EXPECT_EQ(core::float_to_half(1.0f), 0x3C00);
+  EXPECT_EQ(core::float_to_half(65520.0f), 0x7C00);
+  EXPECT_EQ(core::float_to_half(65519.0f), 0x7BFF);
+  EXPECT_EQ(core::float_to_half(1.0f + 0x1p-11f), 0x3C00);     // tie, to even
+  EXPECT_EQ(core::float_to_half(1.0f + 0x1.8p-10f), 0x3C02);   // tie, to even (up)
+  EXPECT_EQ(core::float_to_half(0x1.8p-24f), 0x0002);          // subnormal tie, to even (up)
+  EXPECT_EQ(core::float_to_half(0x1p-25f), 0x0000);            // subnormal tie, to even (down)
+  // Widths of 40 (not a multiple of 8 or 16: the vector loops' tails) and 136.
+  for (int32_t dim : {40, 136}) {
+    const int32_t heads = 3, positions = 5;
+    model::KvCache cache(1, positions, heads, dim, dim, KvType::F16);
+    const auto x = conversion_cases(static_cast<size_t>(2 * heads * dim * positions));
+    for (int32_t pos = 0; pos < positions; ++pos) {
+      const float* k = &x[static_cast<size_t>(2 * pos * heads * dim)];
+      const float* v = k + heads * dim;
+      cache.store(0, pos, k, v);
+      for (int32_t h = 0; h < heads; ++h) {
+        const auto* keys = static_cast<const core::Half*>(cache.keys(0, h));
+        const auto* values = static_cast<const core::Half*>(cache.values(0, h)) + pos * cache.value_stride();
+        for (int32_t d = 0; d < dim; ++d) {
+          ASSERT_EQ(keys[d * cache.key_stride(0) + pos], core::float_to_half(k[h * dim + d]))
+              << "key " << k[h * dim + d] << " bits " << std::bit_cast<uint32_t>(k[h * dim + d]);
+          ASSERT_EQ(values[d], core::float_to_half(v[h * dim + d]))
+              << "value " << v[h * dim + d] << " bits " << std::bit_cast<uint32_t>(v[h * dim + d]);
+        }
+      }
+    }
+  }
+}
+
+// Storing a position's KV heads in runs (as a decode step spreads them over threads) leaves the
+// cache as one store does, for every type, in a full layer and a ring; a bad run is refused.
+TEST(KvCacheStore, HeadsStoredInPartsAsWhole) {
+  const int32_t heads = 4, dim = 64, n_ctx = 16;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (KvType type : {KvType::F32, KvType::F16, KvType::Q8_0}) {
+    model::KvCache whole(2, n_ctx, heads, dim, dim, type, {0, 4});
+    model::KvCache parts(2, n_ctx, heads, dim, dim, type, {0, 4});
+    for (int32_t pos = 0; pos < 6; ++pos)
+      for (int32_t layer = 0; layer < 2; ++layer) {
+        std::vector<float> k(heads * dim), v(heads * dim);
+        for (float& f : k) f = normal(rng);
+        for (float& f : v) f = normal(rng);
+        whole.store(layer, pos, k.data(), v.data());
+        parts.store_heads(layer, pos, 2, 4, k.data(), v.data());
+        parts.store_heads(layer, pos, 0, 1, k.data(), v.data());
+        parts.store_heads(layer, pos, 1, 2, k.data(), v.data());
+        parts.store_heads(layer, pos, 1, 1, k.data(), v.data());
+        ASSERT_EQ(stored_bytes(parts, layer, pos, heads, dim, dim), stored_bytes(whole, layer, pos, heads, dim, dim))
+            << kv_type_name(type) << " layer " << layer << " position " << pos;
+      }
+    std::vector<float> row(heads * dim);
+    EXPECT_THROW(parts.store_heads(0, 0, 3, 5, row.data(), row.data()), Error);
+    EXPECT_THROW(parts.store_heads(0, 0, 2, 1, row.data(), row.data()), Error);
+  }
+}
+
+// A decode step spreads its heads' norms, rotations and stores over the pool: its logits are the
+// same bits on 1, 2 or 3 threads (qwen3: per-head q/k norms; qwen2: q/k/v biases).
+TEST(KvCacheStore, DecodeLogitsDoNotDependOnThreads) {
+  for (std::string arch : {"qwen3", "qwen2"}) {
+    auto file = model::gguf::Reader::open(testing::synthetic_model(arch, "tiny", "f32"));
+    auto config = model::ModelConfig::from_gguf(file);
+    model::ModelWeights weights(file, config, model::Shard::whole(config), {});
+    const auto tokens = random_tokens(24, config.vocab_size, 12);
+    const auto vocab = static_cast<size_t>(config.vocab_size);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      core::ThreadPool pool(threads);
+      model::Forward forward(weights, 32, 16, pool, nullptr, 1, KvType::F16);
+      forward.run(std::span(tokens).first(16), nullptr, 16, 0);
+      std::vector<float> got;
+      for (size_t t = 16; t < tokens.size(); ++t) {
+        forward.run(std::span(tokens).subspan(t, 1), nullptr, 1, static_cast<int32_t>(t));
+        got.insert(got.end(), forward.logits(), forward.logits() + vocab);
+      }
+      if (first.empty()) first = got;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(first[i]))
+            << arch << " on " << threads << " threads, logit " << i % vocab << " of step " << i / vocab;
+    }
   }
 }
 
