@@ -129,7 +129,9 @@ TEST_P(KvCacheTypes, LogProbabilitiesCorrelateWithF32) {
                 std::string(kv_type_name(type)).c_str(), r, tokens.size() - rerouted, rerouted, r_all, worst);
     EXPECT_GE(r, 0.999) << kv_type_name(type);
     EXPECT_LE(rerouted, tokens.size() / 10) << kv_type_name(type);
-    if (config.n_expert == 0) EXPECT_GE(r_all, 0.999) << kv_type_name(type);
+    if (config.n_expert == 0) {
+      EXPECT_GE(r_all, 0.999) << kv_type_name(type);
+    }
   }
 }
 

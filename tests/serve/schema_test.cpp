@@ -249,7 +249,10 @@ TEST(Schema, CompletionStreamEventsWithoutUsage) {
 }
 
 TEST(Schema, ModelsBody) {
-  ModelInfo info{"tiny", "llama", "", 1700000000};
+  ModelInfo info;
+  info.id = "tiny";
+  info.architecture = "llama";
+  info.created = 1700000000;
   json j = json::parse(models_body(info));
   EXPECT_EQ(j["object"], "list");
   EXPECT_EQ(j["data"][0]["id"], "tiny");

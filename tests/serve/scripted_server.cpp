@@ -144,7 +144,10 @@ int serve_script(int argc, char** argv) {
   Scheduler scheduler(engine, metrics, {});
   openai::Service service(engine, scheduler, metrics,
                           forced ? *forced : pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture));
-  openai::HttpServer http(service, metrics, {.threads = 8, .probe_interval = std::chrono::milliseconds(100)});
+  openai::HttpOptions http_options;
+  http_options.threads = 8;
+  http_options.probe_interval = std::chrono::milliseconds(100);
+  openai::HttpServer http(service, metrics, http_options);
   const int port = http.bind("127.0.0.1", 0);
   scheduler.start();
   std::thread server([&] { http.listen(); });
