@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { once } from 'node:events';
 import OpenAI from 'openai';
 import { Ollama } from 'ollama';
+import { listeningUrl } from './server.mjs';
 
 const [orchard, scripted] = process.argv.slice(2);
 
@@ -26,15 +27,7 @@ async function startScripted({ arch, reply, template = 'auto' }) {
   const log = join(dir, 'prompts.txt');
   execFileSync(orchard, ['make-model', '--arch', arch, '--shape', 'tiny', '--type', 'q8_0', '-o', model], { stdio: 'ignore' });
   const child = spawn(scripted, [model, reply, template, log], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const url = await new Promise((resolve, reject) => {
-    child.stdout.on('data', (chunk) => {
-      out += chunk;
-      const m = out.match(/listening on (http:\/\/\S+)/);
-      if (m) resolve(m[1]);
-    });
-    child.on('exit', (code) => reject(new Error(`serve_scripted_server exited with ${code} before listening`)));
-  });
+  const url = await listeningUrl(child, 'serve_scripted_server');
   return {
     openai: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 }),
     ollama: new Ollama({ host: url }),

@@ -11,6 +11,20 @@ export const timeoutFactor = Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1
 
 // Writes a tiny synthetic model (`orchard make-model`) and serves it with --port 0; resolves
 // when the server printed its address. `extra`: more `orchard serve` flags.
+// The URL a server process prints once it listens ("listening on http://..."); rejects when it
+// exits first.
+export function listeningUrl(child, name) {
+  let out = '';
+  return new Promise((resolve, reject) => {
+    child.stdout.on('data', (chunk) => {
+      out += chunk;
+      const m = out.match(/listening on (http:\/\/\S+)/);
+      if (m) resolve(m[1]);
+    });
+    child.on('exit', (code) => reject(new Error(`${name} exited with ${code} before listening`)));
+  });
+}
+
 export async function startServer(orchard, { arch = 'llama', extra = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'orchard-serve-'));
   const model = join(dir, `${arch}-tiny.gguf`);
@@ -20,15 +34,7 @@ export async function startServer(orchard, { arch = 'llama', extra = [] } = {}) 
   const child = spawn(orchard, ['serve', '-m', model, '--port', '0', '--alias', 'tiny', '--threads', '1', ...extra], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  let out = '';
-  const url = await new Promise((resolve, reject) => {
-    child.stdout.on('data', (chunk) => {
-      out += chunk;
-      const m = out.match(/listening on (http:\/\/\S+)/);
-      if (m) resolve(m[1]);
-    });
-    child.on('exit', (code) => reject(new Error(`orchard serve exited with ${code} before listening`)));
-  });
+  const url = await listeningUrl(child, 'orchard serve');
   return {
     url,
     baseURL: `${url}/v1`,
