@@ -566,6 +566,22 @@ TEST(Chat, ALostRankEndsTheChatNamingIt) {
   std::filesystem::remove_all(hosts.dir);
 }
 
+// A host ssh cannot reach ends the chat while rank 0 waits for it, with ssh's hint, not after the
+// comm layer's connect timeout.
+TEST(Chat, AnUnreachableHostEndsTheChatWithSshsHint) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const LocalHosts hosts = local_hosts("chat-unreachable");
+  // What ssh does when no server answers: a message of its own and exit code 255.
+  std::ofstream(hosts.ssh) << "#!/bin/sh\necho \"ssh: connect to host $3 port 22: Connection refused\" >&2\nexit 255\n";
+  Ran r = run_to_end(orchard({"chat", "-m", model, "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
+                     std::chrono::seconds(20), "hi\n");
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (mac-2) exited with code 255"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ssh could not reach mac-2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "no reply without the split";
+  std::filesystem::remove_all(hosts.dir);
+}
+
 // Rank 0 is the terminal's: a hostfile whose first host is another machine is refused, saying
 // what to change, before any rank starts.
 TEST(Chat, AHostfileMustListThisMachineFirst) {
