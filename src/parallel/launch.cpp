@@ -7,8 +7,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
