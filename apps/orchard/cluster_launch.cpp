@@ -241,6 +241,25 @@ void start_ranks_by_agents(std::vector<parallel::HostEntry>& hosts, const Cluste
 void remember_command_line(int argc, char** argv) { command_line_storage().assign(argv, argv + argc); }
 
 std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
+  std::optional<HostsLaunch> placed = place_on_hosts(f, split, job);
+  if (!placed) return std::nullopt;
+  return parallel::launch_on_hosts(placed->hosts, placed->launch);
+}
+
+bool host_is_this_machine(const parallel::HostEntry& host) {
+  if (host.local) return true;
+  if (host.endpoints.empty()) return false;
+  const std::string& endpoint = host.endpoints.front();
+  const std::string address = !endpoint.empty() && endpoint.front() == '['
+                                  ? endpoint.substr(1, endpoint.find(']') - 1)
+                                  : endpoint.substr(0, endpoint.rfind(':'));
+  if (address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost") return true;
+  for (const cluster::NetInterface& n : cluster::list_interfaces())
+    if (n.address == address) return true;
+  return false;
+}
+
+std::optional<HostsLaunch> place_on_hosts(const ClusterLaunchFlags& f, parallel::SplitOptions& split, const SplitJob& job) {
   const bool on_hosts = !f.hostfile.empty() || f.discover;
   const bool plan = split.strategy == "auto";
   if (!f.hostfile.empty() && f.discover) throw Error(error_message("cluster", "give --hostfile or --discover, not both"));
@@ -265,7 +284,8 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
   }
   // A hostfile host keeps the port its entry gave it when the plan drops or reorders hosts:
   // ports only need to differ between ranks of one machine.
-  parallel::LaunchOptions launch;
+  HostsLaunch placed;
+  parallel::LaunchOptions& launch = placed.launch;
   launch.base.backend = split.backend == "mpi" ? comm::Backend::Mpi : comm::Backend::Ring;  // shm cannot cross machines
   launch.base.timeout = std::chrono::milliseconds(static_cast<int64_t>(split.timeout_s * 1000));
   launch.base.link.latency_us = split.link_latency_us;
@@ -276,7 +296,8 @@ std::optional<int> place_split(const ClusterLaunchFlags& f, parallel::SplitOptio
   std::string names;
   for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.ssh;
   std::fprintf(stderr, "starting %zu rank(s), %s: %s\n", hosts.size(), split.strategy.c_str(), names.c_str());
-  return parallel::launch_on_hosts(hosts, launch);
+  placed.hosts = std::move(hosts);
+  return placed;
 }
 
 }  // namespace orchard::app

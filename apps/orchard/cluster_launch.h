@@ -48,4 +48,17 @@ struct SplitJob {
 // process is a rank of a launched job). Throws Error for flags that contradict each other.
 std::optional<int> place_split(const ClusterLaunchFlags& flags, parallel::SplitOptions& split, const SplitJob& job);
 
+// The hosts a split's ranks start on (in rank order), and how to start them.
+struct HostsLaunch {
+  std::vector<parallel::HostEntry> hosts;
+  parallel::LaunchOptions launch;
+};
+// place_split, less the start: nullopt where place_split returns nullopt, else the ranks it
+// would start (for a command that runs rank 0 itself: chat, whose terminal is here).
+std::optional<HostsLaunch> place_on_hosts(const ClusterLaunchFlags& flags, parallel::SplitOptions& split, const SplitJob& job);
+
+// Whether `host` is this machine: its first endpoint is a loopback address or one of this
+// machine's interfaces.
+bool host_is_this_machine(const parallel::HostEntry& host);
+
 }  // namespace orchard::app

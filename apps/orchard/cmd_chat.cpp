@@ -1,14 +1,13 @@
-// orchard chat: a conversation in the terminal. Each turn goes through the server's own request
-// path (serve::openai::Service on a one-slot engine and its scheduler: a LocalEngine, or rank 0's
-// SplitEngine of a split), so the prompt is the model's chat template over the whole history,
-// exactly as `orchard serve` would render it, and stopping a reply is the scheduler's
-// cancellation.
+// orchard chat: a conversation in the terminal (serve::converse) on a LocalEngine, or on rank 0's
+// SplitEngine of a split: --world ranks of this machine, or --hostfile/--discover hosts with
+// rank 0 in this process.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -24,12 +23,11 @@
 #include "apps/orchard/split_flags.h"
 #include "core/error.h"
 #include "parallel/engine.h"
+#include "parallel/launch.h"
 #include "serve/chat_templates.h"
 #include "serve/local_engine.h"
-#include "serve/metrics.h"
-#include "serve/openai/service.h"
-#include "serve/scheduler.h"
 #include "serve/split_engine.h"
+#include "serve/terminal_chat.h"
 
 namespace orchard::app {
 namespace {
@@ -44,6 +42,7 @@ struct ChatOptions {
   std::string system;
   std::string chat_template = "auto";
   bool verbose = false;
+  bool hide_thinking = false;
 };
 
 // Set by SIGINT: the reply being generated stops, the program goes on.
@@ -61,118 +60,51 @@ void install_interrupt_handler() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-std::string trimmed(const std::string& s) {
-  const size_t begin = s.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return {};
-  return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
-}
-
-struct Reply {
-  std::string text;
-  serve::FinishReason reason = serve::FinishReason::Stop;
-  serve::Usage usage;
-  std::string error;
-};
-
-// Prints the job's text as it comes; Ctrl-C cancels it (what was printed stays the reply).
-// With a reply parser (Harmony), only the content is printed and kept, not the analysis.
-Reply stream_reply(serve::Job& job, const std::shared_ptr<serve::structured::ToolCallParser>& parser) {
-  Reply reply;
-  auto print = [&](const std::string& text) {
-    if (text.empty()) return;
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    reply.text += text;
-  };
-  for (;;) {
-    if (interrupted.exchange(false)) job.cancel();
-    const serve::JobUpdate u = job.wait(std::chrono::milliseconds(100));
-    print(parser ? parser->push(u.text).content : u.text);
-    if (u.finished) {
-      if (parser) print(parser->finish().last.content);
-      reply.reason = u.finish_reason;
-      reply.usage = u.usage;
-      reply.error = u.error;
-      return reply;
-    }
-  }
-}
-
 // The conversation, on `engine` (one slot: the whole model here, or rank 0 of a split).
 void converse(serve::Engine& engine, ChatOptions o, std::optional<serve::ChatFamily> forced) {
   const serve::ChatFamily family =
       forced ? *forced : serve::pick_chat_family(engine.info().chat_template, engine.tokenizer(), engine.info().architecture);
-  serve::Metrics metrics;
-  // One place in the queue: a turn may arrive before the previous reply's slot is marked free.
-  serve::Scheduler scheduler(engine, metrics, {.max_queue = 1});
-  serve::openai::Service service(engine, scheduler, metrics, family);
-  scheduler.start();
-
   if (o.sampling.temperature > 0 && !o.seed_given) {
     std::random_device entropy;
     o.sampling.seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
   }
-  const bool terminal = isatty(STDIN_FILENO) != 0;
-  if (terminal)
-    std::fprintf(stderr, "%s (%s chat template, %d positions). Ctrl-C stops a reply; /clear forgets the conversation; "
-                         "Ctrl-D or /exit quits.\n",
-                 engine.info().id.c_str(), std::string(serve::chat_family_name(family)).c_str(), scheduler.n_ctx());
   if (o.verbose && o.sampling.temperature > 0)
     std::fprintf(stderr, "seed %llu\n", static_cast<unsigned long long>(o.sampling.seed));
   install_interrupt_handler();
+  serve::TerminalChatOptions t;
+  t.sampling = o.sampling;
+  t.max_tokens = o.max_tokens;
+  t.system = o.system;
+  t.show_thinking = !o.hide_thinking;
+  t.prompts = isatty(STDIN_FILENO) != 0;
+  t.dim = isatty(STDOUT_FILENO) != 0;
+  t.verbose = o.verbose;
+  serve::converse(engine, family, t, std::cin, std::cout, std::cerr, interrupted);
+}
 
-  std::vector<serve::ChatMessage> history;
-  if (!o.system.empty()) history.push_back({"system", o.system});
-  const size_t kept = history.size();
-  int turn = 0;
-  for (std::string line;;) {
-    if (terminal) {
-      std::fputs(">>> ", stdout);
-      std::fflush(stdout);
-    }
-    if (!std::getline(std::cin, line)) break;
-    interrupted = false;  // a Ctrl-C while typing stops nothing
-    line = trimmed(line);
-    if (line.empty()) continue;
-    if (line == "/exit" || line == "/bye") break;
-    if (line == "/clear") {
-      history.resize(kept);
-      std::fprintf(stderr, "(the conversation is forgotten)\n");
-      continue;
-    }
-    history.push_back({"user", line});
-    serve::openai::ApiRequest request;
-    request.messages = history;
-    request.sampling = o.sampling;
-    request.seeded = true;
-    request.default_max_tokens = o.max_tokens;
-    serve::openai::Started started;
-    try {
-      started = service.start(std::move(request));
-    } catch (const serve::openai::ApiError& e) {
-      history.pop_back();
-      std::fprintf(stderr, "orchard chat: %s%s\n", e.message().c_str(),
-                   e.code() == "context_length_exceeded" ? " (/clear starts a new conversation)" : "");
-      continue;
-    }
-    const Reply reply = stream_reply(*started.job, started.tool_parser);
-    std::fputs("\n", stdout);
+// --hostfile / --discover: rank 0 runs here, in the terminal's process (its stdin and Ctrl-C
+// are the chat's), the other ranks on their hosts as `run` and `serve` start them. The
+// launcher's own way, every rank started remotely, would leave the terminal with no rank to
+// talk to.
+void chat_on_hosts(const HostsLaunch& placed, const parallel::SplitOptions& split,
+                   const std::function<void(comm::Group*, const parallel::Layout&)>& rank) {
+  parallel::HostedRanks others(placed.hosts, placed.launch, [](int code) {
+    // The launcher has said which rank ended and stopped the rest. Rank 0 may be waiting for a
+    // line, or for the lost rank under the comm timeout: the chat ends now.
+    std::fprintf(stderr, "orchard chat: a rank of the split is lost; the chat ends\n");
     std::fflush(stdout);
-    if (reply.reason == serve::FinishReason::Error) {
-      history.pop_back();
-      std::fprintf(stderr, "orchard chat: the reply failed: %s\n", reply.error.c_str());
-      continue;
-    }
-    if (reply.reason == serve::FinishReason::Cancelled) std::fprintf(stderr, "(stopped)\n");
-    history.push_back({"assistant", reply.text});
-    ++turn;
-    if (o.verbose) {
-      const double rate = reply.usage.generation_seconds > 0 ? reply.usage.completion_tokens / reply.usage.generation_seconds : 0;
-      std::fprintf(stderr, "[turn %d: prompt %d tokens, reply %d tokens (%s), %.1f tok/s]\n", turn, reply.usage.prompt_tokens,
-                   reply.usage.completion_tokens, std::string(serve::finish_reason_name(reply.reason)).c_str(), rate);
-    }
+    std::_Exit(code);
+  });
+  try {
+    parallel::run_as_rank(split, others.first_rank(), rank);
+  } catch (...) {
+    // Rank 0 failed, maybe because another rank did: let the launcher say which before the
+    // error goes up.
+    others.finish(std::chrono::seconds(2));
+    throw;
   }
-  if (terminal) std::fputs("\n", stdout);
+  // Rank 0's end of input told the others to stop.
+  if (const int code = others.finish(std::chrono::seconds(10)); code != 0) std::exit(code);
 }
 
 void chat(ChatOptions o) {
@@ -184,13 +116,18 @@ void chat(ChatOptions o) {
                                 o.chat_template));
   }
   check_split_flags(o.split);
-  if (auto code = place_split(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch, o.engine.cache_type})) {
-    if (*code != 0) std::exit(*code);
-    return;
+  std::optional<HostsLaunch> placed =
+      place_on_hosts(o.cluster, o.split, {o.engine.model_path, o.engine.n_ctx, o.engine.max_batch, o.engine.cache_type});
+  if (placed && !host_is_this_machine(placed->hosts.front())) {
+    const parallel::HostEntry& first = placed->hosts.front();
+    throw Error(error_message("chat", "rank 0 runs in this terminal, so the first host must be this machine; {} ({}) is "
+                                      "none of its addresses: put this machine first in the hostfile",
+                              first.ssh, first.endpoints.empty() ? std::string() : first.endpoints.front()));
   }
   ProgressBar bar("loading " + o.engine.model_path);
   o.engine.n_slots = 1;
-  const bool split = o.split.world > 1 || o.split.strategy != "single" || std::getenv("ORCHARD_WORLD");
+  const bool split = (placed && placed->hosts.size() > 1) || o.split.world > 1 || o.split.strategy != "single" ||
+                     std::getenv("ORCHARD_WORLD");
   if (!split) {
     o.engine.on_progress = [&](size_t done, size_t total) { bar.update(done, total); };
     serve::LocalEngine engine(o.engine);
@@ -200,7 +137,8 @@ void chat(ChatOptions o) {
   }
   parallel::EngineOptions options;
   options.model_path = o.engine.model_path;
-  options.threads = o.engine.threads > 0 ? o.engine.threads : parallel::threads_per_local_rank(o.split);
+  // Rank 0 of hosts is this machine's only rank: its cores are all its own.
+  options.threads = o.engine.threads > 0 || placed ? o.engine.threads : parallel::threads_per_local_rank(o.split);
   options.context = o.engine.n_ctx;
   options.batch = o.engine.max_batch;
   options.allow_repack = o.engine.allow_repack;
@@ -209,7 +147,7 @@ void chat(ChatOptions o) {
   // Ctrl-C stops a reply on rank 0; the launcher of local ranks leaves it alone, and the other
   // ranks block it (they stop when rank 0 tells them, at its end of input).
   o.split.ranks_take_interrupt = true;
-  parallel::run_split(o.split, [&](comm::Group* group, const parallel::Layout& layout) {
+  auto rank = [&](comm::Group* group, const parallel::Layout& layout) {
     if (!group) throw Error(error_message("chat", "a split needs more than one rank (--world, or started by orchard launch)"));
     if (group->rank() != 0) SignalStopper::block_signals();
     options.layout = layout;
@@ -225,7 +163,12 @@ void chat(ChatOptions o) {
     const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(o.split.timeout_s * 1000 / 4));
     serve::SplitEngine split_engine(engine, *group, o.engine.model_path, o.engine.alias, heartbeat);
     converse(split_engine, o, forced);
-  });
+  };
+  if (!placed) {
+    parallel::run_split(o.split, rank);
+    return;
+  }
+  chat_on_hosts(*placed, o.split, rank);
 }
 
 }  // namespace
@@ -249,6 +192,8 @@ void add_chat_command(CLI::App& app) {
                 "Use the file's weight layout as is (no interleaved copy)");
   add_split_flags(cmd, o->split);
   add_cluster_launch_flags(cmd, o->cluster);
+  cmd->add_flag("--hide-thinking,--hidethinking", o->hide_thinking,
+                "Leave a reasoning model's thinking out (by default it is shown, dimmed, before the reply)");
   cmd->add_flag("--verbose", o->verbose, "After each reply, print its prompt (the rendered history) and reply token counts and speed");
   cmd->callback([o, seed] {
     ChatOptions options = *o;

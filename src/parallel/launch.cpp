@@ -1,5 +1,6 @@
 #include "parallel/launch.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -50,6 +52,18 @@ class ChildRank : public RankProcess {
   pid_t pid_;
 };
 
+// Says which rank failed and how; `ssh_host`: the host its ssh was to reach (empty: none).
+void report_failure(const std::string& name, const RankEnd& end, const std::string& ssh_host) {
+  std::fprintf(stderr, "orchard launch: %s %s; stopping the other ranks\n", name.c_str(), end.detail.c_str());
+  // ssh exits 255 for its own errors (the rank never ran); orchard never exits 255.
+  if (end.code == 255 && !ssh_host.empty())
+    std::fprintf(stderr,
+                 "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
+                 "log into without a password (try: ssh -o BatchMode=yes %s true), or run `orchard agent` "
+                 "there and let it start the rank (--discover does; in a hostfile: \"agent\": true)\n",
+                 ssh_host.c_str(), ssh_host.c_str());
+}
+
 // Waits for every rank; after the first failure or an interrupt, stops the rest (SIGTERM,
 // then SIGKILL after a grace period).
 int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std::vector<std::string>& names,
@@ -73,14 +87,7 @@ int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std:
       reaped = true;
       --remaining;
       if (end->code != 0 && result == 0 && !terminated) {
-        std::fprintf(stderr, "orchard launch: %s %s; stopping the other ranks\n", names[i].c_str(), end->detail.c_str());
-        // ssh exits 255 for its own errors (the rank never ran); orchard never exits 255.
-        if (end->code == 255 && i < ssh_hosts.size() && !ssh_hosts[i].empty())
-          std::fprintf(stderr,
-                       "orchard launch: ssh could not reach %s: check that it runs an ssh server that this user can "
-                       "log into without a password (try: ssh -o BatchMode=yes %s true), or run `orchard agent` "
-                       "there and let it start the rank (--discover does; in a hostfile: \"agent\": true)\n",
-                       ssh_hosts[i].c_str(), ssh_hosts[i].c_str());
+        report_failure(names[i], *end, i < ssh_hosts.size() ? ssh_hosts[i] : std::string());
         result = end->code;
       }
     }
@@ -104,7 +111,9 @@ int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std:
   return result;
 }
 
-std::unique_ptr<RankProcess> spawn(const std::vector<std::string>& argv) {
+// no_input: the child reads /dev/null, not this process's stdin (which a terminal's user types
+// into for this process).
+std::unique_ptr<RankProcess> spawn(const std::vector<std::string>& argv, bool no_input = false) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -114,11 +123,79 @@ std::unique_ptr<RankProcess> spawn(const std::vector<std::string>& argv) {
     // Its own process group, so a terminal's Ctrl-C reaches the launcher alone and the
     // launcher ends the ranks in order.
     setpgid(0, 0);
+    if (no_input) {
+      const int null = open("/dev/null", O_RDONLY);
+      if (null >= 0) dup2(null, STDIN_FILENO);
+    }
     execvp(args[0], args.data());
     std::fprintf(stderr, "orchard launch: cannot run %s\n", args[0]);
     _exit(127);
   }
   return std::make_unique<ChildRank>(pid);
+}
+
+// The job's configuration (rank 0's; each rank's differs in its rank).
+comm::Config job_config(const std::vector<HostEntry>& hosts, const LaunchOptions& options) {
+  comm::Config config = options.base;
+  config.world = static_cast<int>(hosts.size());
+  config.endpoints.clear();
+  for (const auto& h : hosts) config.endpoints.push_back(h.endpoints);
+  if (config.secret.empty()) config.secret = comm::random_secret();
+  config.listen_fd = -1;
+  config.rank = 0;
+  return config;
+}
+
+struct StartedRanks {
+  std::vector<std::unique_ptr<RankProcess>> ranks;
+  std::vector<std::string> names, ssh_hosts;  // per rank started; ssh_hosts: "" when not by ssh
+};
+
+// Starts ranks first..world-1 of the job `config` describes, each on its host: here, through its
+// agent, or over ssh. A host that cannot be asked ends the ranks already started and throws.
+StartedRanks start_ranks(const std::vector<HostEntry>& hosts, const LaunchOptions& options, comm::Config config, int first,
+                         bool no_input) {
+  const int world = static_cast<int>(hosts.size());
+  const std::string cwd =
+      options.working_directory.empty() ? std::filesystem::current_path().string() : options.working_directory;
+  std::vector<std::string> command_words;
+  for (const auto& w : options.command) command_words.push_back(shell_quote(w));
+  for (int r = first; r < world; ++r) {
+    const HostEntry& host = hosts[static_cast<size_t>(r)];
+    if (!host.local && !host.agent.empty() && !options.start_by_agent)
+      throw Error(error_message("launch", "{} is to be started by its agent, and this launcher was given no way to ask "
+                                          "agents: give it an \"ssh\" entry instead", host.ssh));
+  }
+  StartedRanks started;
+  try {
+    for (int r = first; r < world; ++r) {
+      const HostEntry& host = hosts[static_cast<size_t>(r)];
+      config.rank = r;
+      RankCommand rank{{}, options.command, cwd};
+      std::string remote = "cd " + shell_quote(cwd) + " && exec env";
+      for (const auto& [key, value] : comm::config_to_env(config)) {
+        if (key == "ORCHARD_LISTEN_FD") continue;
+        remote += " " + key + "=" + shell_quote(value);
+        rank.env.emplace_back(key, value);
+      }
+      for (const auto& w : command_words) remote += " " + w;
+      const bool by_agent = !host.local && !host.agent.empty();
+      // The same command line either way, so a rank here sees what a remote one sees.
+      if (host.local) started.ranks.push_back(spawn({"/bin/sh", "-c", remote}, no_input));
+      else if (by_agent) started.ranks.push_back(options.start_by_agent(host, rank));
+      else started.ranks.push_back(spawn({options.ssh_command, "-o", "BatchMode=yes", host.ssh, remote}, no_input));
+      started.names.push_back("rank " + std::to_string(r) + " (" + host.ssh +
+                              (host.local ? ", this machine" : by_agent ? ", by its agent" : "") + ")");
+      started.ssh_hosts.push_back(host.local || by_agent ? "" : host.ssh);
+    }
+  } catch (...) {
+    // A host that could not be asked: the ranks already started must not outlive the job.
+    for (auto& rank : started.ranks) rank->kill();
+    for (auto& rank : started.ranks)
+      while (!rank->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    throw;
+  }
+  return started;
 }
 
 }  // namespace
@@ -164,12 +241,6 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
   if (hosts.empty()) throw Error(error_message("launch", "the hostfile lists no hosts"));
   if (options.command.empty()) throw Error(error_message("launch", "no command to run after --"));
   const int world = static_cast<int>(hosts.size());
-  const std::string cwd =
-      options.working_directory.empty() ? std::filesystem::current_path().string() : options.working_directory;
-
-  std::vector<std::string> command_words;
-  for (const auto& w : options.command) command_words.push_back(shell_quote(w));
-
   if (options.base.backend == comm::Backend::Mpi) {
     // mpirun starts the ranks itself; they learn rank and world from it.
     std::string host_list;
@@ -181,48 +252,95 @@ int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& op
     return supervise(mpirun, {"mpirun"});
   }
 
-  comm::Config config = options.base;
-  config.world = world;
-  config.endpoints.clear();
-  for (const auto& h : hosts) config.endpoints.push_back(h.endpoints);
-  if (config.secret.empty()) config.secret = comm::random_secret();
-  config.listen_fd = -1;
+  const comm::Config config = job_config(hosts, options);
+  StartedRanks started = start_ranks(hosts, options, config, 0, false);
+  return supervise(started.ranks, started.names, started.ssh_hosts);
+}
 
-  for (const HostEntry& host : hosts)
-    if (!host.local && !host.agent.empty() && !options.start_by_agent)
-      throw Error(error_message("launch", "{} is to be started by its agent, and this launcher was given no way to ask "
-                                          "agents: give it an \"ssh\" entry instead", host.ssh));
-  std::vector<std::unique_ptr<RankProcess>> ranks;
-  std::vector<std::string> names, ssh_hosts;
-  try {
-    for (int r = 0; r < world; ++r) {
-      const HostEntry& host = hosts[static_cast<size_t>(r)];
-      config.rank = r;
-      RankCommand rank{{}, options.command, cwd};
-      std::string remote = "cd " + shell_quote(cwd) + " && exec env";
-      for (const auto& [key, value] : comm::config_to_env(config)) {
-        if (key == "ORCHARD_LISTEN_FD") continue;
-        remote += " " + key + "=" + shell_quote(value);
-        rank.env.emplace_back(key, value);
+struct HostedRanks::Watch {
+  StartedRanks started;
+  std::function<void(int)> on_lost;
+  std::mutex mutex;
+  bool finishing = false;  // this process's rank is done
+  std::chrono::steady_clock::time_point finish_by;
+  int result = 0;
+  std::thread thread;
+
+  // Like supervise, without touching the signals (Ctrl-C is the command's own) and with this
+  // process's rank outside it.
+  void run() {
+    auto& ranks = started.ranks;
+    std::vector<bool> ended(ranks.size(), false);
+    size_t remaining = ranks.size();
+    bool stopping = false, lost = false;
+    auto kill_at = std::chrono::steady_clock::time_point::max();
+    while (remaining > 0) {
+      bool reaped = false;
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        if (ended[i]) continue;
+        const std::optional<RankEnd> end = ranks[i]->poll();
+        if (!end) continue;
+        ended[i] = true;
+        reaped = true;
+        --remaining;
+        std::lock_guard lock(mutex);
+        if (end->code != 0 && result == 0 && !stopping) {
+          report_failure(started.names[i], *end, started.ssh_hosts[i]);
+          result = end->code;
+          lost = !finishing;
+        }
       }
-      for (const auto& w : command_words) remote += " " + w;
-      const bool by_agent = !host.local && !host.agent.empty();
-      // The same command line either way, so a rank here sees what a remote one sees.
-      if (host.local) ranks.push_back(spawn({"/bin/sh", "-c", remote}));
-      else if (by_agent) ranks.push_back(options.start_by_agent(host, rank));
-      else ranks.push_back(spawn({options.ssh_command, "-o", "BatchMode=yes", host.ssh, remote}));
-      names.push_back("rank " + std::to_string(r) + " (" + host.ssh +
-                      (host.local ? ", this machine" : by_agent ? ", by its agent" : "") + ")");
-      ssh_hosts.push_back(host.local || by_agent ? "" : host.ssh);
+      const auto now = std::chrono::steady_clock::now();
+      bool stop = false;
+      {
+        std::lock_guard lock(mutex);
+        stop = !stopping && (result != 0 || (finishing && now >= finish_by));
+      }
+      if (stop) {
+        stopping = true;
+        for (size_t i = 0; i < ranks.size(); ++i)
+          if (!ended[i]) ranks[i]->terminate();
+        kill_at = now + std::chrono::seconds(3);
+      }
+      if (now >= kill_at) {
+        for (size_t i = 0; i < ranks.size(); ++i)
+          if (!ended[i]) ranks[i]->kill();
+        kill_at = std::chrono::steady_clock::time_point::max();
+      }
+      if (!reaped && remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-  } catch (...) {
-    // A host that could not be asked: the ranks already started must not outlive the job.
-    for (auto& rank : ranks) rank->kill();
-    for (auto& rank : ranks)
-      while (!rank->poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    throw;
+    // Only once every other rank has ended: the callback may end this process.
+    if (lost && on_lost) on_lost(result);
   }
-  return supervise(ranks, names, ssh_hosts);
+};
+
+HostedRanks::HostedRanks(const std::vector<HostEntry>& hosts, const LaunchOptions& options, std::function<void(int)> on_lost) {
+  if (hosts.empty()) throw Error(error_message("launch", "the hostfile lists no hosts"));
+  if (options.command.empty()) throw Error(error_message("launch", "no command to run on the hosts"));
+  if (options.base.backend == comm::Backend::Mpi)
+    throw Error(error_message("launch", "mpirun starts every rank itself, this process's too: use the ring backend"));
+  first_ = job_config(hosts, options);
+  watch_ = std::make_unique<Watch>();
+  watch_->started = start_ranks(hosts, options, first_, 1, true);
+  watch_->on_lost = std::move(on_lost);
+  watch_->thread = std::thread([w = watch_.get()] { w->run(); });
+}
+
+int HostedRanks::finish(std::chrono::milliseconds grace) {
+  if (!watch_->thread.joinable()) return watch_->result;
+  {
+    std::lock_guard lock(watch_->mutex);
+    if (!watch_->finishing) {
+      watch_->finishing = true;
+      watch_->finish_by = std::chrono::steady_clock::now() + grace;
+    }
+  }
+  watch_->thread.join();
+  return watch_->result;
+}
+
+HostedRanks::~HostedRanks() {
+  if (watch_) finish(std::chrono::milliseconds(0));
 }
 
 int launch_local(int world, const LaunchOptions& options) {

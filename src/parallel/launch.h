@@ -68,6 +68,33 @@ struct LaunchOptions {
 // ssh could not reach the host, and what to check; a lost agent: which machine).
 int launch_on_hosts(const std::vector<HostEntry>& hosts, const LaunchOptions& options);
 
+// A job whose first rank is this process and whose other ranks run on their hosts, started as
+// launch_on_hosts starts them: for a command that needs its terminal (orchard chat), which
+// reaches a rank of its own process and no remote one. The first host must be this machine
+// (its rank listens here). The other ranks read no input (stdin: /dev/null). While it lives,
+// a thread watches them: the first to end with a nonzero code is reported on stderr as
+// launch_on_hosts reports it, the rest are stopped, and `on_lost(code)` is called on that
+// thread (to end this process's rank, which is waiting for the lost one).
+class HostedRanks {
+ public:
+  HostedRanks(const std::vector<HostEntry>& hosts, const LaunchOptions& options, std::function<void(int code)> on_lost);
+  ~HostedRanks();  // stops the ranks that still run
+  HostedRanks(const HostedRanks&) = delete;
+  HostedRanks& operator=(const HostedRanks&) = delete;
+
+  // This process's rank: rank 0 of the job, its endpoints and secret.
+  const comm::Config& first_rank() const { return first_; }
+  // Once this process's rank is done: waits up to `grace` for the others to end (they do once
+  // rank 0 tells them to), stops those that don't; returns the job's exit code (0, or the
+  // first failure's).
+  int finish(std::chrono::milliseconds grace);
+
+ private:
+  struct Watch;
+  comm::Config first_;
+  std::unique_ptr<Watch> watch_;
+};
+
 // Runs `command` as `world` ranks on this machine (exec'd children).
 int launch_local(int world, const LaunchOptions& options);
 

@@ -43,12 +43,16 @@ int threads_per_local_rank(const SplitOptions& o) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, o.world));
 }
 
+void run_as_rank(const SplitOptions& o, const comm::Config& config, const std::function<void(comm::Group*, const Layout&)>& fn) {
+  comm::Group group = comm::init(config);
+  const Layout layout = make_layout(o, parse_strategy(o.strategy), group.size());
+  fn(group.size() > 1 ? &group : nullptr, layout);
+}
+
 void run_split(const SplitOptions& o, const std::function<void(comm::Group*, const Layout&)>& fn) {
   const Strategy strategy = parse_strategy(o.strategy);
   if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
-    comm::Group group = comm::init(comm::config_from_env());
-    const Layout layout = make_layout(o, strategy, group.size());
-    fn(group.size() > 1 ? &group : nullptr, layout);
+    run_as_rank(o, comm::config_from_env(), fn);
     return;
   }
   if (o.world == 1 && strategy == Strategy::Single) {

@@ -34,6 +34,11 @@ struct SplitOptions {
 // naming the first rank that failed.
 void run_split(const SplitOptions& options, const std::function<void(comm::Group*, const Layout&)>& fn);
 
+// Calls fn(group, layout) as the one rank `config` describes, this process being a rank of a job
+// whose other ranks were started elsewhere (orchard chat's rank 0 of a hostfile's job).
+void run_as_rank(const SplitOptions& options, const comm::Config& config,
+                 const std::function<void(comm::Group*, const Layout&)>& fn);
+
 // Threads each local rank should use when the user did not say: the cores shared out.
 int threads_per_local_rank(const SplitOptions& options);
 

@@ -56,7 +56,9 @@ std::string render_llama3(std::span<const ChatMessage> messages) {
   return out;
 }
 
-std::string render_chatml(std::span<const ChatMessage> messages, bool skip_thinking) {
+constexpr std::string_view kOpenThinking = "<think>\n";
+
+std::string render_chatml(std::span<const ChatMessage> messages, bool skip_thinking, bool open_thinking) {
   std::string out;
   for (const ChatMessage& m : messages) {
     out += "<|im_start|>" + m.role + "\n";
@@ -65,6 +67,7 @@ std::string render_chatml(std::span<const ChatMessage> messages, bool skip_think
   }
   out += "<|im_start|>assistant\n";
   if (skip_thinking) out += "<think>\n\n</think>\n\n";
+  else if (open_thinking) out += kOpenThinking;
   return out;
 }
 
@@ -110,9 +113,28 @@ std::string render_inst(ChatFamily family, std::span<const ChatMessage> messages
   return out;
 }
 
+// Mistral's newer templates (Mistral Small 3.x, Magistral, Devstral): system text in its own
+// tags where it stands, the other turns without spaces around their text.
+std::string render_mistral_system_prompt(std::span<const ChatMessage> messages, std::string_view eos) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      out += "[SYSTEM_PROMPT]" + m.content + "[/SYSTEM_PROMPT]";
+    } else if (m.role == "user") {
+      out += "[INST]" + m.content + "[/INST]";
+    } else if (m.role == "raw") {
+      out += m.content;
+    } else {
+      out += m.content;
+      out += eos;
+    }
+  }
+  return out;
+}
+
 // DeepSeek V3/R1: the system text first, then <｜User｜> and <｜Assistant｜> turns, each reply
 // closed with the end-of-sentence token.
-std::string render_deepseek(std::span<const ChatMessage> messages, std::string_view eos) {
+std::string render_deepseek(std::span<const ChatMessage> messages, std::string_view eos, bool open_thinking) {
   std::string out;
   for (const ChatMessage& m : messages) {
     if (m.role != "system") continue;
@@ -132,6 +154,7 @@ std::string render_deepseek(std::span<const ChatMessage> messages, std::string_v
     }
   }
   out += kDeepSeekAssistant;
+  if (open_thinking) out += kOpenThinking;
   return out;
 }
 
@@ -232,19 +255,30 @@ ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& toke
 
 bool template_thinks(std::string_view jinja) { return jinja.find("</think>") != std::string_view::npos; }
 
+bool template_opens_thinking(std::string_view jinja) {
+  // The generation prompt's text, its newlines either escaped in a Jinja string or written out.
+  for (std::string_view marker : {"<｜Assistant｜><think>", "<|im_start|>assistant\\n<think>", "<|im_start|>assistant\n<think>"})
+    if (jinja.find(marker) != std::string_view::npos) return true;
+  return false;
+}
+
+bool template_has_system_prompt(std::string_view jinja) { return jinja.find("[SYSTEM_PROMPT]") != std::string_view::npos; }
+
 bool template_can_skip_thinking(std::string_view jinja) { return jinja.find("enable_thinking") != std::string_view::npos; }
 
 std::string render_chat(ChatFamily family, std::span<const ChatMessage> messages, std::string_view bos,
                         std::string_view eos, const RenderOptions& options) {
   switch (family) {
     case ChatFamily::Llama3: return render_llama3(messages);
-    case ChatFamily::ChatML: return render_chatml(messages, options.skip_thinking);
-    case ChatFamily::Llama2:
-    case ChatFamily::Mistral: return render_inst(family, messages, bos, eos);
-    case ChatFamily::DeepSeek: return render_deepseek(messages, eos);
+    case ChatFamily::ChatML: return render_chatml(messages, options.skip_thinking, options.open_thinking);
+    case ChatFamily::Mistral:
+      if (options.system_prompt_tags) return render_mistral_system_prompt(messages, eos);
+      return render_inst(family, messages, bos, eos);
+    case ChatFamily::Llama2: return render_inst(family, messages, bos, eos);
+    case ChatFamily::DeepSeek: return render_deepseek(messages, eos, options.open_thinking);
     case ChatFamily::Harmony: return render_harmony(messages, options.reasoning_effort);
   }
-  return render_chatml(messages, options.skip_thinking);
+  return render_chatml(messages, options.skip_thinking, options.open_thinking);
 }
 
 }  // namespace orchard::serve

@@ -61,6 +61,14 @@ ChatFamily pick_chat_family(std::string_view jinja, const model::Tokenizer& toke
 // Whether a Jinja chat template belongs to a model that thinks in <think>...</think> first
 // (DeepSeek R1, Qwen3, QwQ).
 bool template_thinks(std::string_view jinja);
+// Whether a Jinja chat template opens the think block itself where the reply starts (DeepSeek
+// R1's newer template writes "<｜Assistant｜><think>\n", QwQ's "<|im_start|>assistant\n<think>\n"):
+// the reply then starts inside its reasoning, without a <think> of its own.
+bool template_opens_thinking(std::string_view jinja);
+// Whether a Jinja chat template is Mistral's newer kind (v7 tokenizers on, the v11 ones among
+// them: Mistral Small 3.x, Magistral, Devstral), which writes system text as
+// [SYSTEM_PROMPT]...[/SYSTEM_PROMPT].
+bool template_has_system_prompt(std::string_view jinja);
 // Whether a Jinja chat template lets the caller turn thinking off (Qwen3's enable_thinking: false
 // writes an empty <think></think> block where the reply starts).
 bool template_can_skip_thinking(std::string_view jinja);
@@ -71,6 +79,13 @@ struct RenderOptions {
   // ChatML: the reply starts after an empty think block, as Qwen3's template writes it with
   // enable_thinking false, so the model answers without thinking.
   bool skip_thinking = false;
+  // ChatML, DeepSeek: the prompt ends in "<think>\n", as templates that open the think block
+  // write it (template_opens_thinking); skip_thinking wins.
+  bool open_thinking = false;
+  // Mistral: the newer templates' form (template_has_system_prompt): each system message as
+  // [SYSTEM_PROMPT]...[/SYSTEM_PROMPT] where it stands, user turns as [INST]...[/INST] without
+  // the spaces of the older ones, replies as they are followed by EOS.
+  bool system_prompt_tags = false;
 };
 
 // The prompt text for `messages`, ending where the assistant's next reply starts. It leaves out

@@ -487,5 +487,114 @@ TEST(Chat, ASplitOverTwoLocalRanksChatsAsOneRank) {
   EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
 }
 
+// Two "hosts" on this machine for --hostfile, reached through an ssh stand-in that runs the remote
+// command here, first writing its pid (the rank's once it has exec'd) to DIR/HOST.pid.
+struct LocalHosts {
+  std::string dir, ssh, hostfile;
+};
+
+LocalHosts local_hosts(const std::string& name, const std::string& first_ip = "127.0.0.1") {
+  LocalHosts h;
+  h.dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
+  std::filesystem::remove_all(h.dir);
+  std::filesystem::create_directories(h.dir);
+  h.ssh = h.dir + "/fake-ssh.sh";
+  // ssh -o BatchMode=yes HOST COMMAND
+  std::ofstream(h.ssh) << "#!/bin/sh\necho $$ > '" << h.dir << "'/$3.pid\nshift 3\nexec sh -c \"$1\"\n";
+  std::filesystem::permissions(h.ssh, std::filesystem::perms::owner_all);
+  h.hostfile = h.dir + "/hosts.json";
+  const int port = 40000 + static_cast<int>(getpid() % 5000) * 2;
+  std::ofstream(h.hostfile) << fmt::format(R"([{{"ssh": "mac-1", "ips": ["{}:{}"]}}, {{"ssh": "mac-2", "ips": ["127.0.0.1:{}"]}}])",
+                                           first_ip, port, port + 1);
+  return h;
+}
+
+// `chat --hostfile` runs rank 0 in the terminal's process and the other ranks over ssh: turn after
+// turn it gives the replies one process gives, Ctrl-C stops a reply, end of input ends every rank.
+TEST(Chat, AHostfileSplitChatsFromThisTerminal) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> base = {"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"};
+  const LocalHosts hosts = local_hosts("chat-hostfile");
+  std::vector<std::string> split = base;
+  split.insert(split.end(), {"--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"});
+  const std::string turns = "hi\nhow so?\n/exit\n";
+  Ran one = run_to_end(orchard(base), std::chrono::seconds(60), turns);
+  Ran two = run_to_end(orchard(split), std::chrono::seconds(120), turns);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(two.out, one.out);
+  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
+  EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
+  // Only rank 1 went through ssh; rank 0 was this process.
+  EXPECT_TRUE(std::filesystem::exists(hosts.dir + "/mac-2.pid"));
+  EXPECT_FALSE(std::filesystem::exists(hosts.dir + "/mac-1.pid"));
+
+  std::vector<std::string> endless(split);
+  endless.erase(endless.begin() + 3, endless.begin() + 5);  // no -n: a reply runs to the context's end
+  ASSERT_EQ(std::count(endless.begin(), endless.end(), "-n"), 0);
+  const testing::Finished f = interrupt_a_reply(endless, "chat-hostfile-interrupt", 6000);
+  EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
+  EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
+  std::filesystem::remove_all(hosts.dir);
+}
+
+// A rank that dies mid-conversation ends the chat (which was waiting for a line) with an error
+// naming it, and no process is left behind.
+TEST(Chat, ALostRankEndsTheChatNamingIt) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const LocalHosts hosts = local_hosts("chat-lost-rank");
+  const std::string in = hosts.dir + "/in", out = hosts.dir + "/out", err = hosts.dir + "/err";
+  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
+  const pid_t pid = testing::start(orchard({"chat", "-m", model, "-n", "4", "--temp", "0", "-t", "1", "--chat-template", "chatml",
+                                            "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
+                                   err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");
+  ASSERT_NE(input, nullptr);
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  for (int i = 0; i < 6000 && testing::read_text(out).find('\n') == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(testing::read_text(out).find('\n'), std::string::npos) << testing::read_text(err);
+  const pid_t rank1 = std::stoi(testing::read_text(hosts.dir + "/mac-2.pid"));
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(30));
+  std::fclose(input);
+  EXPECT_EQ(f.exit_code, 128 + SIGKILL) << f.stderr_text;
+  EXPECT_NE(f.stderr_text.find("rank 1 (mac-2) exited with signal 9"), std::string::npos) << f.stderr_text;
+  EXPECT_NE(f.stderr_text.find("the chat ends"), std::string::npos) << f.stderr_text;
+  EXPECT_LT(f.seconds, 15) << "found by the launcher, not a comm timeout";
+  std::filesystem::remove_all(hosts.dir);
+}
+
+// A host ssh cannot reach ends the chat while rank 0 waits for it, with ssh's hint, not after the
+// comm layer's connect timeout.
+TEST(Chat, AnUnreachableHostEndsTheChatWithSshsHint) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const LocalHosts hosts = local_hosts("chat-unreachable");
+  // What ssh does when no server answers: a message of its own and exit code 255.
+  std::ofstream(hosts.ssh) << "#!/bin/sh\necho \"ssh: connect to host $3 port 22: Connection refused\" >&2\nexit 255\n";
+  Ran r = run_to_end(orchard({"chat", "-m", model, "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
+                     std::chrono::seconds(20), "hi\n");
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (mac-2) exited with code 255"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ssh could not reach mac-2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "no reply without the split";
+  std::filesystem::remove_all(hosts.dir);
+}
+
+// Rank 0 is the terminal's: a hostfile whose first host is another machine is refused, saying
+// what to change, before any rank starts.
+TEST(Chat, AHostfileMustListThisMachineFirst) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const LocalHosts hosts = local_hosts("chat-far-first", "192.0.2.7");  // TEST-NET-1: no machine's address
+  Ran r = run_to_end(orchard({"chat", "-m", model, "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
+                     std::chrono::seconds(60), "hi\n");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("the first host must be this machine; mac-1 (192.0.2.7:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("put this machine first in the hostfile"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(hosts.dir + "/mac-2.pid")) << "no rank was started";
+  std::filesystem::remove_all(hosts.dir);
+}
+
 }  // namespace
 }  // namespace orchard

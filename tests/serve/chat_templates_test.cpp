@@ -88,6 +88,48 @@ TEST(ChatTemplates, ReasoningModelsTurns) {
   EXPECT_FALSE(template_can_skip_thinking("{{- '<|im_start|>assistant\\n' }}"));
 }
 
+// DeepSeek R1's newer template (and QwQ's) opens the think block where the reply starts:
+//   {% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\n'}}{% endif %}
+// An earlier reply is given back without its thinking, as before.
+TEST(ChatTemplates, TemplatesThatOpenTheThinkBlock) {
+  const RenderOptions open{.open_thinking = true};
+  std::vector<ChatMessage> conversation = kConversation;
+  conversation[2].content = "<think>\nA greeting.\n</think>\n\nHello!";
+  EXPECT_EQ(render_chat(ChatFamily::DeepSeek, conversation, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", open),
+            "Be brief.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Name a fruit.<｜Assistant｜><think>\n");
+  // QwQ: {{- '<|im_start|>assistant\n<think>\n' }}
+  EXPECT_EQ(render_chat(ChatFamily::ChatML, conversation, "", "<|endoftext|>", open),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  EXPECT_TRUE(template_opens_thinking("{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"));
+  EXPECT_TRUE(template_opens_thinking("{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}"));
+  // R1's first template, V3's, and Qwen3's (whose empty block only turns thinking off) do not.
+  EXPECT_FALSE(template_opens_thinking("{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}"));
+  EXPECT_FALSE(template_opens_thinking(
+      "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}"
+      "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"));
+}
+
+// Mistral's newer templates (Mistral Small 3.1/3.2, Magistral, Devstral) write
+//   {{- bos_token }}... {{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}
+//   user: {{- '[INST]' + message['content'] + '[/INST]' }}
+//   system (later): {{- '[SYSTEM_PROMPT]' + message['content'] + '[/SYSTEM_PROMPT]' }}
+//   assistant: {{- message['content'] + eos_token }}
+// (with no system message they write a default one of their own, dated; ours writes none).
+TEST(ChatTemplates, MistralSystemPromptTags) {
+  const RenderOptions tags{.system_prompt_tags = true};
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, kConversation, "<s>", "</s>", tags),
+            "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Hi[/INST]Hello!</s>[INST]Name a fruit.[/INST]");
+  const std::vector<ChatMessage> later = {{"user", "Hi"}, {"assistant", "Hello!"}, {"system", "Now in French."}, {"user", "Bye"}};
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, later, "<s>", "</s>", tags),
+            "[INST]Hi[/INST]Hello!</s>[SYSTEM_PROMPT]Now in French.[/SYSTEM_PROMPT][INST]Bye[/INST]");
+  EXPECT_TRUE(template_has_system_prompt("{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}"));
+  EXPECT_FALSE(template_has_system_prompt("{{ '[INST] ' + message['content'] + ' [/INST]' }}"));
+  // The older form stays for the older templates.
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, kConversation, "<s>", "</s>"),
+            "[INST] Be brief.\n\nHi [/INST]Hello!</s>[INST] Name a fruit. [/INST]");
+}
+
 TEST(ChatTemplates, SystemWithoutUserTurnStandsAlone) {
   const std::vector<ChatMessage> only_system = {{"system", "Rules."}};
   EXPECT_EQ(render_chat(ChatFamily::Llama2, only_system, "<s>", "</s>"), "[INST] <<SYS>>\nRules.\n<</SYS>> [/INST]");

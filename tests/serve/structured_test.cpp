@@ -555,6 +555,23 @@ TEST(ToolCalls, AThinkBlockIsReasoning) {
                             "", {{"get_weather", {{"city", "Oslo"}}}}, "Need the weather.", true, ReplyOptions{.think_tags = true});
 }
 
+// DeepSeek R1's newer template (and QwQ's) ends the prompt in "<think>\n": the reply starts
+// inside its reasoning and has no <think> of its own, at every cut.
+TEST(ToolCalls, AReplyAfterAnOpenedThinkBlockStartsInItsReasoning) {
+  const ReplyOptions open{.calls = false, .think_tags = true, .thinking_open = true};
+  expect_calls_at_every_cut(ToolStyle::DeepSeek, "The user greets me.\n\nI greet back.\n</think>\n\nHello!", "Hello!", {},
+                            "The user greets me.\n\nI greet back.", true, open);
+  expect_calls_at_every_cut(ToolStyle::Hermes, "\n</think>\n\n2 + 2 = 4.", "2 + 2 = 4.", {}, "", true, open);
+  // Cut short while thinking (max_tokens, Ctrl-C): all of it is reasoning.
+  expect_calls_at_every_cut(ToolStyle::DeepSeek, "Let me see, 17 is", "", {}, "Let me see, 17 is", true, open);
+  // With calls asked for, they follow the thinking.
+  expect_calls_at_every_cut(ToolStyle::Hermes,
+                            "Need the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                            "{\"city\": \"Oslo\"}}\n</tool_call>",
+                            "", {{"get_weather", {{"city", "Oslo"}}}}, "Need the weather.", true,
+                            ReplyOptions{.think_tags = true, .thinking_open = true});
+}
+
 // Each style's grammar for tool_choice "required" writes a call that its parser reads back.
 TEST(ToolCalls, EveryStylesRequiredCallParsesBack) {
   const std::vector<std::pair<ToolStyle, std::string>> cases = {
@@ -629,6 +646,16 @@ TEST(ToolCalls, RendersMistralDeepSeekAndHarmonyTurns) {
   EXPECT_EQ(render_chat(ChatFamily::Mistral, render_tool_turns(ToolStyle::MistralV11, messages, time_only), "<s>", "</s>"),
             R"([AVAILABLE_TOOLS][{"type":"function","function":{"name":"get_time","parameters":{}}}][/AVAILABLE_TOOLS])"
             "[INST] Be brief.\n\nWeather in Oslo? [/INST]"
+            R"([TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}[TOOL_CALLS]get_time[ARGS]{}</s>)"
+            R"([TOOL_RESULTS]{"temp": 3}[/TOOL_RESULTS][TOOL_RESULTS]12:00[/TOOL_RESULTS])");
+  // Their templates (Mistral Small 3.2's, Devstral's) also write the system text in its tags and
+  // the user turn without spaces: [SYSTEM_PROMPT]...[/SYSTEM_PROMPT], then [AVAILABLE_TOOLS] right
+  // before the last [INST]...[/INST].
+  EXPECT_EQ(render_chat(ChatFamily::Mistral, render_tool_turns(ToolStyle::MistralV11, messages, time_only), "<s>", "</s>",
+                        {.system_prompt_tags = true}),
+            "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT]"
+            R"([AVAILABLE_TOOLS][{"type":"function","function":{"name":"get_time","parameters":{}}}][/AVAILABLE_TOOLS])"
+            "[INST]Weather in Oslo?[/INST]"
             R"([TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}[TOOL_CALLS]get_time[ARGS]{}</s>)"
             R"([TOOL_RESULTS]{"temp": 3}[/TOOL_RESULTS][TOOL_RESULTS]12:00[/TOOL_RESULTS])");
 

@@ -46,24 +46,29 @@ Service::Service(Engine& engine, Scheduler& scheduler, Metrics& metrics, ChatFam
       bos_text_(special_text(engine.tokenizer(), engine.tokenizer().bos())),
       eos_text_(special_text(engine.tokenizer(), engine.tokenizer().eos())),
       think_tags_(thinks_in_tags(chat_family, engine.info().chat_template)),
-      can_skip_thinking_(chat_family == ChatFamily::ChatML && template_can_skip_thinking(engine.info().chat_template)) {}
+      can_skip_thinking_(chat_family == ChatFamily::ChatML && template_can_skip_thinking(engine.info().chat_template)),
+      opens_thinking_((chat_family == ChatFamily::ChatML || chat_family == ChatFamily::DeepSeek) &&
+                      template_opens_thinking(engine.info().chat_template)),
+      system_prompt_tags_(chat_family == ChatFamily::Mistral && template_has_system_prompt(engine.info().chat_template)) {}
+
+std::string Service::chat_prompt(const ApiRequest& r) const {
+  const bool tools_on = tools_offered(r);
+  const bool tool_turns =
+      std::any_of(r.messages.begin(), r.messages.end(), [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+  const RenderOptions options{.reasoning_effort = r.reasoning_effort,
+                              .skip_thinking = !r.thinking && can_skip_thinking_,
+                              .open_thinking = opens_thinking_,
+                              .system_prompt_tags = system_prompt_tags_};
+  if (!tools_on && !tool_turns) return render_chat(chat_family_, r.messages, bos_text_, eos_text_, options);
+  return render_chat(chat_family_,
+                     structured::render_tool_turns(structured::tool_style(chat_family_, engine_.info().chat_template), r.messages,
+                                                   tools_on ? std::span(r.tools) : std::span<const structured::ToolFunction>()),
+                     bos_text_, eos_text_, options);
+}
 
 std::vector<model::TokenId> Service::prompt_tokens(const ApiRequest& r) const {
   const model::Tokenizer& tokenizer = engine_.tokenizer();
-  if (r.endpoint == Endpoint::ChatCompletions) {
-    const bool tools_on = tools_offered(r);
-    const bool tool_turns = std::any_of(r.messages.begin(), r.messages.end(),
-                                        [](const ChatMessage& m) { return m.role == "tool" || !m.tool_calls.empty(); });
-    const RenderOptions options{.reasoning_effort = r.reasoning_effort, .skip_thinking = !r.thinking && can_skip_thinking_};
-    const std::string text =
-        tools_on || tool_turns
-            ? render_chat(chat_family_,
-                          structured::render_tool_turns(structured::tool_style(chat_family_, engine_.info().chat_template), r.messages,
-                                                        tools_on ? std::span(r.tools) : std::span<const structured::ToolFunction>()),
-                          bos_text_, eos_text_, options)
-            : render_chat(chat_family_, r.messages, bos_text_, eos_text_, options);
-    return tokenizer.encode(text, tokenizer.adds_bos(), true);
-  }
+  if (r.endpoint == Endpoint::ChatCompletions) return tokenizer.encode(chat_prompt(r), tokenizer.adds_bos(), true);
   // Raw prompts may spell out a chat format themselves, so special token texts count (as in
   // llama.cpp's server).
   if (r.prompt) return tokenizer.encode(*r.prompt, tokenizer.adds_bos(), true);
@@ -81,7 +86,17 @@ Started Service::start(ApiRequest request) {
 
   const char* prompt_param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
   GenerationRequest g;
-  g.prompt = prompt_tokens(r);
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  // A chat prompt that ends in an opened think block (templates that open it themselves) starts
+  // the reply inside its reasoning: the parser is told so from the rendered text.
+  bool thinking_open = false;
+  if (chat) {
+    const std::string text = chat_prompt(r);
+    thinking_open = think_tags_ && text.ends_with("<think>\n");
+    g.prompt = engine_.tokenizer().encode(text, engine_.tokenizer().adds_bos(), true);
+  } else {
+    g.prompt = prompt_tokens(r);
+  }
   if (g.prompt.empty()) throw invalid_request("the prompt is empty", prompt_param);
   const int32_t vocab = engine_.tokenizer().vocab_size();
   for (model::TokenId t : g.prompt)
@@ -118,10 +133,9 @@ Started Service::start(ApiRequest request) {
   s.meta.model = info.id;
   // Harmony replies always need reading: their analysis channel is reasoning, not content; so do
   // the replies of families whose reasoning models think in <think> tags.
-  const bool chat = endpoint == Endpoint::ChatCompletions;
   if (tools_on || (chat && (style == structured::ToolStyle::Harmony || think_tags_)))
     s.tool_parser = std::make_shared<structured::ToolCallParser>(style, fmt::format("call_{:016x}_", random_u64()),
-                                                                 structured::ReplyOptions{.calls = tools_on, .think_tags = chat && think_tags_});
+                                                                 structured::ReplyOptions{.calls = tools_on, .think_tags = chat && think_tags_, .thinking_open = thinking_open});
   try {
     s.job = scheduler_.submit(std::move(g));
   } catch (const QueueFullError&) {

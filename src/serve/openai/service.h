@@ -43,6 +43,8 @@ class Service {
 
   // The prompt tokens a request stands for (chat: the rendered template).
   std::vector<model::TokenId> prompt_tokens(const ApiRequest& request) const;
+  // A chat request's prompt as text: its messages in the chat template.
+  std::string chat_prompt(const ApiRequest& request) const;
 
   // Throws ApiError 404 (code model_not_found) unless `name` is empty or this server's model.
   void check_model(const std::string& name) const;
@@ -65,6 +67,8 @@ class Service {
   std::string bos_text_, eos_text_;
   bool think_tags_;         // replies may open with <think>...</think>
   bool can_skip_thinking_;  // the template writes an empty think block when asked not to think
+  bool opens_thinking_;     // the template opens the think block where the reply starts
+  bool system_prompt_tags_; // Mistral's newer templates: [SYSTEM_PROMPT]...[/SYSTEM_PROMPT]
   std::mutex trie_mutex_;
   std::shared_ptr<const structured::TokenTrie> trie_;
 };

@@ -552,7 +552,8 @@ std::vector<ChatToolCall> parse_tool_calls(ToolStyle style, std::string_view tex
 ToolCallParser::ToolCallParser(ToolStyle style, std::string id_prefix, ReplyOptions options)
     // Mistral's parser reads both forms of its calls.
     : style_(style == ToolStyle::MistralV11 ? ToolStyle::Mistral : style), id_prefix_(std::move(id_prefix)), options_(options) {
-  mode_ = options_.think_tags && style_ != ToolStyle::Harmony ? Mode::ThinkOpen : after_thinking();
+  const bool think_tags = options_.think_tags && style_ != ToolStyle::Harmony;
+  mode_ = !think_tags ? after_thinking() : options_.thinking_open ? Mode::Thinking : Mode::ThinkOpen;
 }
 
 ToolCallParser::Mode ToolCallParser::after_thinking() const {

@@ -87,6 +87,9 @@ struct ReplyOptions {
   // A reply that opens with <think> (after spacing) reasons until </think>; the reasoning comes
   // without the tags and the spacing around it, the content without the spacing after </think>.
   bool think_tags = false;
+  // With think_tags: the prompt ended in an opened <think> (a template that opens the block
+  // itself), so the reply starts inside its reasoning, without a <think> of its own.
+  bool thinking_open = false;
 };
 
 // Splits a reply into content, reasoning and calls as it streams. push() returns what is

@@ -5,12 +5,14 @@
 //     streamed) and Ollama's message.thinking / thinking, left out with Ollama's think: false;
 //   - gpt-oss's analysis channel likewise, its reasoning effort (OpenAI's reasoning_effort,
 //     Ollama's think: "low") written into the prompt's system message, a bad one a 400;
+//   - DeepSeek R1's newer template opens the think block itself (the prompt ends in "<think>\n"):
+//     the reply, which starts inside its reasoning, is split the same way;
 //   - Mistral v11's [TOOL_CALLS]NAME[ARGS]{...} comes out as tool_calls, whole and streamed.
 //   node reasoning_test.mjs PATH/TO/orchard PATH/TO/serve_scripted_server
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
@@ -21,8 +23,13 @@ import { listeningUrl } from './server.mjs';
 const [orchard, scripted] = process.argv.slice(2);
 
 // A synthetic model's file (its tokenizer and chat template family) served with a scripted reply.
-async function startScripted({ arch, reply, template = 'auto' }) {
+// `jinja`: a chat template the model file is served as if it carried.
+async function startScripted({ arch, reply, template = 'auto', jinja }) {
   const dir = mkdtempSync(join(tmpdir(), 'orchard-scripted-'));
+  if (jinja) {
+    template = join(dir, 'template.jinja');
+    writeFileSync(template, jinja);
+  }
   const model = join(dir, `${arch}.gguf`);
   const log = join(dir, 'prompts.txt');
   execFileSync(orchard, ['make-model', '--arch', arch, '--shape', 'tiny', '--type', 'q8_0', '-o', model], { stdio: 'ignore' });
@@ -112,6 +119,38 @@ test('a <think> block (Qwen3, DeepSeek R1) is reasoning_content and Ollama\'s th
     } finally {
       assert.equal(await server.stop(), 0);
     }
+  }
+});
+
+// The parts of DeepSeek R1's newer chat template (R1-0528's) that shape this prompt: its
+// generation prompt opens the think block, so the model's reply has no <think> of its own.
+const r1Template = "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] == 'user' %}" +
+  "{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' %}" +
+  "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}" +
+  "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}";
+
+test('DeepSeek R1\'s newer template: the reply starts inside its reasoning', async () => {
+  const server = await startScripted({ arch: 'deepseek2', jinja: r1Template, reply: 'The user greets me.\n</think>\n\nHello there!' });
+  try {
+    const whole = await server.openai.chat.completions.create({ model: 'tiny', messages: hi });
+    assert.equal(whole.choices[0].message.reasoning_content, 'The user greets me.');
+    assert.equal(whole.choices[0].message.content, 'Hello there!');
+    assert.ok(server.lastPrompt().endsWith('<｜User｜>Hi<｜Assistant｜><think>\n'), JSON.stringify(server.lastPrompt()));
+    const s = await streamed(server.openai, { model: 'tiny', messages: hi });
+    assert.equal(s.reasoning, 'The user greets me.');
+    assert.equal(s.content, 'Hello there!');
+
+    const chat = await server.ollama.chat({ model: 'tiny', messages: hi });
+    assert.equal(chat.message.thinking, 'The user greets me.');
+    assert.equal(chat.message.content, 'Hello there!');
+    const chatStream = await ollamaStreamed(await server.ollama.chat({ model: 'tiny', messages: hi, stream: true }));
+    assert.equal(chatStream.thinking, 'The user greets me.');
+    assert.equal(chatStream.content, 'Hello there!');
+    const quiet = await server.ollama.chat({ model: 'tiny', messages: hi, think: false });
+    assert.equal(quiet.message.thinking, undefined);
+    assert.equal(quiet.message.content, 'Hello there!');
+  } finally {
+    assert.equal(await server.stop(), 0);
   }
 });
 
