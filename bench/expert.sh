@@ -10,7 +10,8 @@
 #
 # ORCHARD_BENCH_SPLITS (default "expert tensor pipeline") lists the 2-rank runs; the expert
 # split runs with the replicated experts its plan chose (`orchard plan`'s expert_replicas, shown
-# as expert/rN); "expert0" is the expert split without replicas; "expert+busy"
+# as expert/rN); "expertN" is the expert split with N replicas (expert0: none, expert32: every
+# expert of moe-3b on both ranks, so each step's choices split evenly); "expert+busy"
 # is the expert split with ORCHARD_BUSY_POLL=1 (each rank spins on its socket instead of
 # sleeping in poll() while it waits for the other). ORCHARD_BENCH_ROUNDS repeats the whole set,
 # one round after another, so that the ratios of each round are measured side by side.
@@ -45,7 +46,7 @@ echo '[{"ssh": "'$a'", "ips": ["10.78.0.1"]}, {"ssh": "'$b'", "ips": ["10.78.0.2
 bench() {  # strategy[+busy] ranks cpus [replicas] [orchard binary]
   local strategy=${1%+busy} ranks=$2 cpus=$3 replicas=${4:-0} poll=0 orchard=${5:-$build/orchard}
   [ "$strategy" = "$1" ] || poll=1
-  strategy=${strategy%0}
+  strategy=${strategy%%[0-9]*}
   if [ "$ranks" = 1 ]; then
     taskset -c "$cpus" "$build/orchard" bench -m "$model" -p "$prompt" -n "$gen" -r 1 -b "$batch" -t "$(echo "$cpus" | tr ',' '\n' | wc -l)" --json
   else
@@ -89,9 +90,9 @@ predicted[single2]=$(predict single 1 2 | jq -c .)
 declare -A replicas
 for split in $splits; do
   strategy=${split%+busy}
-  if [ "$strategy" = expert0 ]; then
-    predicted[$split]=$(predict expert 2 1 --expert-replicas 0 | jq -c .)
-    replicas[$split]=0
+  if [[ $strategy =~ ^expert([0-9]+)$ ]]; then
+    predicted[$split]=$(predict expert 2 1 --expert-replicas "${BASH_REMATCH[1]}" | jq -c .)
+    replicas[$split]=${BASH_REMATCH[1]}
   else
     predicted[$split]=$(predict "$strategy" 2 | jq -c .)
     replicas[$split]=$(jq -r '.expert_replicas // 0' <<<"${predicted[$split]}")

@@ -178,8 +178,9 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   r.gen_ms = read_per_token / bw * 1e3;
   r.gen_solo_ms = read_per_token / (machine.solo_bw_gbs() * 1e9) * 1e3;
   // A chunk multiplies every weight once per position; the weights are read once per chunk.
+  // The output head is charged apart (prompt_head_ms): one row, once per forward pass.
   const double chunk = prompt_chunk(work, layout.pp);
-  const double flops = 2.0 * chunk * (layers * layer_params) + 2.0 * out_params;  // logits of the last position only
+  const double flops = 2.0 * chunk * (layers * layer_params);
   // Of those, a mixture of experts multiplies each expert only by the tokens routed to it, in
   // products of chunk x used / experts tokens, which run at the rate measured for that size.
   double expert_flops = 0, expert_tokens = 0;
@@ -209,11 +210,17 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double repeated_s = chunk * layers *
                             (passes * c.n_embd * kFloatBytes / bw + router_flops / (rate * expert_efficiency(machine, 1)));
   r.prompt_repeated_ms = repeated_s * 1e3;
-  // The experts' products (at the busiest member's share) at their measured rate, the rest dense.
+  // The experts' products (at the busiest member's share) at their measured rate; the rest are
+  // products over the chunk's positions, at the rate measured for that many tokens (a
+  // pipeline's chunks of 32 run below the 64-token rate compute_gflops is measured at).
   const double mean_expert_flops = 2.0 * expert_tokens * layers * m.expert_params * prompt_share;
-  const double compute_s = (flops - mean_expert_flops) / rate +
+  const double compute_s = (flops - mean_expert_flops) / (rate * expert_efficiency(machine, chunk)) +
                            expert_flops / (rate * expert_efficiency(machine, expert_tokens)) + repeated_s;
-  r.prompt_chunk_ms = std::max(compute_s, (layers * layer_bytes + out_bytes) / bw + repeated_s) * 1e3;
+  r.prompt_chunk_ms = std::max(compute_s, layers * layer_bytes / bw + repeated_s) * 1e3;
+  // The head multiplies one row (the pass's last position): it streams its whole matrix for
+  // one token's arithmetic, so it takes the longer of its bytes at the bandwidth and its FLOPs
+  // at the one-token rate, however long the chunk.
+  r.prompt_head_ms = std::max(out_bytes / bw, 2.0 * out_params / (rate * expert_efficiency(machine, 1))) * 1e3;
   return r;
 }
 
@@ -494,7 +501,13 @@ Prediction predict(const ModelFacts& model, const parallel::Layout& layout, cons
     fill += stage_ms + send_ms;
     slowest_stage = std::max(slowest_stage, std::max(stage_ms, send_ms));
   }
-  p.prompt_ms = fill + (chunks - 1) * slowest_stage + transfers;
+  // The last stage computes the head once per forward pass of work.chunk positions (a
+  // pipeline's earlier chunks of a pass skip it), after its last chunk.
+  double head = 0;
+  for (int t = 0; t < tp; ++t)
+    head = std::max(head, p.ranks[static_cast<size_t>(layout.rank_at(pp - 1, t))].prompt_head_ms);
+  const double passes = std::ceil(static_cast<double>(work.prompt_tokens) / work.chunk);
+  p.prompt_ms = fill + (chunks - 1) * slowest_stage + passes * head + transfers;
   p.gen_tok_s = 1e3 / p.gen_ms;
   p.prompt_tok_s = work.prompt_tokens * 1e3 / p.prompt_ms;
   return p;

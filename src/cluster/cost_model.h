@@ -106,6 +106,8 @@ struct RankCost {
   double gen_ms = 0;         // its share of one token: bytes read ÷ bandwidth
   double gen_solo_ms = 0;    // the same read at MachineSpec::solo_bw_gbs: a rank alone in its stage
   double prompt_chunk_ms = 0;  // one prompt chunk: the larger of FLOPs ÷ rate and bytes ÷ bandwidth
+  // The output head over one row (last stage): once per forward pass, not per pipeline chunk.
+  double prompt_head_ms = 0;
   // Splits of whole experts: the expected share of a decode step's expert choices the busiest
   // member of its group computes, over the mean share (1: even; expected_busiest_choices).
   double expert_balance = 1;

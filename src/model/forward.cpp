@@ -174,7 +174,7 @@ void Forward::run(std::span<const TokenId> tokens, const float* hidden_in, int32
   run_rows(n, n_logits);
 }
 
-void Forward::run_batch(std::span<const SequenceStep> steps, const float* hidden_in) {
+void Forward::run_batch(std::span<const SequenceStep> steps, const float* hidden_in, bool logits) {
   const bool embed = hidden_in == nullptr;
   ORCHARD_CHECK(!embed || weights_.shard().has_embedding, "a later pipeline stage needs hidden states");
   if (steps.empty()) throw Error(error_message("model", "a batch needs at least one step"));
@@ -206,7 +206,7 @@ void Forward::run_batch(std::span<const SequenceStep> steps, const float* hidden
     row += n;
     logit_rows_[i] = row - 1;
   }
-  run_rows(row, static_cast<int32_t>(steps.size()));
+  run_rows(row, logits ? static_cast<int32_t>(steps.size()) : 0);
 }
 
 void Forward::run_rows(int32_t n, int32_t n_logits) {
@@ -215,7 +215,7 @@ void Forward::run_rows(int32_t n, int32_t n_logits) {
     attention_block(layer, n);
     ffn_block(layer, n);
   }
-  if (s.has_output) output_head(n_logits);
+  if (s.has_output && n_logits > 0) output_head(n_logits);
 }
 
 void Forward::attention_block(int32_t layer, int32_t n) {

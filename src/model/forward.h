@@ -48,9 +48,12 @@ class Forward {
   // step. The first stage embeds the steps' tokens; a later pipeline stage gives `hidden_in`
   // (F32 [positions, n_embd], the previous stage's hidden() of the same steps) and the steps'
   // tokens only count its positions. Steps name distinct sequences and hold at least one token,
-  // max_batch() tokens at most together. Afterwards logits(i) is the last position of step i.
+  // max_batch() tokens at most together. Afterwards logits(i) is the last position of step i;
+  // with `logits` false the output head is skipped and logits() keeps the last pass's (a
+  // pipeline's prompt chunks before the last: their logits are never read, and the head is a
+  // one-row product that streams its whole matrix, a large part of a short chunk's time).
   // Throws Error, before computing anything, when a step breaks this.
-  void run_batch(std::span<const SequenceStep> steps, const float* hidden_in = nullptr);
+  void run_batch(std::span<const SequenceStep> steps, const float* hidden_in = nullptr, bool logits = true);
 
   // Called once per row and mixture-of-experts layer with the experts the router chose for it,
   // most probable first (expert statistics; tests compare the choice with a reference).

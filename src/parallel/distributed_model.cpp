@@ -186,7 +186,9 @@ void DistributedPass::eval(int32_t sequence, std::span<const model::TokenId> tok
     const model::SequenceStep step{sequence, tokens.subspan(done, static_cast<size_t>(n)), pos + static_cast<int32_t>(done)};
     const size_t bytes = sizeof(float) * static_cast<size_t>(n) * d;
     if (previous_ >= 0) group_.recv(hidden_in_.data(), bytes, previous_, kTagHidden);
-    forward_.run_batch(std::span(&step, 1), previous_ >= 0 ? hidden_in_.data() : nullptr);
+    // Only the last chunk's logits are gathered: the last stage skips the head for the others.
+    const bool last = done + static_cast<size_t>(n) == tokens.size();
+    forward_.run_batch(std::span(&step, 1), previous_ >= 0 ? hidden_in_.data() : nullptr, last);
     // The send returns once the next stage has the chunk, so this stage moves on to the next
     // chunk while that one computes: the stages overlap during prompt processing.
     if (next_ >= 0) group_.send(forward_.hidden(), bytes, next_, kTagHidden);

@@ -380,6 +380,44 @@ TEST(CostModel, ExpertSplitHandWorked) {
   EXPECT_EQ(expert.messages_per_token, tensor.messages_per_token);
 }
 
+// A pipeline's prompt chunks (32 positions here: eight per stage) multiply at the rate the
+// probe measured for 32 tokens, not the 64-token dense rate, and its last stage computes the
+// output head once per forward pass, after the last chunk (the engine skips it for the
+// others): a one-row product, at the one-token rate or its bytes at the bandwidth.
+TEST(CostModel, PipelineChunksRunAtTheirTokenRateAndTheHeadOnce) {
+  const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");
+  MachineSpec machine{"x", 16, 1e6, 100};
+  machine.expert_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 1};
+  Workload w;
+  w.position = 0;
+  w.context = 512;
+  w.prompt_tokens = 256;
+  w.chunk = 256;
+  const Prediction pipe = predict(m, parallel::Layout::make(Strategy::Pipeline, 2), {machine, machine}, LinkSpec{}, w);
+  const double layer_params = m.attn_params + m.ffn_params;
+  // 11 of 22 layers per stage, 32 positions per chunk at 0.6 of 100 GFLOP/s.
+  const double stage_ms = 2.0 * 32 * 11 * layer_params / 60e9 * 1e3;
+  for (const RankCost& r : pipe.ranks) EXPECT_NEAR(r.prompt_chunk_ms - r.prompt_repeated_ms, stage_ms, 1e-9);
+  EXPECT_EQ(pipe.ranks[0].prompt_head_ms, 0);
+  // 2 × 2048 × 32000 FLOPs at 0.1 of the rate; its 36.9 MB at 1e6 GB/s are nothing beside it.
+  const double head_ms = 2.0 * 2048 * 32000 / 10e9 * 1e3;
+  EXPECT_NEAR(pipe.ranks[1].prompt_head_ms, head_ms, 1e-9);
+  // 8 chunks through 2 equal stages: 9 chunk times (fill, then one chunk leaves per stage
+  // time), then the head once; the links cost nothing here, the logits broadcast neither.
+  const double chunk_ms = pipe.ranks[0].prompt_chunk_ms;
+  EXPECT_NEAR(pipe.prompt_ms, 9 * chunk_ms + head_ms, 1e-9);
+  // One rank takes the whole prompt in one pass of 256 (at the 64-token rate: the curve is
+  // flat beyond its points) and the head once too.
+  const Prediction one = predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w);
+  EXPECT_NEAR(one.ranks[0].prompt_chunk_ms - one.ranks[0].prompt_repeated_ms,
+              2.0 * 256 * 22 * layer_params / 100e9 * 1e3, 1e-9);
+  EXPECT_NEAR(one.prompt_ms, one.ranks[0].prompt_chunk_ms + head_ms, 1e-9);
+  // A prompt of two passes (-b 128) computes the head twice.
+  w.chunk = 128;
+  const Prediction two = predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w);
+  EXPECT_NEAR(two.prompt_ms, 2 * (two.ranks[0].prompt_chunk_ms + head_ms), 1e-9);
+}
+
 // The busiest member's expected share of a token's choices, against a count over every choice
 // of `used` among the experts (an independent enumeration): the i_m choices only member m
 // holds are its own, the replicated ones fill the lighter members.
@@ -531,9 +569,10 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   for (const char* name : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"})
     stacks += static_cast<double>(file.tensor(name).elements());
   EXPECT_NEAR(moe.expert_params, stacks, 1);
-  // Unlimited bandwidth, so the chunk is compute-bound; 1, 2, ... 64 tokens at these fractions.
+  // Unlimited bandwidth, so the chunk is compute-bound; 1, 2, ... 64 tokens at these fractions
+  // (64, where the dense rate is measured, at 1 as the probe gives it).
   MachineSpec measured{"x", 16, 1e6, 100};
-  measured.expert_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8};
+  measured.expert_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 1};
   const MachineSpec dense{"x", 16, 1e6, 100};
   Workload work;
   work.position = 0;
@@ -556,10 +595,12 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   // as long. FLOPs of the experts: 2 × 16 tokens × every expert's parameters, per layer.
   const double expert_ms = 2.0 * 16 * layers * stacks / 100e9 * 1e3;
   EXPECT_NEAR(with_curve - without, expert_ms * (1 / 0.5 - 1), 1e-9);
-  // Every FLOP of the chunk at the dense rate without a curve.
-  const double flops = 2.0 * 64 * layers * (moe.attn_params + moe.ffn_params * moe.ffn_active_fraction) +
-                       2.0 * moe.output_params;
+  // Every FLOP of the chunk at the dense rate without a curve; the head's one row apart, at the
+  // one-token rate (0.1 of it with the curve).
+  const double flops = 2.0 * 64 * layers * (moe.attn_params + moe.ffn_params * moe.ffn_active_fraction);
   EXPECT_NEAR(without, flops / 100e9 * 1e3, 1e-9);
+  EXPECT_NEAR(flat.prompt_head_ms, 2.0 * moe.output_params / 100e9 * 1e3, 1e-9);
+  EXPECT_NEAR(curved.prompt_head_ms, 2.0 * moe.output_params / 10e9 * 1e3, 1e-9);
   // An expert split holds half the experts; the chunk's 128 choices fall binomially on the two,
   // and each layer waits for the busier: sqrt(2/π) standard deviations (sqrt(128 / 4)) above
   // 64 of them. Its share of those FLOPs, at the same rate.
@@ -576,7 +617,7 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   // Between the points, linear in log2 of the tokens; beyond them, flat.
   EXPECT_NEAR(expert_efficiency(measured, 24), 0.5 + 0.1 * std::log2(1.5), 1e-12);
   EXPECT_DOUBLE_EQ(expert_efficiency(measured, 0.5), 0.1);
-  EXPECT_DOUBLE_EQ(expert_efficiency(measured, 512), 0.8);
+  EXPECT_DOUBLE_EQ(expert_efficiency(measured, 512), 1.0);
   EXPECT_DOUBLE_EQ(expert_efficiency(dense, 16), 1.0);
   // A shape: Mixtral's 8 experts of 3 × 4096 × 14336 per layer, beside its router.
   const ModelFacts mixtral = ModelFacts::from_preset("mixtral-8x7b:q4_0");

@@ -185,5 +185,28 @@ TEST(RunBatch, RefusesBadStepsWithoutSideEffects) {
     EXPECT_EQ(relative_error(forward.logits(i), reference.logits(i), config.vocab_size), 0.0) << "step " << i;
 }
 
+// A pipeline's prompt chunks before the last skip the output head: the last chunk's logits are
+// those of a pass that computed every chunk's, and a skipped pass leaves the previous logits.
+TEST(RunBatch, ChunksWithoutLogitsGiveTheSameLastLogits) {
+  auto file = model::gguf::Reader::open(testing::synthetic_model("llama", "tiny", "f32"));
+  auto config = model::ModelConfig::from_gguf(file);
+  model::ModelWeights weights(file, config, model::Shard::whole(config), {});
+  core::ThreadPool pool(2);
+  model::Forward skipping(weights, 16, 4, pool);
+  model::Forward reference(weights, 16, 4, pool);
+  const std::vector<TokenId> first = {1, 20, 30, 40}, second = {50, 60, 70};
+  const model::SequenceStep a{0, first, 0}, b{0, second, 4};
+  reference.run_batch(std::span(&a, 1));
+  const std::vector<float> after_first(reference.logits(0), reference.logits(0) + config.vocab_size);
+  skipping.run_batch(std::span(&a, 1));
+  skipping.run_batch(std::span(&b, 1), nullptr, false);
+  EXPECT_EQ(relative_error(skipping.logits(0), after_first.data(), config.vocab_size), 0.0);
+  reference.run_batch(std::span(&b, 1));
+  model::Forward fresh(weights, 16, 4, pool);
+  fresh.run_batch(std::span(&a, 1), nullptr, false);
+  fresh.run_batch(std::span(&b, 1));
+  EXPECT_EQ(relative_error(fresh.logits(0), reference.logits(0), config.vocab_size), 0.0);
+}
+
 }  // namespace
 }  // namespace orchard
