@@ -124,8 +124,17 @@ void ThreadPool::worker_loop(int thread) {
     }
     seen = current;
     if (stopping_.load()) return;
+    if (!join(current)) continue;  // the caller finished that job without this thread
     work_on_current_job(thread);
-    active_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    finished_workers_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+bool ThreadPool::join(uint64_t generation) {
+  uint64_t ticket = ticket_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((ticket >> 32) != (generation & 0xffffffffu) || (ticket & kClosed) != 0) return false;
+    if (ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel)) return true;
   }
 }
 
@@ -159,16 +168,23 @@ void ThreadPool::run_shares(int64_t n_units, int64_t grain, RangeFn fn, void* co
 
 void ThreadPool::start_and_join() {
   error_ = nullptr;
-  active_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+  finished_workers_.store(0, std::memory_order_relaxed);
   {
     // Publishing under the mutex pairs with the sleeping workers' predicate check; the release
     // makes the job's fields visible to the workers that see the new generation.
     std::lock_guard lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    ticket_.store((generation & 0xffffffffu) << 32, std::memory_order_relaxed);
+    generation_.store(generation, std::memory_order_release);
   }
   wake_.notify_all();
   work_on_current_job(0);
-  for (int spin = 0; active_workers_.load(std::memory_order_acquire) != 0; ++spin) {
+  // Every task is taken. Workers that have not joined yet (still waking up, or descheduled on
+  // a busy machine) are shut out rather than waited for: a decode step runs about a hundred
+  // jobs, and on a loaded host each one waited for the slowest thread to be scheduled even when
+  // the caller had done the whole job itself. Those that joined may still be running tasks.
+  const auto joined = static_cast<int>(ticket_.fetch_or(kClosed, std::memory_order_acq_rel) & (kClosed - 1));
+  for (int spin = 0; finished_workers_.load(std::memory_order_acquire) != joined; ++spin) {
     if (spin < kSpinIterations) {
       cpu_relax();
     } else {

@@ -76,6 +76,8 @@ class ThreadPool {
     std::atomic<uint64_t> bounds{0};  // front << 32 | back
   };
 
+  // Joins the job of `generation` unless the caller has closed it; false: leave it alone.
+  bool join(uint64_t generation);
   void worker_loop(int thread);
   void start_and_join();
   void work_on_current_job(int thread);
@@ -97,7 +99,12 @@ class ThreadPool {
   int64_t grain_ = 0;
   std::vector<Share> shares_;
   std::atomic<int64_t> next_task_{0};
-  std::atomic<int> active_workers_{0};
+  // The current job's ticket: its generation's low 32 bits << 32 | kClosed once the caller has
+  // taken every task | the number of workers that joined it. A worker works on a job only after
+  // joining it, so the caller waits for exactly those.
+  static constexpr uint64_t kClosed = uint64_t{1} << 31;
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int> finished_workers_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;

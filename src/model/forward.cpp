@@ -609,7 +609,11 @@ void Forward::moe_block(int32_t layer, int32_t n) {
         ops::add(&gate_[at], &w.expert_gate_bias[e * ff], ff);
         ops::add(&up_[at], &w.expert_up_bias[e * ff], ff);
       }
-    activate(gate_.data(), up_.data(), static_cast<int64_t>(n_local) * ff);
+    // One expert's row per task: 4 × 768 values of SiLU took 6 µs on the main thread alone.
+    pool_.parallel_for(n_local, [&](int64_t j, int) {
+      const size_t at = static_cast<size_t>(j) * ff;
+      activate(&gate_[at], &up_[at], ff);
+    });
     for (int32_t first = 0; first < n_local; first += kDownPerPass) {
       const int32_t count = std::min(kDownPerPass, n_local - first);
       for (int32_t i = 0; i < count; ++i) {

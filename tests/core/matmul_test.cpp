@@ -708,6 +708,39 @@ TEST(MatmulContract, FastQ8KActivationsMatchTheReferenceQuantizer) {
   EXPECT_EQ(0, std::memcmp(fast.data(), reference.data(), 4 * sizeof(BlockQ8_K)));
 }
 
+// The Q8_0-style activations (a clone per ISA): q = the float product x · (127 / amax) rounded
+// to nearest, ties to even; d = amax / 127; sum = Σ q. Blocks: random, all zero, and one whose
+// amax is 127, so that x · 127 / amax is x and the halves below are exact ties.
+TEST(MatmulContract, Q8_0ActivationsRoundToNearestEven) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(5 * 32);
+  for (auto& v : x) v = normal(rng);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(64 + i)] = static_cast<float>(i % 2 ? i : -i) + 0.5f;
+  x[64 + 3] = -127.0f;
+  x[4 * 32 + 9] = -1e-20f;  // a tiny value in an ordinary block
+  std::vector<kernels::ActQ8_0> act(5);
+  kernels::quantize_act_q8_0(x.data(), act.data(), 5);
+  for (size_t b = 0; b < 5; ++b) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    const float inv = amax > 0 ? 127 / amax : 0;
+    int32_t sum = 0;
+    for (size_t i = 0; i < 32; ++i) {
+      const float product = x[32 * b + i] * inv;
+      const auto want = static_cast<int32_t>(std::nearbyint(product));
+      ASSERT_EQ(act[b].qs[i], want) << "block " << b << " value " << x[32 * b + i];
+      sum += want;
+    }
+    EXPECT_EQ(act[b].d, amax / 127) << "block " << b;
+    EXPECT_EQ(act[b].sum, sum) << "block " << b;
+  }
+  EXPECT_EQ(act[2].qs[0], 0);   // 0.5 to even
+  EXPECT_EQ(act[2].qs[1], 2);   // 1.5
+  EXPECT_EQ(act[2].qs[2], -2);  // -1.5
+}
+
 TEST(MatmulContract, ScratchStopsGrowing) {
   Problem p = make_problem(TensorType::Q4_0, 16, 256, 4, 1);
   ThreadPool pool(2);

@@ -112,6 +112,25 @@ TEST_P(PoolSizes, ExceptionsInSharesReachTheCaller) {
   EXPECT_EQ(count.load(), 50);
 }
 
+TEST_P(PoolSizes, ShortJobsInARowEachRunOnceWhoeverJoins) {
+  // The caller closes a job once every task is taken, and a worker that wakes up later leaves it
+  // alone; with more threads than cores that happens often. Each job's units are still covered
+  // once, by the caller alone or with whichever workers joined in time, and no worker carries a
+  // job's function into the next one.
+  ThreadPool pool(GetParam());
+  std::vector<std::atomic<int>> hits(7);
+  for (int job = 0; job < 3000; ++job) {
+    for (auto& h : hits) h.store(0);
+    const int64_t n = 1 + job % 7;
+    if (job % 2)
+      pool.parallel_for(n, [&](int64_t task, int) { hits[static_cast<size_t>(task)].fetch_add(1 + job % 3); });
+    else
+      pool.parallel_shares(n, 1, [&](int64_t begin, int64_t, int) { hits[static_cast<size_t>(begin)].fetch_add(1 + job % 3); });
+    for (int64_t i = 0; i < 7; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), i < n ? 1 + job % 3 : 0) << "job " << job << " unit " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, PoolSizes, ::testing::Values(1, 2, 3, 8));
 
 TEST(ThreadPool, ZeroMeansAllCores) {

@@ -355,6 +355,37 @@ TEST(Ops, TopKMatchesAStableSort) {
   }
 }
 
+// rms_norm sums its squares in 16 partial sums (and vector clones): against float64 on widths
+// around and between those lanes, magnitudes from 2^-30 to 2^30 (their squares would overflow or
+// vanish in float), written in place or apart.
+TEST(Ops, RmsNormMatchesFloat64) {
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 127, 128, 129, 2047, 2048, 2049}) {
+    for (const int exponent : {-30, 0, 30}) {
+      std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(n));
+      double squares = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<size_t>(i);
+        x[k] = std::ldexp(std::sin(0.37f * static_cast<float>(i) + 0.2f), exponent + static_cast<int>(i % 7) - 3);
+        w[k] = 0.5f + std::cos(0.11f * static_cast<float>(i));
+        squares += double(x[k]) * x[k];
+      }
+      constexpr float kEps = 1e-6f;
+      const double inv_rms = 1.0 / std::sqrt(squares / static_cast<double>(n) + kEps);
+      std::vector<float> out(static_cast<size_t>(n));
+      ops::rms_norm(x.data(), w.data(), out.data(), n, kEps);
+      std::vector<float> in_place = x;
+      ops::rms_norm(in_place.data(), w.data(), in_place.data(), n, kEps);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<size_t>(i);
+        const double want = x[k] * inv_rms * w[k];
+        // The scale and two products rounded to float: a few ulps.
+        ASSERT_NEAR(out[k], want, 4e-7 * std::fabs(want)) << "n " << n << " exponent " << exponent << " at " << i;
+        ASSERT_EQ(in_place[k], out[k]) << "n " << n << " at " << i;
+      }
+    }
+  }
+}
+
 // dot and softmax against float64.
 TEST(Ops, DotAndSoftmaxMatchFloat64) {
   for (int64_t n : {1, 15, 16, 17, 100, 2048}) {
