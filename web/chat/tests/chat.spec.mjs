@@ -32,15 +32,12 @@ function check(cond, what) {
 }
 
 // The server: the small corpus-fitted llama (the default model, which writes words), one slot,
-// so that a stopped reply's slot must be freed for the next. A reply runs to an end token or to
-// the context's end: 512 positions, over a second at a few hundred tokens/s, so Stop always lands
-// while one streams, even on a busy host; and a whole reply still fits the wait below under
-// qemu-user (2.6 tokens/s there: the model's own 2048 took over 300 s).
+// so that a stopped reply's slot must be freed for the next. Its replies take seconds (up to its
+// 2048-token context at a few hundred tokens/s), so Stop always lands while one streams, even on a busy host.
 const model = join(tmp, "small.gguf");
 execFileSync(orchard, ["make-model", "--arch", "llama", "--shape", "small", "--type", "q8_0", "--fit-corpus", "-o", model],
              { stdio: "ignore" });
-const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--alias", "tiny", "--threads", "1", "--parallel", "1",
-                                "-c", "512"], {
+const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--alias", "tiny", "--threads", "1", "--parallel", "1"], {
   stdio: ["ignore", "pipe", "inherit"],
 });
 process.on("exit", () => server.kill("SIGKILL"));
