@@ -461,26 +461,32 @@ TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
   EXPECT_GT(second, first) << "the second turn holds the stopped reply: " << f.stderr_text;
 }
 
+// Two turns through a pipe, in one process and split by `split_flags`: the same replies, the same
+// prompt sizes, the second turn's prompt holding the first. Returns the split chat's command
+// without its token limit (a reply then runs to the context's end), for a test of Ctrl-C.
+std::vector<std::string> expect_split_chats_as_one_rank(const std::vector<std::string>& split_flags) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  const std::vector<std::string> base = {"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"};
+  std::vector<std::string> split = base;
+  split.insert(split.end(), split_flags.begin(), split_flags.end());
+  const std::string turns = "hi\nhow so?\n/exit\n";
+  Ran one = run_to_end(orchard(base), std::chrono::seconds(60), turns);
+  Ran two = run_to_end(orchard(split), std::chrono::seconds(120), turns);
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(two.out, one.out);
+  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
+  EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
+  split.erase(split.begin() + 3, split.begin() + 5);  // "-n", "6"
+  EXPECT_EQ(std::count(split.begin(), split.end(), "-n"), 0);
+  return split;
+}
+
 // `chat` split over two local ranks (a pipeline) gives the replies one rank gives, turn after
 // turn through a pipe, and Ctrl-C there still stops a reply (the launcher passes it to rank 0)
 // rather than the job.
 TEST(Chat, ASplitOverTwoLocalRanksChatsAsOneRank) {
-  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
-  const std::vector<std::string> base = {"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"};
-  std::vector<std::string> split = base;
-  split.insert(split.end(), {"--world", "2", "--strategy", "pipeline"});
-  const std::string turns = "hi\nhow so?\n/exit\n";
-  Ran one = run_to_end(orchard(base), std::chrono::seconds(60), turns);
-  Ran two = run_to_end(orchard(split), std::chrono::seconds(120), turns);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  EXPECT_EQ(two.out, one.out);
-  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
-  EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
-
-  std::vector<std::string> endless(split);
-  endless.erase(endless.begin() + 3, endless.begin() + 5);  // no -n: a reply runs to the context's end
-  ASSERT_EQ(std::count(endless.begin(), endless.end(), "-n"), 0);
+  const std::vector<std::string> endless = expect_split_chats_as_one_rank({"--world", "2", "--strategy", "pipeline"});
   // Ctrl-C goes to the launcher, which passes it on to rank 0 (the other ranks block it).
   const testing::Finished f = interrupt_a_reply(endless, "chat-split-interrupt", 6000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
@@ -512,26 +518,13 @@ LocalHosts local_hosts(const std::string& name, const std::string& first_ip = "1
 // `chat --hostfile` runs rank 0 in the terminal's process and the other ranks over ssh: turn after
 // turn it gives the replies one process gives, Ctrl-C stops a reply, end of input ends every rank.
 TEST(Chat, AHostfileSplitChatsFromThisTerminal) {
-  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
-  const std::vector<std::string> base = {"chat", "-m", model, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"};
   const LocalHosts hosts = local_hosts("chat-hostfile");
-  std::vector<std::string> split = base;
-  split.insert(split.end(), {"--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"});
-  const std::string turns = "hi\nhow so?\n/exit\n";
-  Ran one = run_to_end(orchard(base), std::chrono::seconds(60), turns);
-  Ran two = run_to_end(orchard(split), std::chrono::seconds(120), turns);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  EXPECT_EQ(two.out, one.out);
-  EXPECT_EQ(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(one.err, 2)) << two.err;
-  EXPECT_GT(prompt_tokens_of_turn(two.err, 2), prompt_tokens_of_turn(two.err, 1));
+  const std::vector<std::string> endless =
+      expect_split_chats_as_one_rank({"--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"});
   // Only rank 1 went through ssh; rank 0 was this process.
   EXPECT_TRUE(std::filesystem::exists(hosts.dir + "/mac-2.pid"));
   EXPECT_FALSE(std::filesystem::exists(hosts.dir + "/mac-1.pid"));
 
-  std::vector<std::string> endless(split);
-  endless.erase(endless.begin() + 3, endless.begin() + 5);  // no -n: a reply runs to the context's end
-  ASSERT_EQ(std::count(endless.begin(), endless.end(), "-n"), 0);
   const testing::Finished f = interrupt_a_reply(endless, "chat-hostfile-interrupt", 6000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
