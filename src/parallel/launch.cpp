@@ -64,6 +64,47 @@ void report_failure(const std::string& name, const RankEnd& end, const std::stri
                  ssh_host.c_str(), ssh_host.c_str());
 }
 
+// The ranks a supervisor waits for: which have ended, and, once they are told to stop, when
+// those still running get SIGKILL (3 s after SIGTERM).
+class RankWaits {
+ public:
+  explicit RankWaits(const std::vector<std::unique_ptr<RankProcess>>& ranks)
+      : ranks_(ranks), ended_(ranks.size(), false), remaining_(ranks.size()) {}
+  bool any_running() const { return remaining_ > 0; }
+  // Polls each running rank once; on_end(i, end) for each that has ended. True if any had.
+  template <typename OnEnd>
+  bool reap(OnEnd on_end) {
+    bool reaped = false;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ended_[i]) continue;
+      const std::optional<RankEnd> end = ranks_[i]->poll();
+      if (!end) continue;
+      ended_[i] = true;
+      reaped = true;
+      --remaining_;
+      on_end(i, *end);
+    }
+    return reaped;
+  }
+  void terminate_running(std::chrono::steady_clock::time_point now) {
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (!ended_[i]) ranks_[i]->terminate();
+    kill_at_ = now + std::chrono::seconds(3);
+  }
+  void kill_when_due(std::chrono::steady_clock::time_point now) {
+    if (now < kill_at_) return;
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (!ended_[i]) ranks_[i]->kill();
+    kill_at_ = std::chrono::steady_clock::time_point::max();
+  }
+
+ private:
+  const std::vector<std::unique_ptr<RankProcess>>& ranks_;
+  std::vector<bool> ended_;
+  size_t remaining_;
+  std::chrono::steady_clock::time_point kill_at_ = std::chrono::steady_clock::time_point::max();
+};
+
 // Waits for every rank; after the first failure or an interrupt, stops the rest (SIGTERM,
 // then SIGKILL after a grace period).
 int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std::vector<std::string>& names,
@@ -72,39 +113,24 @@ int supervise(const std::vector<std::unique_ptr<RankProcess>>& ranks, const std:
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  std::vector<bool> done(ranks.size(), false);
-  size_t remaining = ranks.size();
+  RankWaits waits(ranks);
   int result = 0;
-  auto stop_at = std::chrono::steady_clock::time_point::max();
   bool terminated = false;
-  while (remaining > 0) {
-    bool reaped = false;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      if (done[i]) continue;
-      const std::optional<RankEnd> end = ranks[i]->poll();
-      if (!end) continue;
-      done[i] = true;
-      reaped = true;
-      --remaining;
-      if (end->code != 0 && result == 0 && !terminated) {
-        report_failure(names[i], *end, i < ssh_hosts.size() ? ssh_hosts[i] : std::string());
-        result = end->code;
+  while (waits.any_running()) {
+    const bool reaped = waits.reap([&](size_t i, const RankEnd& end) {
+      if (end.code != 0 && result == 0 && !terminated) {
+        report_failure(names[i], end, i < ssh_hosts.size() ? ssh_hosts[i] : std::string());
+        result = end.code;
       }
-    }
+    });
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const bool failed = result != 0 || g_interrupted;
     if (failed && !terminated) {
       terminated = true;
       if (g_interrupted && result == 0) result = 130;
-      for (size_t i = 0; i < ranks.size(); ++i)
-        if (!done[i]) ranks[i]->terminate();
-      stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      waits.terminate_running(std::chrono::steady_clock::now());
     }
-    if (std::chrono::steady_clock::now() >= stop_at) {
-      for (size_t i = 0; i < ranks.size(); ++i)
-        if (!done[i]) ranks[i]->kill();
-      stop_at = std::chrono::steady_clock::time_point::max();
-    }
+    waits.kill_when_due(std::chrono::steady_clock::now());
   }
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
@@ -269,27 +295,17 @@ struct HostedRanks::Watch {
   // Like supervise, without touching the signals (Ctrl-C is the command's own) and with this
   // process's rank outside it.
   void run() {
-    auto& ranks = started.ranks;
-    std::vector<bool> ended(ranks.size(), false);
-    size_t remaining = ranks.size();
+    RankWaits waits(started.ranks);
     bool stopping = false, lost = false;
-    auto kill_at = std::chrono::steady_clock::time_point::max();
-    while (remaining > 0) {
-      bool reaped = false;
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        if (ended[i]) continue;
-        const std::optional<RankEnd> end = ranks[i]->poll();
-        if (!end) continue;
-        ended[i] = true;
-        reaped = true;
-        --remaining;
+    while (waits.any_running()) {
+      const bool reaped = waits.reap([&](size_t i, const RankEnd& end) {
         std::lock_guard lock(mutex);
-        if (end->code != 0 && result == 0 && !stopping) {
-          report_failure(started.names[i], *end, started.ssh_hosts[i]);
-          result = end->code;
+        if (end.code != 0 && result == 0 && !stopping) {
+          report_failure(started.names[i], end, started.ssh_hosts[i]);
+          result = end.code;
           lost = !finishing;
         }
-      }
+      });
       const auto now = std::chrono::steady_clock::now();
       bool stop = false;
       {
@@ -298,16 +314,10 @@ struct HostedRanks::Watch {
       }
       if (stop) {
         stopping = true;
-        for (size_t i = 0; i < ranks.size(); ++i)
-          if (!ended[i]) ranks[i]->terminate();
-        kill_at = now + std::chrono::seconds(3);
+        waits.terminate_running(now);
       }
-      if (now >= kill_at) {
-        for (size_t i = 0; i < ranks.size(); ++i)
-          if (!ended[i]) ranks[i]->kill();
-        kill_at = std::chrono::steady_clock::time_point::max();
-      }
-      if (!reaped && remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      waits.kill_when_due(now);
+      if (!reaped && waits.any_running()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     // Only once every other rank has ended: the callback may end this process.
     if (lost && on_lost) on_lost(result);
