@@ -67,11 +67,23 @@ try {
 
   // Stop as soon as the first reply starts: it ends early and the server's one slot is free again.
   const cancelledBefore = await metric('orchard_completions_total{finish_reason="cancelled"}');
+  // Clicked from the page at the DOM change that shows the first text: a short reply can end
+  // within the few milliseconds a click from here takes to land.
+  await page.evaluate(() => {
+    window.stopShown = null;
+    const observer = new MutationObserver(() => {
+      if (!(document.querySelector(".message.assistant .text")?.textContent.length > 0)) return;
+      observer.disconnect();
+      const stop = document.querySelector("#stop");
+      window.stopShown = !stop.hidden && stop.getClientRects().length > 0;
+      stop.click();
+    });
+    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   await page.fill("#input", "Tell me about orchards.");
   await page.press("#input", "Enter");
-  await page.waitForFunction(() => document.querySelector(".message.assistant .text")?.textContent.length > 0);
-  check(await page.isVisible("#stop"), "a Stop button shows while a reply streams");
-  await page.click("#stop");
+  await page.waitForFunction(() => window.stopShown !== null);
+  check(await page.evaluate(() => window.stopShown), "a Stop button shows while a reply streams");
   await page.waitForSelector(".message.assistant[data-finish]");
   const stopped = await page.$eval(".message.assistant", (el) => ({ finish: el.dataset.finish, meta: el.querySelector(".meta").textContent }));
   check(stopped.finish === "stopped", `Stop ends the reply (finish ${stopped.finish}, "${stopped.meta}")`);
