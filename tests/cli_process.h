@@ -1,15 +1,19 @@
 #pragma once
 // The orchard binary as a user runs it, for tests: start a command with its stdout and stderr
-// going to files, wait for it under a deadline (killed after), read what it printed.
+// going to files, wait for it under a deadline (killed after), read what it printed; a chat's
+// turns fed to it, its Ctrl-C, what --verbose said of its prompts.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -94,6 +98,43 @@ inline Ran run_to_end(const std::vector<std::string>& argv, std::chrono::seconds
   std::remove(out.c_str());
   if (input) std::remove(in.c_str());
   return r;
+}
+
+// --- orchard chat, fed from a test.
+
+// "[turn N: prompt P tokens, ..." of chat --verbose: P, or -1 when the line is missing.
+inline int prompt_tokens_of_turn(const std::string& err, int turn) {
+  const std::string head = "[turn " + std::to_string(turn) + ": prompt ";
+  const size_t at = err.find(head);
+  return at == std::string::npos ? -1 : std::stoi(err.substr(at + head.size()));
+}
+
+// Runs the chat `argv` (the process it starts must be the chat's: a shell or `ip netns exec` in
+// front of it has to exec it) reading a fifo: says "hi", sends Ctrl-C (SIGINT to that process)
+// once the reply has begun, waits for "(stopped)", then says "more" and /exit. Returns how it
+// ended; `polls` of 10 ms bound each wait.
+inline Finished interrupt_a_reply(const std::vector<std::string>& argv, const std::string& name, int polls) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  EXPECT_EQ(mkfifo(in.c_str(), 0600), 0);
+  const pid_t pid = start(argv, err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
+  EXPECT_NE(input, nullptr);
+  auto wait_until = [polls](const std::function<bool()>& done) {
+    for (int i = 0; i < polls && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  EXPECT_TRUE(wait_until([&] { return !read_text(out).empty(); })) << read_text(err);
+  kill(pid, SIGINT);
+  EXPECT_TRUE(wait_until([&] { return read_text(err).find("(stopped)") != std::string::npos; })) << read_text(err);
+  std::fputs("more\n/exit\n", input);
+  std::fclose(input);
+  Finished f = wait_for(pid, err, std::chrono::seconds(60));
+  std::filesystem::remove_all(dir);
+  return f;
 }
 
 }  // namespace orchard::testing

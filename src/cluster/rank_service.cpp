@@ -37,10 +37,12 @@ namespace {
 namespace tcp = comm::tcp;
 using namespace std::chrono_literals;
 
-// The subcommands a rank runs: an agent starts ranks of jobs (a split run or server, a network
-// pod's member), not arbitrary commands.
+// The subcommands a rank runs: an agent starts ranks of jobs (a split run, server or chat, whose
+// rank 0 is the terminal's and the rest follow it; a network pod's member), not arbitrary
+// commands.
 bool is_rank_command(const std::vector<std::string>& args) {
-  return args[0] == "run" || args[0] == "serve" || (args[0] == "node" && args.size() > 1 && args[1] == "pod-rank");
+  return args[0] == "run" || args[0] == "serve" || args[0] == "chat" ||
+         (args[0] == "node" && args.size() > 1 && args[1] == "pod-rank");
 }
 
 constexpr size_t kNonceBytes = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES;
@@ -191,7 +193,7 @@ StartRequest parse_request(const std::string& text) {
     r.args.push_back(a.get<std::string>());
   }
   if (!is_rank_command(r.args))
-    throw Error(error_message("cluster", "an agent starts ranks of `run`, `serve` and `node pod-rank`, not `{}`",
+    throw Error(error_message("cluster", "an agent starts ranks of `run`, `serve`, `chat` and `node pod-rank`, not `{}`",
                               r.args[0] + (r.args.size() > 1 && r.args[0] == "node" ? " " + r.args[1] : "")));
   if (j.contains("env")) {
     if (!j["env"].is_object()) throw Error(error_message("cluster", "the start request's env must be an object"));

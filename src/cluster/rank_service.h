@@ -1,8 +1,8 @@
 #pragma once
 // An agent starts a rank of a job on request, so a cluster needs no ssh server anywhere: the
 // machine that planned the job asks each chosen machine's `orchard agent` to run its rank (the
-// same orchard binary, `run` or `serve` with the job's arguments and comm environment), and the
-// agent streams the rank's output and exit status back. When the requester goes away (its
+// same orchard binary, `run`, `serve` or `chat` with the job's arguments and comm environment),
+// and the agent streams the rank's output and exit status back. When the requester goes away (its
 // connection drops, sends no sealed frame for kRankSilenceLimit, or carries a frame that is not
 // the requester's) or asks, the agent stops the rank.
 //

@@ -21,6 +21,8 @@
 namespace orchard {
 namespace {
 
+using testing::interrupt_a_reply;
+using testing::prompt_tokens_of_turn;
 using testing::Ran;
 using testing::run_to_end;
 
@@ -376,13 +378,6 @@ size_t token_count(const std::string& model, const std::string& text) {
   return n;
 }
 
-// "[turn N: prompt P tokens, ..." of --verbose; -1 when the line is missing.
-int prompt_tokens_of_turn(const std::string& err, int turn) {
-  const std::string head = fmt::format("[turn {}: prompt ", turn);
-  const size_t at = err.find(head);
-  return at == std::string::npos ? -1 : std::stoi(err.substr(at + head.size()));
-}
-
 TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
   // ChatML, whose rendering is simple to write out here by hand (the tiny llama's greedy replies
   // are visible text; the tiny qwen2's are newlines).
@@ -419,41 +414,13 @@ TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
   EXPECT_NE(full.err.find("/clear starts a new conversation"), std::string::npos) << full.err;
 }
 
-// Runs `chat` with `args` reading a fifo: says "hi", sends Ctrl-C (SIGINT to the process it
-// started) once the reply has begun, waits for "(stopped)", then says "more" and /exit. Returns
-// how it ended; `polls` of 10 ms bound each wait.
-testing::Finished interrupt_a_reply(const std::vector<std::string>& args, const std::string& name, int polls) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
-  EXPECT_EQ(mkfifo(in.c_str(), 0600), 0);
-  const pid_t pid = testing::start(orchard(args), err, out, in);
-  FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
-  EXPECT_NE(input, nullptr);
-  auto wait_until = [polls](const std::function<bool()>& done) {
-    for (int i = 0; i < polls && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return done();
-  };
-  std::fputs("hi\n", input);
-  std::fflush(input);
-  EXPECT_TRUE(wait_until([&] { return !testing::read_text(out).empty(); })) << testing::read_text(err);
-  kill(pid, SIGINT);
-  EXPECT_TRUE(wait_until([&] { return testing::read_text(err).find("(stopped)") != std::string::npos; }))
-      << testing::read_text(err);
-  std::fputs("more\n/exit\n", input);
-  std::fclose(input);
-  testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(60));
-  std::filesystem::remove_all(dir);
-  return f;
-}
-
 // Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
 // stopped reply in its history.
 TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
   const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
   // No reply limit: a reply runs to the end of the context, far longer than the test waits.
   const testing::Finished f = interrupt_a_reply(
-      {"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}, "chat-interrupt", 3000);
+      orchard({"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}), "chat-interrupt", 3000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   const int first = prompt_tokens_of_turn(f.stderr_text, 1), second = prompt_tokens_of_turn(f.stderr_text, 2);
   EXPECT_NE(f.stderr_text.find("[turn 1: prompt " + std::to_string(first) + " tokens, reply "), std::string::npos);
@@ -488,7 +455,7 @@ std::vector<std::string> expect_split_chats_as_one_rank(const std::vector<std::s
 TEST(Chat, ASplitOverTwoLocalRanksChatsAsOneRank) {
   const std::vector<std::string> endless = expect_split_chats_as_one_rank({"--world", "2", "--strategy", "pipeline"});
   // Ctrl-C goes to the launcher, which passes it on to rank 0 (the other ranks block it).
-  const testing::Finished f = interrupt_a_reply(endless, "chat-split-interrupt", 6000);
+  const testing::Finished f = interrupt_a_reply(orchard(endless), "chat-split-interrupt", 6000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
 }
@@ -525,7 +492,7 @@ TEST(Chat, AHostfileSplitChatsFromThisTerminal) {
   EXPECT_TRUE(std::filesystem::exists(hosts.dir + "/mac-2.pid"));
   EXPECT_FALSE(std::filesystem::exists(hosts.dir + "/mac-1.pid"));
 
-  const testing::Finished f = interrupt_a_reply(endless, "chat-hostfile-interrupt", 6000);
+  const testing::Finished f = interrupt_a_reply(orchard(endless), "chat-hostfile-interrupt", 6000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
   EXPECT_GT(prompt_tokens_of_turn(f.stderr_text, 2), prompt_tokens_of_turn(f.stderr_text, 1)) << f.stderr_text;
   std::filesystem::remove_all(hosts.dir);

@@ -2,7 +2,8 @@
 // an `orchard agent` and no ssh server anywhere (an `ssh` that only notes it was called comes
 // first on PATH). The model is on A only: B and C mount an empty folder over its directory, as
 // a Mac without the file would be. `run --discover` asks the agents to start the ranks; ranks
-// without the file receive their shards and keep them in their agent's cache. Needs root.
+// without the file receive their shards and keep them in their agent's cache. `chat --discover`
+// keeps rank 0 in the terminal's process on A and asks the agents for the rest. Needs root.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "cluster/netns_harness.h"
 
@@ -101,10 +103,19 @@ class NetnsAgents : public Namespaces {
                                  nullptr, false);
   }
 
+  // `orchard chat ARGS` on A as testing::start runs it: the shell and `ip netns exec` exec, so the
+  // process it starts is the chat (a SIGINT sent to it is a Ctrl-C in its terminal).
+  std::vector<std::string> chat_on_a(const std::string& args) const {
+    return {"/bin/sh", "-c", "exec ip netns exec " + ns("a") + " env PATH=" + (dir_ / "bin").string() + ":$PATH ORCHARD_CACHE_DIR=" +
+                                 (dir_ / "cache-a").string() + " " + orchard_binary() + " chat -m " + model_ + " " + kChat + " " + args};
+  }
+
   // No rank of the model's runs is left, on any machine (one process table for all).
   std::string ranks_left() const { return capture("pgrep -af '[-]m " + model_ + "'"); }
 
   static constexpr const char* kPrompt = "the orchard on the hill";
+  // Greedy, with a template whose rendering the cli tests write out by hand.
+  static constexpr const char* kChat = "--temp 0 -t 1 --verbose --chat-template chatml";
   std::filesystem::path dir_;
   std::string model_;
 };
@@ -227,6 +238,72 @@ TEST_F(NetnsAgents, AnAgentKilledMidRunEndsTheJobNamingItsMachine) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << err;
   EXPECT_NE(err.find("rank 1 (10.77.9.2, by its agent) lost: the agent on 10.77.9.2 went away"), std::string::npos) << err;
   deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10 * testing::timeout_factor());
+  while (ranks_left() != "" && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(ranks_left(), "");
+}
+
+// `chat --discover`: rank 0 in this terminal's process on A, rank 1 started by B's agent (no
+// ssh anywhere). Two turns through a pipe give one process's replies and prompt sizes; Ctrl-C
+// stops a reply, not the chat; end of input ends every rank.
+TEST_F(NetnsAgents, DiscoveredChatTalksAsOneProcessAndCtrlCStopsAReply) {
+  const std::string turns = "hi\nhow so?\n/exit\n";
+  const testing::Ran alone = testing::run_to_end(
+      {orchard_binary(), "chat", "-m", model_, "-n", "6", "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"},
+      std::chrono::seconds(60), turns);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  ASSERT_NE(alone.out.find_first_not_of('\n'), std::string::npos) << "replies with no text compare nothing";
+  ASSERT_GT(testing::prompt_tokens_of_turn(alone.err, 2), testing::prompt_tokens_of_turn(alone.err, 1)) << alone.err;
+  start_machine("a");
+  start_machine("b");
+  wait_for_machines(2);
+  const std::string discover = "--discover --cluster gamma --secret s3 --strategy pipeline";
+
+  const testing::Ran split = testing::run_to_end(chat_on_a("-n 6 " + discover), std::chrono::seconds(60), turns);
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_NE(split.err.find("starting 2 rank(s), pipeline: 10.77.9.1, 10.77.9.2"), std::string::npos) << split.err;
+  EXPECT_NE(split.err.find("[weights] rank 1: received "), std::string::npos) << "B has no file: " << split.err;
+  EXPECT_EQ(split.out, alone.out);
+  for (int turn : {1, 2})
+    EXPECT_EQ(testing::prompt_tokens_of_turn(split.err, turn), testing::prompt_tokens_of_turn(alone.err, turn)) << split.err;
+
+  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
+  const testing::Finished stopped = testing::interrupt_a_reply(chat_on_a(discover), "netns-chat-interrupt-" + tag_, 6000);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.stderr_text;
+  EXPECT_NE(stopped.stderr_text.find("(cancelled)"), std::string::npos) << stopped.stderr_text;
+  EXPECT_GT(testing::prompt_tokens_of_turn(stopped.stderr_text, 2), testing::prompt_tokens_of_turn(stopped.stderr_text, 1))
+      << "the second turn holds the stopped reply: " << stopped.stderr_text;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ssh.log")) << "ssh was called: " << text_of("ssh.log");
+  EXPECT_EQ(ranks_left(), "");
+}
+
+// B's agent killed while the chat waits for its next line: the chat ends at once with an error
+// naming B (not after a comm timeout), and no rank is left on either machine.
+TEST_F(NetnsAgents, AnAgentKilledMidChatEndsTheChatNamingItsMachine) {
+  start_machine("a");
+  const size_t b = start_machine("b");
+  wait_for_machines(2);
+  const std::string dir = (dir_ / "lost").string();
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
+  const pid_t chat = testing::start(chat_on_a("-n 4 --discover --cluster gamma --secret s3 --strategy pipeline"), err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");
+  ASSERT_NE(input, nullptr);
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  for (int i = 0; i < 6000 && testing::read_text(out).find('\n') == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (testing::read_text(out).find('\n') == std::string::npos) kill(chat, SIGKILL);
+  ASSERT_NE(testing::read_text(out).find('\n'), std::string::npos) << "no first reply: " << testing::read_text(err);
+  kill(agents_[b], SIGKILL);  // B's agent dies without a word, its rank with it
+  const testing::Finished f = testing::wait_for(chat, err, std::chrono::seconds(30));
+  std::fclose(input);
+  EXPECT_NE(f.exit_code, 0) << f.stderr_text;
+  EXPECT_NE(f.stderr_text.find("rank 1 (10.77.9.2, by its agent) lost: the agent on 10.77.9.2 went away"), std::string::npos)
+      << f.stderr_text;
+  EXPECT_NE(f.stderr_text.find("the chat ends"), std::string::npos) << f.stderr_text;
+  EXPECT_LT(f.seconds, 10) << "found by the launcher, not a comm timeout";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10 * testing::timeout_factor());
   while (ranks_left() != "" && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(ranks_left(), "");
 }

@@ -245,6 +245,14 @@ TEST_F(RankService, RunsTheRankAndStreamsItsOutputAndExitCode) {
   const parallel::RankEnd member_end = wait_for_end(*member);
   EXPECT_EQ(testing::internal::GetCapturedStdout(), "out node pod-rank x 1\n");
   EXPECT_EQ(member_end.code, 0) << member_end.detail;
+
+  // So is a split chat's rank past the first (`chat --discover` asks for them; rank 0 is the
+  // terminal's own process).
+  testing::internal::CaptureStdout();
+  auto follower = start_rank_by_agent(agent_, "machine-b", "alpha", "s1", command({"chat", "-m", "x"}));
+  const parallel::RankEnd follower_end = wait_for_end(*follower);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "out chat -m x 1\n");
+  EXPECT_EQ(follower_end.code, 0) << follower_end.detail;
 }
 
 TEST_F(RankService, AnotherSecretIsRefused) {
@@ -464,7 +472,7 @@ TEST_F(RankService, AFrameNotSealedWithTheSecretIsRefused) {
 TEST_F(RankService, OnlyRanksOfJobsWithTheirOwnVariables) {
   for (const auto& [args, env, expected] :
        std::vector<std::tuple<std::vector<std::string>, std::vector<std::pair<std::string, std::string>>, std::string>>{
-           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run`, `serve` and `node pod-rank`, not `make-model`"},
+           {{"make-model", "-o", "/etc/x"}, {}, "starts ranks of `run`, `serve`, `chat` and `node pod-rank`, not `make-model`"},
            {{"node", "--network", "http://x"}, {}, "not `node --network`"},
            {{"run", "hello"}, {{"LD_PRELOAD", "/tmp/x.so"}}, "may set ORCHARD_* variables to strings, not 'LD_PRELOAD'"}}) {
     try {
