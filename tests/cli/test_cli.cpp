@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli_process.h"
+#include "free_ports.h"
 #include "model/gguf/reader.h"
 #include "model/model_files.h"
 
@@ -255,7 +256,7 @@ TEST(Messages, SshThatCannotReachAHostSaysSo) {
   std::ofstream(ssh) << "#!/bin/sh\necho \"ssh: connect to host $3 port 22: Connection refused\" >&2\nexit 255\n";
   std::filesystem::permissions(ssh, std::filesystem::perms::owner_all);
   std::ofstream(hosts) << R"([{"ssh": "mac-1", "ips": ["127.0.0.1"]}, {"ssh": "mac-2", "ips": ["127.0.0.1"]}])";
-  Ran r = run_to_end(orchard({"launch", "--hostfile", hosts, "--ssh", ssh, "--port", std::to_string(38000 + getpid() % 1000),
+  Ran r = run_to_end(orchard({"launch", "--hostfile", hosts, "--ssh", ssh, "--port", std::to_string(testing::free_ports(2)),
                               "--", "orchard", "run", "-m", model, "-p", "Hi", "--strategy", "pipeline"}));
   EXPECT_EQ(r.exit_code, 255);
   EXPECT_NE(r.err.find("ssh could not reach mac-"), std::string::npos) << r.err;
@@ -476,7 +477,7 @@ LocalHosts local_hosts(const std::string& name, const std::string& first_ip = "1
   std::ofstream(h.ssh) << "#!/bin/sh\necho $$ > '" << h.dir << "'/$3.pid\nshift 3\nexec sh -c \"$1\"\n";
   std::filesystem::permissions(h.ssh, std::filesystem::perms::owner_all);
   h.hostfile = h.dir + "/hosts.json";
-  const int port = 40000 + static_cast<int>(getpid() % 5000) * 2;
+  const int port = testing::free_ports(2);
   std::ofstream(h.hostfile) << fmt::format(R"([{{"ssh": "mac-1", "ips": ["{}:{}"]}}, {{"ssh": "mac-2", "ips": ["127.0.0.1:{}"]}}])",
                                            first_ip, port, port + 1);
   return h;

@@ -1,9 +1,6 @@
 #include "network/pg_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pwd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,22 +8,11 @@
 #include <fmt/format.h>
 #include <memory>
 
+#include "free_ports.h"
 #include "network/store/db.h"
 
 namespace orchard::network::testing {
 namespace fs = std::filesystem;
-
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 namespace {
 
@@ -73,7 +59,7 @@ PgServer* PgServer::shared(std::string* why_not) {
     }
     runas = "runuser -u postgres -- ";
   }
-  s->port_ = free_port();
+  s->port_ = orchard::testing::free_ports();
   std::string data = s->dir_ + "/data";
   std::string cmd = fmt::format("{}{}/initdb -D {} -U postgres --auth=trust -E UTF8 >{}/initdb.log 2>&1", runas,
                                 bin, data, s->dir_);

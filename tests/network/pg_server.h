@@ -21,7 +21,4 @@ class PgServer {
   int next_db_ = 0;
 };
 
-// Picks a free TCP port on 127.0.0.1 (bound and released).
-int free_port();
-
 }  // namespace orchard::network::testing

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli_process.h"
+#include "free_ports.h"
 #include "model/model_files.h"
 
 namespace orchard {
@@ -109,7 +110,7 @@ TEST(Launch, HostfileRanksMatchOneProcess) {
   const std::vector<std::string> run = {ORCHARD_BINARY, "run", "-m", model, "-p", "Hello", "-n", "24", "--json"};
   auto single = run_json(run);
   std::vector<std::string> launched = {ORCHARD_BINARY, "launch", "--hostfile", hostfile, "--ssh", fake_ssh,
-                                       "--port", std::to_string(36000 + getpid() % 2000), "--"};
+                                       "--port", std::to_string(testing::free_ports(2)), "--"};
   launched.insert(launched.end(), run.begin(), run.end());
   launched.insert(launched.end(), {"--strategy", "pipeline"});
   auto split = run_json(launched);
