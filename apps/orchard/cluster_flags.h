@@ -1,7 +1,7 @@
 #pragma once
 // The flags that find this cluster's agents, shared by cluster, doctor and plan: the cluster's
-// name and secret (defaults from ORCHARD_CLUSTER / ORCHARD_CLUSTER_SECRET), the ports, and how
-// long to listen when no local agent answers.
+// name and secret (defaults from ORCHARD_CLUSTER / ORCHARD_CLUSTER_SECRET, the secret also from
+// a file), the ports, and how long to listen when no local agent answers.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <csignal>
@@ -24,13 +24,20 @@ struct ClusterFlags {
   }
 };
 
+// A cluster's name and secret, the same ways for every command that names one (the agent, the
+// commands that ask agents, a network node whose pod's agents start its ranks): --cluster, and
+// --secret or --secret-file (a file holding the secret, which keeps it out of the command lines
+// that `ps` shows); by default ORCHARD_CLUSTER and ORCHARD_CLUSTER_SECRET. `secret_help` says
+// what the secret is for. A --secret-file that cannot be read or is empty is an Error naming it.
+void add_cluster_identity_flags(CLI::App* cmd, std::string& cluster, std::string& secret,
+                                const std::string& secret_help = "Cluster secret");
+
+// The secret a --secret-file holds: its text less the line break that ends it. Throws Error
+// naming the file when it cannot be read or holds nothing.
+std::string read_secret_file(const std::string& path);
+
 // Which cluster's agents to believe: its name and secret.
-inline void add_cluster_identity_flags(CLI::App* cmd, ClusterFlags& f) {
-  if (const char* c = std::getenv("ORCHARD_CLUSTER")) f.cluster = c;
-  if (const char* s = std::getenv("ORCHARD_CLUSTER_SECRET")) f.secret = s;
-  cmd->add_option("--cluster", f.cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
-  cmd->add_option("--secret", f.secret, "Cluster secret (env ORCHARD_CLUSTER_SECRET)");
-}
+inline void add_cluster_identity_flags(CLI::App* cmd, ClusterFlags& f) { add_cluster_identity_flags(cmd, f.cluster, f.secret); }
 
 inline void add_cluster_flags(CLI::App* cmd, ClusterFlags& f, const std::string& wait_help) {
   add_cluster_identity_flags(cmd, f);

@@ -2,9 +2,9 @@
 // answers `orchard cluster`, `plan` and `doctor`, and starts the ranks that `run`/`serve
 // --discover` ask it for, until SIGINT or SIGTERM.
 #include <csignal>
-#include <cstdlib>
 #include <spdlog/spdlog.h>
 
+#include "apps/orchard/cluster_flags.h"
 #include "cluster/agent.h"
 #include "commands.h"
 
@@ -20,11 +20,8 @@ void request_stop(int) { g_stop = true; }
 void add_agent_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("agent", "Announce this machine on the LAN and measure links to the cluster's others");
   auto o = std::make_shared<cluster::AgentOptions>();
-  if (const char* c = std::getenv("ORCHARD_CLUSTER")) o->cluster = c;
-  if (const char* s = std::getenv("ORCHARD_CLUSTER_SECRET")) o->secret = s;
   auto probe_every_s = std::make_shared<double>(30);
-  cmd->add_option("--cluster", o->cluster, "Cluster name (env ORCHARD_CLUSTER)")->capture_default_str();
-  cmd->add_option("--secret", o->secret, "Cluster secret: announcements and probes are signed with it (env ORCHARD_CLUSTER_SECRET)");
+  add_cluster_identity_flags(cmd, o->cluster, o->secret, "Cluster secret: announcements and probes are signed with it");
   cmd->add_option("--port", o->port, "UDP port of announcements")->capture_default_str();
   cmd->add_option("--agent-port", o->agent_port, "TCP port for link probes and queries")->capture_default_str();
   cmd->add_option("--models", o->models_dir, "Directory whose .gguf files are announced");

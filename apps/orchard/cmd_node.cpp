@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "apps/orchard/cluster_flags.h"
 #include "apps/orchard/commands.h"
 #include "core/error.h"
 #include "network/catalog.h"
@@ -22,6 +23,8 @@ struct NodeOptions {
   int32_t max_context = 4096;
   int token_delay_ms = 0;
   std::string pod, pod_hostfile, pod_ssh = "ssh", pod_binary;
+  // The cluster whose agents start the pod's ranks on hosts marked "agent": true.
+  std::string pod_cluster = "orchard", pod_cluster_secret;
   int pod_rank = -1;
   uint16_t pod_port = comm::kDefaultBasePort;
   network::PodRankOptions rank;
@@ -92,6 +95,8 @@ void run_node(NodeOptions& o) {
       throw Error(error_message("node", "a pod runs its jobs with the built-in engine, not --engine {}", o.engine));
     auto pod = network::load_pod(o.pod, o.pod_hostfile, o.pod_rank, o.pod_port);
     pod.ssh_command = o.pod_ssh;
+    pod.cluster = o.pod_cluster;
+    pod.cluster_secret = o.pod_cluster_secret;
     if (!o.pod_binary.empty()) pod.binary = o.pod_binary;
     a.pod = network::pod_registration(pod);
     std::fprintf(stderr, "orchard node: member %d of pod '%s' (%zu hosts in %s)%s\n", pod.rank, pod.id.c_str(),
@@ -156,6 +161,8 @@ void add_node_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--pod-ssh", o->pod_ssh, "ssh client the pod's leader starts ranks with")->capture_default_str();
   cmd->add_option("--pod-binary", o->pod_binary, "Path of orchard on the pod's machines (default: this one's)");
+  add_cluster_identity_flags(cmd, o->pod_cluster, o->pod_cluster_secret,
+                             "Secret of the cluster whose agents start the pod's ranks (hosts marked \"agent\": true)");
   CLI::App* status = cmd->add_subcommand("status", "Show this node's state, jobs served and earnings");
   common(status);
   // One rank of a pod job, started by the pod leader's `orchard launch`: not for people.

@@ -19,7 +19,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sstream>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "cluster/local_machine.h"
 #include "comm/launcher.h"
@@ -31,6 +33,8 @@
 #include "network/store/store.h"
 #include "parallel/engine.h"
 #include "parallel/split_run.h"
+
+extern char** environ;
 
 namespace orchard::network {
 
@@ -119,7 +123,9 @@ class PodEngine final : public Engine {
         "--", pod_.binary, "node", "pod-rank", "--model", model, "--request-file", request_file.path(),
         "--max-context", std::to_string(max_context_), "--threads", std::to_string(threads_),
         "--token-delay-ms", std::to_string(token_delay_ms_)};
-    Launcher launcher(argv);
+    // The agents' cluster and secret go in launch's environment, not on its command line, which
+    // `ps` shows to every user of the machine.
+    Launcher launcher(argv, {{"ORCHARD_CLUSTER", pod_.cluster}, {"ORCHARD_CLUSTER_SECRET", pod_.cluster_secret}});
 
     json result;
     bool stopping = false;
@@ -171,13 +177,27 @@ class PodEngine final : public Engine {
   std::optional<CheckResult> check(const std::string&, const json&) override { return std::nullopt; }
 
  private:
-  // `orchard launch` as a child whose stdout is a pipe to us. Its own process group: a
+  // `orchard launch` as a child whose stdout is a pipe to us, with this process's environment
+  // but for the variables `env` sets. Its own process group: a
   // terminal's Ctrl-C reaches the agent alone, and the agent decides. On Linux it also gets
   // SIGTERM if the agent dies (then it ends its ranks); elsewhere rank 0's next write into the
   // closed pipe ends rank 0, and the launcher the rest.
   class Launcher {
    public:
-    explicit Launcher(const std::vector<std::string>& argv) {
+    Launcher(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+      // Built before the fork: the child may not allocate.
+      std::vector<std::string> variables;
+      for (char** e = environ; *e; ++e) {
+        const std::string_view v(*e);
+        const bool replaced = std::any_of(env.begin(), env.end(), [&](const auto& kv) {
+          return v.size() > kv.first.size() && v.compare(0, kv.first.size(), kv.first) == 0 && v[kv.first.size()] == '=';
+        });
+        if (!replaced) variables.emplace_back(v);
+      }
+      for (const auto& [key, value] : env) variables.push_back(key + "=" + value);
+      std::vector<char*> envp;
+      for (std::string& v : variables) envp.push_back(v.data());
+      envp.push_back(nullptr);
       int fds[2];
       if (::pipe(fds) != 0) throw Error(error_message("network", "cannot create a pipe for a pod job"));
       ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
@@ -201,7 +221,7 @@ class PodEngine final : public Engine {
         ::dup2(fds[1], STDOUT_FILENO);
         // Remote ranks cd to the launcher's directory: "/" is on every host.
         if (::chdir("/") != 0) ::_exit(127);
-        ::execv(args[0], args.data());
+        ::execve(args[0], args.data(), envp.data());
         ::_exit(127);
       }
       ::close(fds[1]);

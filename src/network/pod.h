@@ -30,6 +30,9 @@ struct PodConfig {
   std::string ssh_command = "ssh";
   std::string binary;    // orchard on every host; default: this executable's path
   double comm_timeout_s = 10;
+  // The cluster whose agents start the ranks of hosts marked "agent": true (orchard launch's
+  // --cluster and secret).
+  std::string cluster = "orchard", cluster_secret;
 };
 
 // Reads and checks the hostfile (at least two hosts). rank < 0: this machine's place, found by

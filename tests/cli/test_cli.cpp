@@ -263,6 +263,40 @@ TEST(Messages, SshThatCannotReachAHostSaysSo) {
   EXPECT_NE(r.err.find("(try: ssh -o BatchMode=yes mac-"), std::string::npos) << r.err;
 }
 
+// The cluster secret from a file (--secret-file: the agent, a network node for its pod's agents,
+// and every command that asks agents read it the same way): a file that cannot be read or holds
+// nothing is refused naming it, before anything starts; --secret and --secret-file contradict.
+TEST(Messages, ASecretFileThatIsMissingOrEmptyIsNamed) {
+  const std::string dir = ::testing::TempDir() + "/secret-file-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string missing = dir + "/none", empty = dir + "/empty", line_break = dir + "/line-break", secret = dir + "/secret";
+  std::ofstream(empty).flush();
+  std::ofstream(line_break) << "\n";
+  std::ofstream(secret) << "s3\n";
+  const std::vector<std::vector<std::string>> commands = {
+      {"agent", "--no-measure", "--probe-every", "3600"}, {"node", "--network", "http://127.0.0.1:9"}, {"cluster", "--wait", "0"}};
+  for (const std::vector<std::string>& command : commands) {
+    auto with = [&](std::vector<std::string> flags) {
+      flags.insert(flags.begin(), command.begin(), command.end());
+      return run_to_end(orchard(flags), std::chrono::seconds(20));
+    };
+    Ran r = with({"--secret-file", missing});
+    EXPECT_EQ(r.exit_code, 1) << command[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("[cluster] --secret-file " + missing + ": cannot read it (No such file or directory)"), std::string::npos)
+        << command[0] << ": " << r.err;
+    for (const std::string& file : {empty, line_break}) {
+      r = with({"--secret-file", file});
+      EXPECT_EQ(r.exit_code, 1) << command[0] << ": " << r.err;
+      EXPECT_NE(r.err.find("[cluster] --secret-file " + file + " is empty: it must hold the cluster's secret"), std::string::npos)
+          << command[0] << ": " << r.err;
+    }
+    r = with({"--secret", "s3", "--secret-file", secret});
+    EXPECT_NE(r.exit_code, 0) << command[0];
+    EXPECT_NE(r.err.find("--secret excludes --secret-file"), std::string::npos) << command[0] << ": " << r.err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // --- units in names: bench-comm's bus bandwidth in gigabytes/s, link caps in gigabits/s.
 
 TEST(Units, BusBandwidthInGigabytesUnderALinkCapInGigabits) {

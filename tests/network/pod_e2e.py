@@ -17,8 +17,8 @@ namespaces (not root) both agents run on loopback, naming their places with --po
      can joins and completes it;
   4. agents: no ssh anywhere (the stand-in only notes that it was called): every machine runs an
      `orchard agent`, the hostfile's entries say "agent": true, and the leader's launch asks the
-     two agents (cluster and secret from the node's ORCHARD_CLUSTER and ORCHARD_CLUSTER_SECRET)
-     to start the ranks; the job gives the tokens of one machine and its credits are posted to
+     two agents (the cluster from the node's ORCHARD_CLUSTER, the secret from its --secret-file;
+     the member's agent reads its secret from a file too) to start the ranks; the job gives the tokens of one machine and its credits are posted to
      the leader.
 Usage: pod_e2e.py ORCHARD_BINARY [scenario...]
 """
@@ -132,8 +132,10 @@ class Pod:
         """Machine i's `orchard agent`; in namespaces the member's sees an empty folder over the leader's
         models (a mount of its own), so the rank it starts has no model file."""
         log = os.path.join(TMP, "%s-agent%d.log" % (name, i))
-        command = [ORCHARD, "agent", "--cluster", CLUSTER, "--secret", CLUSTER_SECRET, "--no-measure", "--probe-every",
-                   "3600", "--probe-mb", "8", "--cache-dir", os.path.join(TMP, "%s-agent-cache-%d" % (name, i))]
+        # The member's agent reads the secret from a file, the leader's from its command line.
+        secret = ["--secret-file", self.secret_file()] if i == 1 else ["--secret", CLUSTER_SECRET]
+        command = [ORCHARD, "agent", "--cluster", CLUSTER] + secret + ["--no-measure", "--probe-every", "3600",
+                   "--probe-mb", "8", "--cache-dir", os.path.join(TMP, "%s-agent-cache-%d" % (name, i))]
         if self.netns:
             hide = "mount -t tmpfs tmpfs '%s' && " % MODELS if i == 1 else ""
             argv = ["ip", "netns", "exec", NS[i], "sh", "-c", hide + "exec " + " ".join("'%s'" % a for a in command)]
@@ -144,6 +146,13 @@ class Pod:
         wait_for("agent %d" % i, lambda: "in cluster '%s'" % CLUSTER in open(log, errors="replace").read(), 30)
         p.log = log
         return p
+
+    def secret_file(self):
+        """The cluster secret in a file only this user reads, ended by a line break as `echo` writes it."""
+        path = os.path.join(TMP, "cluster-secret")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(CLUSTER_SECRET + "\n")
+        return path
 
     def write_ssh_stand_in(self):
         with open(self.ssh, "w") as f:
@@ -176,7 +185,11 @@ class Pod:
         prefix = ["ip", "netns", "exec", NS[i]] if self.netns else []
         env = dict(os.environ, ORCHARD_CACHE_DIR=os.path.join(TMP, "cache-%d" % i))
         if self.cluster_agents:  # the leader's launch asks the agents of this cluster
-            env.update(ORCHARD_CLUSTER=CLUSTER, ORCHARD_CLUSTER_SECRET=CLUSTER_SECRET)
+            env.update(ORCHARD_CLUSTER=CLUSTER)
+            if i == 0:  # the secret kept off the command line and out of the environment
+                args += ["--secret-file", self.secret_file()]
+            else:
+                env.update(ORCHARD_CLUSTER_SECRET=CLUSTER_SECRET)
         return e2e.spawn(args, log, prefix, env)
 
     def world(self):
