@@ -1,5 +1,5 @@
 // `orchard agent`: announces this machine to its cluster, measures the links to the others,
-// answers `orchard cluster`, `plan` and `doctor`, and starts the ranks that `run`/`serve
+// answers `orchard cluster`, `plan` and `doctor`, and starts the ranks that `run`/`serve`/`chat
 // --discover` ask it for, until SIGINT or SIGTERM.
 #include <csignal>
 #include <spdlog/spdlog.h>

@@ -178,10 +178,10 @@ class PodEngine final : public Engine {
 
  private:
   // `orchard launch` as a child whose stdout is a pipe to us, with this process's environment
-  // but for the variables `env` sets. Its own process group: a
-  // terminal's Ctrl-C reaches the agent alone, and the agent decides. On Linux it also gets
-  // SIGTERM if the agent dies (then it ends its ranks); elsewhere rank 0's next write into the
-  // closed pipe ends rank 0, and the launcher the rest.
+  // but for the variables `env` sets. Its own process group: a terminal's Ctrl-C reaches the
+  // agent alone, and the agent decides. On Linux it also gets SIGTERM if the agent dies (then it
+  // ends its ranks); elsewhere rank 0's next write into the closed pipe ends rank 0, and the
+  // launcher the rest.
   class Launcher {
    public:
     Launcher(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
