@@ -25,6 +25,7 @@ void add_bench_command(CLI::App& app) {
     int repetitions = 3;
     bool json = false;
     bool no_repack = false;
+    bool no_warmup = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt and generation tok/s, like llama-bench");
@@ -48,6 +49,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-b,--batch", o->engine.batch, "Prompt positions per forward pass")->capture_default_str()->check(at_least(1));
   add_cache_type_flag(cmd, o->engine.cache_type);
   cmd->add_flag("--no-repack", o->no_repack, "Use the file's weight layout as is");
+  cmd->add_flag("--no-warmup", o->no_warmup, "Skip the warm-up pass before the repetitions (llama-bench's --no-warmup)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   add_split_flags(cmd, o->split);
   cmd->callback([o] {
@@ -64,7 +66,7 @@ void add_bench_command(CLI::App& app) {
       parallel::Engine engine(options, group);
       if ((!group || group->rank() == 0) && !run.json) std::fprintf(stderr, "%s\n", describe_kv_cache(engine.forward(), 1).c_str());
       for (const int32_t depth : run.depths) {
-        auto t = model::measure_throughput(engine.model(), run.prompt, run.generate, run.repetitions, depth);
+        auto t = model::measure_throughput(engine.model(), run.prompt, run.generate, run.repetitions, depth, !run.no_warmup);
         if (group && group->rank() != 0) continue;
         const double gb_per_token = static_cast<double>(engine.weights().bytes_per_token()) / 1e9;
         // A test of 0 tokens was not run: its rate is null (JSON) or left out (text), never 0.

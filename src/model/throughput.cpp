@@ -7,7 +7,7 @@
 
 namespace orchard::model {
 
-Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions, int32_t n_depth) {
+Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions, int32_t n_depth, bool warm_up) {
   if (n_prompt < 0 || n_gen < 0 || n_prompt + n_gen == 0 || repetitions < 1 || n_depth < 0)
     throw Error(error_message("bench",
                               "needs prompt and generated tokens >= 0, not both 0, >= 1 repetition and a depth >= 0; "
@@ -41,7 +41,7 @@ Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen
   auto refill = [&] {
     if (model.resumable(n_depth) < n_depth) evaluate(0, n_depth);
   };
-  for (int rep = -1; rep < repetitions; ++rep) {  // rep -1 warms caches and buffers
+  for (int rep = warm_up ? -1 : 0; rep < repetitions; ++rep) {  // rep -1 warms caches and buffers
     refill();
     const auto prompt_start = clock::now();
     evaluate(n_depth, n_depth + n_prompt);

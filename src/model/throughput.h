@@ -15,9 +15,11 @@ struct Throughput {
 };
 
 // Fills the first n_depth positions once (not timed), then runs `repetitions` times after one
-// warm-up pass; every rank of a parallel model must call it with the same arguments. n_depth +
+// warm-up pass (none when !warm_up: a 16k-token prompt's warm-up would double a run of
+// minutes, and its caches are cold either way); every rank of a parallel model must call it with the same arguments. n_depth +
 // n_prompt and n_depth + n_gen must each fit the context; either test may be 0 tokens (it is
 // skipped and its rate stays 0), not both; repetitions >= 1; n_depth >= 0. Throws Error otherwise.
-Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions, int32_t n_depth = 0);
+Throughput measure_throughput(TokenModel& model, int32_t n_prompt, int32_t n_gen, int repetitions, int32_t n_depth = 0,
+                              bool warm_up = true);
 
 }  // namespace orchard::model
