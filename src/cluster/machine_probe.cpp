@@ -95,13 +95,12 @@ std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool&
   std::vector<float> x(static_cast<size_t>(most * std::max(d, ff)), 0.5f), y(x.size());
   core::MatmulScratch scratch;
   constexpr int kRounds = 4;
-  const double slot = 0.02 / static_cast<double>(sets.size());
   std::vector<std::vector<double>> best(sets.size(), std::vector<double>(kExpertProbePoints, 0.0));
   for (int round = 0; round < kRounds; ++round)
     for (int k = 0; k < kExpertProbePoints; ++k)
       for (size_t t = 0; t < sets.size(); ++t) {
         double& b = best[t][static_cast<size_t>(k)];
-        b = std::max(b, product_rate(sets[t].matrices, int64_t{1} << k, slot, x, y, pool, scratch));
+        b = std::max(b, product_rate(sets[t].matrices, int64_t{1} << k, 0.02, x, y, pool, scratch));
       }
   std::vector<double> rate(kExpertProbePoints);
   for (size_t k = 0; k < rate.size(); ++k) {

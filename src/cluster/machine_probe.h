@@ -53,8 +53,8 @@ struct ProbeShape {
 // known; a type whose blocks do not divide a matrix's rows is timed as Q4_0).
 ProbeShape probe_shape(const ModelFacts& model);
 
-// Takes about a second (half a second more with experts, a quarter with heads). threads: as the
-// run will use (0: all cores).
+// Takes one to three seconds: about a second, half a second more per weight type with experts,
+// a quarter with heads. threads: as the run will use (0: all cores).
 MachineProbe probe_machine(int threads, const ProbeShape& shape = {});
 
 // Only the decode rate (MachineProbe::decode_gbs) with `threads` (half a second): for one rank
