@@ -4,7 +4,8 @@
 # joined by a veth pair (TCP ring backend), pinned to its own core; moe-3b (Qwen3-30B-A3B's
 # layer, 16 layers, 32 experts of which 4 per token) at Q4_K_M. Each split is measured against
 # one rank on one core and one rank with 2 threads on the same two cores, and beside the
-# planner's prediction for it (machine figures from `orchard plan`'s probe with one thread).
+# planner's prediction for it (machine figures from `orchard plan`'s probe with one thread: the
+# model's weight types, its attention).
 #
 #   sudo bench/expert.sh [BUILD_DIR]    (needs root for ip netns; models in $ORCHARD_BENCH_MODELS)
 #
@@ -65,6 +66,8 @@ gflops=$(jq .machines[0].compute_gflops <<<"$probe")
 # How one expert's products over 1, 2, 4 ... 64 tokens fare against that rate (the plan below
 # measures it again: a ratio, which the rates given to it scale).
 efficiency=$(jq -c '[.machines[0].expert_efficiency[] * 100 | round / 100]' <<<"$probe")
+# The prompt's attention against that rate (measured again by each plan below, likewise).
+attention=$(jq '.machines[0].attention_efficiency * 100 | round / 100' <<<"$probe")
 # (without ping: $ORCHARD_BENCH_LINK_US, default 30 µs, a veth pair's typical one-way time.)
 if command -v ping >/dev/null; then
   rtt_ms=$(ip netns exec $a ping -c 20 -i 0.05 -q 10.78.0.2 | awk -F/ '/rtt|round-trip/ {print $5}')
@@ -112,7 +115,7 @@ results=$(mktemp)
       echo "$label@other $(bench "$split" 2 - "${replicas[$split]}" "$ORCHARD_BENCH_OTHER") ${predicted[$split]}"
   done
 } > "$results"
-python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" "$solo_bw" <<'PY'
+python3 - "$results" "$prompt" "$gen" "$type" "$bw" "$gflops" "$latency_us" "$efficiency" "$round" "$solo_bw" "$attention" <<'PY'
 import json, sys
 dec = json.JSONDecoder()
 rows = []
@@ -127,7 +130,8 @@ print(f"round {sys.argv[9]}")
 print(f"moe-3b {sys.argv[4].upper()}, pp{sys.argv[2]} / tg{sys.argv[3]}, ranks in 2 network namespaces over veth (TCP ring), "
       f"one core each; plan from {float(sys.argv[5]):.1f} GB/s (one core alone {float(sys.argv[10]):.1f}), "
       f"{float(sys.argv[6]):.0f} GFLOP/s per rank, "
-      f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate")
+      f"{float(sys.argv[7]):.0f} µs links; expert products over 1..64 tokens at {sys.argv[8]} of that rate, "
+      f"attention at {sys.argv[11]}")
 print(f"{'run':<16} {'pp tok/s':>9} {'tg tok/s':>9} {'pp ×1core':>10} {'tg ×1core':>10} {'pp ×2thr':>9} {'tg ×2thr':>9} "
       f"{'pp pred':>8} {'tg pred':>8} {'pp m/p':>7} {'tg m/p':>7} {'KB/token':>9}")
 for name, m, p in rows:

@@ -147,11 +147,11 @@ void adopt_plan(const cluster::Plan& plan, parallel::SplitOptions& split) {
 // competes with one rank that has the whole machine, not with one of the shares.
 void plan_local_ranks(const SplitJob& job, parallel::SplitOptions& split) {
   cluster::PlanRequest whole = plan_request(job);
-  whole.machines = {local_machine_spec({}, whole.model.config, 1, 0)};
+  whole.machines = {local_machine_spec({}, whole.model, 1, 0)};
   cluster::Plan best = cluster::make_plan(whole);
   cluster::PlanRequest shares = whole;
   shares.machines.clear();
-  for (int i = 0; i < split.world; ++i) shares.machines.push_back(local_machine_spec({}, shares.model.config, split.world, i));
+  for (int i = 0; i < split.world; ++i) shares.machines.push_back(local_machine_spec({}, shares.model, split.world, i));
   shares.default_link = {0, 0};  // ranks of one machine talk through shared memory
   shares.link_source = "one machine";
   shares.world = split.world;

@@ -48,7 +48,7 @@ void run_plan(PlanFlags f) {
   } else {
     const int count = std::max(1, f.machines);
     for (int i = 0; i < count; ++i)
-      r.machines.push_back(f.machine.chips.empty() ? local_machine_spec(f.machine, r.model.config, count, i)
+      r.machines.push_back(f.machine.chips.empty() ? local_machine_spec(f.machine, r.model, count, i)
                                                    : catalog_machine(f.machine, static_cast<size_t>(i), fmt::format("mac{}", i)));
     all_local = f.machine.chips.empty();
     if (all_local) {
@@ -101,6 +101,7 @@ void run_plan(PlanFlags f) {
       machines.push_back({{"host", m.host}, {"memory_gb", m.memory_gb}, {"memory_bw_gb_s", m.memory_bw_gbs},
                           {"solo_memory_bw_gb_s", m.solo_bw_gbs()}, {"compute_gflops", m.compute_gflops}, {"source", i < sources.size() ? sources[i] : (all_local ? "probe" : f.discover ? "agent" : "catalog")}});
       if (!m.expert_efficiency.empty()) machines.back()["expert_efficiency"] = m.expert_efficiency;
+      machines.back()["attention_efficiency"] = m.attention_efficiency;
     }
     j["machines"] = std::move(machines);
     j["model"] = {{"name", r.model.name}, {"weights_gb", r.model.total_bytes() / 1e9}, {"context", r.work.context}};

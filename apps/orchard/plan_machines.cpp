@@ -32,16 +32,16 @@ bool is_local(const std::string& host) { return host == "localhost" || host.rfin
 
 // This machine, measured, shared by `count` ranks: they split its memory, and since they run
 // at once they also split the bandwidth and compute the probe measures with all their threads.
-cluster::MachineSpec local_machine_spec(const MachineOverrides& f, const model::ModelConfig& shape, int count, int index) {
+cluster::MachineSpec local_machine_spec(const MachineOverrides& f, const cluster::ModelFacts& model, int count, int index) {
+  const model::ModelConfig& shape = model.config;
   static const cluster::LocalMachine me = cluster::detect_local_machine();
-  // The probe takes a second: only when the what-if flags leave a figure open, or to measure
-  // how a mixture of experts' small products fare against the dense rate (a ratio, which the
-  // what-if rates then scale).
+  // The probe takes a second or two: only when the what-if flags leave a figure open, or to
+  // measure how a mixture of experts' small products and the prompt's attention fare against
+  // the dense rate (ratios, which the what-if rates then scale).
   static const cluster::MachineProbe probe = [&] {
     if (f.memory_bw_gbs > 0 && f.compute_gflops > 0 && shape.n_expert == 0)
       return cluster::MachineProbe{f.memory_bw_gbs * count, f.compute_gflops * count, f.threads, {}};
-    cluster::MachineProbe p = cluster::probe_machine(f.threads > 0 ? f.threads * count : 0,
-                                                     {shape.n_embd, shape.kv_dim(), shape.n_ff, shape.n_ff_exp});
+    cluster::MachineProbe p = cluster::probe_machine(f.threads > 0 ? f.threads * count : 0, cluster::probe_shape(model));
     if (f.memory_bw_gbs > 0) p.decode_gbs = f.memory_bw_gbs * count;
     if (f.compute_gflops > 0) p.compute_gflops = f.compute_gflops * count;
     return p;
@@ -53,12 +53,11 @@ cluster::MachineSpec local_machine_spec(const MachineOverrides& f, const model::
     if (f.solo_memory_bw_gbs > 0) return f.solo_memory_bw_gbs;
     if (f.memory_bw_gbs > 0 || count == 1) return 0.0;
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return cluster::probe_decode_gbs(f.threads > 0 ? f.threads : std::max(1, cores / count),
-                                     {shape.n_embd, shape.kv_dim(), shape.n_ff, shape.n_ff_exp});
+    return cluster::probe_decode_gbs(f.threads > 0 ? f.threads : std::max(1, cores / count), cluster::probe_shape(model));
   }();
   return {count > 1 ? fmt::format("{}#{}", me.hostname, index) : me.hostname,
           static_cast<double>(me.memory_total_bytes) / 1e9 / count, probe.decode_gbs / count, probe.compute_gflops / count,
-          probe.expert_efficiency, solo};
+          probe.expert_efficiency, solo, probe.attention_efficiency > 0 ? probe.attention_efficiency : 1};
 }
 
 cluster::MachineSpec catalog_machine(const MachineOverrides& f, size_t index, const std::string& host) {
@@ -93,7 +92,7 @@ void hostfile_machines(const std::string& hostfile, const MachineOverrides& f, c
       if (f.chips.empty() && !is_local(host))
         throw Error(error_message("cluster", "{}: no agent answered ({}) and no --chip says what it is", host, e.what()));
     }
-    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, r.model.config, static_cast<int>(ranks.size()), static_cast<int>(i)));
+    r.machines.push_back(!f.chips.empty() ? catalog_machine(f, i, host) : local_machine_spec(f, r.model, static_cast<int>(ranks.size()), static_cast<int>(i)));
     nodes.push_back("");
     sources.push_back(f.chips.empty() ? "probe" : "catalog");
   }

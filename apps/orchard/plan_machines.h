@@ -21,7 +21,7 @@ struct MachineOverrides {
 };
 
 // This machine, measured (once per process), as one of `count` ranks sharing it.
-cluster::MachineSpec local_machine_spec(const MachineOverrides& o, const model::ModelConfig& shape, int count, int index);
+cluster::MachineSpec local_machine_spec(const MachineOverrides& o, const cluster::ModelFacts& model, int count, int index);
 
 // Machine `index` as the catalog describes its chip (the largest memory it is sold with unless
 // --memory says otherwise).

@@ -52,10 +52,13 @@ constexpr PresetShape kShapes[] = {
 struct PresetType {
   std::string_view name;
   double bits;
+  core::TensorType type;  // of the layers' matrices (Q4_K_M: besides its Q6_K ones, prompt_types)
 };
 // Average bits per weight as llama.cpp reports them for whole files.
-constexpr PresetType kTypes[] = {{"f32", 32}, {"f16", 16}, {"bf16", 16}, {"q8_0", 8.5},
-                                 {"q6_k", 6.5625}, {"q4_k_m", 4.85}, {"q4_0", 4.5}};
+constexpr PresetType kTypes[] = {{"f32", 32, core::TensorType::F32},     {"f16", 16, core::TensorType::F16},
+                                 {"bf16", 16, core::TensorType::BF16},   {"q8_0", 8.5, core::TensorType::Q8_0},
+                                 {"q6_k", 6.5625, core::TensorType::Q6_K}, {"q4_k_m", 4.85, core::TensorType::Q4_K},
+                                 {"q4_0", 4.5, core::TensorType::Q4_0}};
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
@@ -173,7 +176,8 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   r.usable_bytes = machine.memory_gb * 1e9 * kUsableMemoryFraction;
 
   const double bw = machine.memory_bw_gbs * 1e9;
-  ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0, "machine '{}' without bandwidth or compute rate", machine.host);
+  ORCHARD_CHECK(bw > 0 && machine.compute_gflops > 0 && machine.attention_efficiency > 0,
+                "machine '{}' without bandwidth, compute rate or attention rate", machine.host);
   const double read_per_token = layers * layer_read_bytes + kv_row * kv_read_positions + out_bytes;
   r.gen_ms = read_per_token / bw * 1e3;
   r.gen_solo_ms = read_per_token / (machine.solo_bw_gbs() * 1e9) * 1e3;
@@ -210,13 +214,21 @@ RankCost rank_cost(const ModelFacts& m, const parallel::Layout& layout, int rank
   const double repeated_s = chunk * layers *
                             (passes * c.n_embd * kFloatBytes / bw + router_flops / (rate * expert_efficiency(machine, 1)));
   r.prompt_repeated_ms = repeated_s * 1e3;
+  // Attention over the prompt, each chunk charged the prompt's mean (a pipeline's later chunks
+  // read more keys than its first, but every chunk passes every stage).
+  double keys = 0;
+  for (int32_t l = s.layer_begin; l < s.layer_end; ++l)
+    keys += mean_prompt_keys(work.prompt_tokens, c.sliding_layer(l) ? c.sliding_window : 0);
+  const double attention_s =
+      chunk * keys * attention_flops_per_key(c, s.n_heads()) / (rate * machine.attention_efficiency);
+  r.prompt_attention_ms = attention_s * 1e3;
   // The experts' products (at the busiest member's share) at their measured rate; the rest are
   // products over the chunk's positions, at the rate measured for that many tokens (a
   // pipeline's chunks of 32 run below the 64-token rate compute_gflops is measured at).
   const double mean_expert_flops = 2.0 * expert_tokens * layers * m.expert_params * prompt_share;
   const double compute_s = (flops - mean_expert_flops) / (rate * expert_efficiency(machine, chunk)) +
                            expert_flops / (rate * expert_efficiency(machine, expert_tokens)) + repeated_s;
-  r.prompt_chunk_ms = std::max(compute_s, layers * layer_bytes / bw + repeated_s) * 1e3;
+  r.prompt_chunk_ms = (std::max(compute_s, layers * layer_bytes / bw + repeated_s) + attention_s) * 1e3;
   // The head multiplies one row (the pass's last position): it streams its whole matrix for
   // one token's arithmetic, so it takes the longer of its bytes at the bandwidth and its FLOPs
   // at the one-token rate, however long the chunk.
@@ -272,6 +284,22 @@ double expected_busiest_choices(const std::vector<int32_t>& only, int32_t shared
   return expected / choose(n, used);
 }
 
+double attention_flops_per_key(const model::ModelConfig& config, int32_t heads) {
+  if (config.latent_attention())
+    return 2.0 * heads * (2.0 * config.kv_lora_rank + config.rope_dims);
+  const double value_dim = config.value_head_dim > 0 ? config.value_head_dim : config.head_dim;
+  return 2.0 * heads * (config.head_dim + value_dim);
+}
+
+double mean_prompt_keys(int32_t tokens, int32_t window) {
+  if (tokens <= 0) return 0;
+  const double n = tokens;
+  if (window <= 0 || window >= tokens) return (n + 1) / 2;
+  // Rows 0 .. window - 1 read 1 .. window keys, the rest window each.
+  const double w = window;
+  return (w * (w + 1) / 2 + (n - w) * w) / n;
+}
+
 double ModelFacts::total_bytes() const {
   return config.n_layers * (attn_bytes + ffn_bytes) + embedding_bytes + (config.tied_output ? 0 : output_bytes);
 }
@@ -285,13 +313,23 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
   f.config = model::ModelConfig::from_gguf(file);
   f.name = f.config.name.empty() ? file.path() : f.config.name;
   double embd_params = 0, expert_bytes = 0;
+  std::vector<TypeShare> types;
   for (const model::gguf::TensorInfo& t : file.tensors()) {
     const double bytes = static_cast<double>(t.size_bytes), params = static_cast<double>(t.elements());
     if (starts_with(t.name, "blk.")) {
       const bool ffn = t.name.find(".ffn_") != std::string::npos;
-      if (t.name.find("_exps.") != std::string::npos) {
+      const bool expert = t.name.find("_exps.") != std::string::npos;
+      if (expert) {
         expert_bytes += bytes;
         f.expert_params += params;
+      }
+      // A matrix's products, a routed expert's at the share of tokens that choose it; not the
+      // norms (vectors) nor the router (ffn_gate_inp).
+      if (t.shape.size() >= 2 && t.name.find(".ffn_gate_inp.") == std::string::npos) {
+        const double share = expert ? params * f.config.n_expert_used / f.config.n_expert : params;
+        auto same = std::find_if(types.begin(), types.end(), [&](const TypeShare& s) { return s.type == t.type; });
+        if (same == types.end()) types.push_back({t.type, share});
+        else same->share += share;
       }
       (ffn ? f.ffn_bytes : f.attn_bytes) += bytes;
       (ffn ? f.ffn_params : f.attn_params) += params;
@@ -304,6 +342,10 @@ ModelFacts ModelFacts::from_gguf(const model::gguf::Reader& file) {
       if (t.name == "token_embd.weight") embd_params = params;
     }
   }
+  double all = 0;
+  for (const TypeShare& t : types) all += t.share;
+  for (TypeShare& t : types) t.share /= all;
+  f.prompt_types = std::move(types);
   const double layers = f.config.n_layers;
   if (expert_bytes > 0) {
     const double active = expert_bytes * f.config.n_expert_used / f.config.n_expert;
@@ -410,7 +452,18 @@ ModelFacts ModelFacts::from_preset(const std::string& spec) {
   c.sliding_window = s->sliding_window;
   c.sliding_window_period = s->sliding_window_period;
   c.context_length = 8192;
-  return from_shape(c, t->bits, spec);
+  ModelFacts f = from_shape(c, t->bits, spec);
+  f.prompt_types = {{t->type, 1}};
+  if (t->type == core::TensorType::Q4_K) {
+    // llama.cpp's Q4_K_M keeps attn_v and ffn_down in Q6_K in about half the layers: half of
+    // the value projection's and of a third of the FFN's (the down of gate, up, down)
+    // multiply-adds.
+    const double v = c.latent_attention() ? 0 : static_cast<double>(c.n_embd) * c.kv_dim();
+    const double ffn = f.ffn_params * f.ffn_active_fraction;
+    const double q6 = 0.5 * (v + ffn / 3) / (f.attn_params + ffn);
+    f.prompt_types = {{core::TensorType::Q4_K, 1 - q6}, {core::TensorType::Q6_K, q6}};
+  }
+  return f;
 }
 
 double message_ms(const LinkSpec& link, double bytes) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/config.h"
 #include "model/gguf/reader.h"
 #include "model/kv_cache.h"
@@ -18,6 +19,12 @@
 #include "parallel/layout.h"
 
 namespace orchard::cluster {
+
+// A weight type and its share of a prompt's multiply-adds.
+struct TypeShare {
+  core::TensorType type = core::TensorType::Q4_0;
+  double share = 1;
+};
 
 // What the cost model needs to know about a model.
 struct ModelFacts {
@@ -35,6 +42,12 @@ struct ModelFacts {
   double expert_params = 0;
   double embedding_bytes = 0;            // token_embd: mapped whole, one row read per token
   double output_params = 0, output_bytes = 0;  // output head (the embedding when tied)
+  // The weight types of the layers' products (attention, FFN, shared and routed experts; not
+  // the router, which runs row by row, nor the head), each with its share of a prompt token's
+  // multiply-adds (experts at their active share), shares summing to 1. The probe times
+  // products of these types (probe_shape): a Q4_K or Q6_K product costs more per FLOP than
+  // Q4_0's. Empty: not known (a shape without a type).
+  std::vector<TypeShare> prompt_types;
 
   double total_bytes() const;
   // Weight bytes one decode step reads on a machine holding the whole model: every layer's
@@ -70,6 +83,10 @@ struct MachineSpec {
   // with its machine to itself).
   double solo_memory_bw_gbs = 0;
   double solo_bw_gbs() const { return solo_memory_bw_gbs > 0 ? solo_memory_bw_gbs : memory_bw_gbs; }
+  // A prompt's attention (each row's scores against every earlier position and the weighted
+  // sum of their values, read from the KV cache) runs at this fraction of compute_gflops
+  // (MachineProbe::attention_efficiency); 1 when not measured.
+  double attention_efficiency = 1;
 };
 
 // The fraction of compute_gflops a product over `tokens` tokens of one expert reaches on
@@ -117,6 +134,9 @@ struct RankCost {
   // over the mean share (binomial spread; 1: even).
   double prompt_repeated_ms = 0;
   double prompt_expert_balance = 1;
+  // Of prompt_chunk_ms: attention over the chunk's rows, on average over the prompt (a row at
+  // position p reads p + 1 keys and values, or its window's), at the rate the probe measured.
+  double prompt_attention_ms = 0;
   double need_bytes() const { return weight_bytes + kv_bytes + overhead_bytes; }
   bool fits() const { return need_bytes() <= usable_bytes; }
 };
@@ -158,6 +178,14 @@ inline Prediction predict(const ModelFacts& model, const parallel::Layout& layou
 // the multivariate hypergeometric probabilities (float64). A decode step waits at every MoE
 // layer for that member: over the mean, used / members, it is the price of the imbalance.
 double expected_busiest_choices(const std::vector<int32_t>& only, int32_t shared, int32_t used);
+
+// Multiply-adds ×2 (FLOPs) of one row's attention in one layer per key it reads, over the
+// query heads of `heads`: scores against the key and the value's weighted sum (latent
+// attention: in the latent space, keys of kv_lora_rank + rope_dims, values of kv_lora_rank).
+double attention_flops_per_key(const model::ModelConfig& config, int32_t heads);
+// The mean number of keys a prompt's rows read, a prompt of `tokens` positions from 0 in a
+// layer that sees `window` positions (0: all): (tokens + 1) / 2 without a window.
+double mean_prompt_keys(int32_t tokens, int32_t window);
 
 // Time of one message of `bytes` over `link`, in ms.
 double message_ms(const LinkSpec& link, double bytes);

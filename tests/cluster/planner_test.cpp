@@ -397,7 +397,8 @@ TEST(CostModel, PipelineChunksRunAtTheirTokenRateAndTheHeadOnce) {
   const double layer_params = m.attn_params + m.ffn_params;
   // 11 of 22 layers per stage, 32 positions per chunk at 0.6 of 100 GFLOP/s.
   const double stage_ms = 2.0 * 32 * 11 * layer_params / 60e9 * 1e3;
-  for (const RankCost& r : pipe.ranks) EXPECT_NEAR(r.prompt_chunk_ms - r.prompt_repeated_ms, stage_ms, 1e-9);
+  for (const RankCost& r : pipe.ranks)
+    EXPECT_NEAR(r.prompt_chunk_ms - r.prompt_repeated_ms - r.prompt_attention_ms, stage_ms, 1e-9);
   EXPECT_EQ(pipe.ranks[0].prompt_head_ms, 0);
   // 2 × 2048 × 32000 FLOPs at 0.1 of the rate; its 36.9 MB at 1e6 GB/s are nothing beside it.
   const double head_ms = 2.0 * 2048 * 32000 / 10e9 * 1e3;
@@ -409,7 +410,7 @@ TEST(CostModel, PipelineChunksRunAtTheirTokenRateAndTheHeadOnce) {
   // One rank takes the whole prompt in one pass of 256 (at the 64-token rate: the curve is
   // flat beyond its points) and the head once too.
   const Prediction one = predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w);
-  EXPECT_NEAR(one.ranks[0].prompt_chunk_ms - one.ranks[0].prompt_repeated_ms,
+  EXPECT_NEAR(one.ranks[0].prompt_chunk_ms - one.ranks[0].prompt_repeated_ms - one.ranks[0].prompt_attention_ms,
               2.0 * 256 * 22 * layer_params / 100e9 * 1e3, 1e-9);
   EXPECT_NEAR(one.prompt_ms, one.ranks[0].prompt_chunk_ms + head_ms, 1e-9);
   // A prompt of two passes (-b 128) computes the head twice.
@@ -589,8 +590,8 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   const double passes_ms = 64 * layers * 12.5 * 4 * d / 1e15 * 1e3;
   EXPECT_NEAR(flat.prompt_repeated_ms, passes_ms + 64 * layers * router / 100e9 * 1e3, 1e-9);
   EXPECT_NEAR(curved.prompt_repeated_ms, passes_ms + 64 * layers * router / 10e9 * 1e3, 1e-9);
-  const double with_curve = curved.prompt_chunk_ms - curved.prompt_repeated_ms;
-  const double without = flat.prompt_chunk_ms - flat.prompt_repeated_ms;
+  const double with_curve = curved.prompt_chunk_ms - curved.prompt_repeated_ms - curved.prompt_attention_ms;
+  const double without = flat.prompt_chunk_ms - flat.prompt_repeated_ms - flat.prompt_attention_ms;
   // 64 tokens × 2 of 8 experts: 16 tokens per expert, efficiency 0.5: those FLOPs take twice
   // as long. FLOPs of the experts: 2 × 16 tokens × every expert's parameters, per layer.
   const double expert_ms = 2.0 * 16 * layers * stacks / 100e9 * 1e3;
@@ -611,6 +612,7 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   EXPECT_NEAR(split.ranks[0].prompt_chunk_ms - split.ranks[0].prompt_repeated_ms -
                   (split_dense.ranks[0].prompt_chunk_ms - split_dense.ranks[0].prompt_repeated_ms),
               expert_ms * busier, 1e-9);
+  EXPECT_DOUBLE_EQ(split.ranks[0].prompt_attention_ms, split_dense.ranks[0].prompt_attention_ms);
   // With a partner the sums' 8 passes more per row and layer.
   EXPECT_NEAR(split_dense.ranks[0].prompt_repeated_ms - flat.prompt_repeated_ms, 64 * layers * 8 * 4 * d / 1e15 * 1e3,
               1e-9);
@@ -623,6 +625,82 @@ TEST(CostModel, PromptChargesExpertProductsAtTheirMeasuredRate) {
   const ModelFacts mixtral = ModelFacts::from_preset("mixtral-8x7b:q4_0");
   EXPECT_DOUBLE_EQ(mixtral.expert_params, 8 * 3.0 * 4096 * 14336);
   EXPECT_DOUBLE_EQ(mixtral.ffn_params, mixtral.expert_params + 4096.0 * 8);
+}
+
+// A prompt's attention: every row reads the keys and values of its position and those before
+// it (a sliding layer: its window's), 2 multiply-adds per key, dimension and query head each
+// for the scores and the values, at the rate the probe measured for it.
+TEST(CostModel, PromptAttentionIsChargedPerKeyAtItsMeasuredRate) {
+  EXPECT_DOUBLE_EQ(mean_prompt_keys(256, 0), 128.5);
+  EXPECT_DOUBLE_EQ(mean_prompt_keys(256, 512), 128.5);
+  // 10 rows through a window of 4: 1 + 2 + 3 + 4, then 6 rows of 4.
+  EXPECT_DOUBLE_EQ(mean_prompt_keys(10, 4), 3.4);
+  EXPECT_DOUBLE_EQ(mean_prompt_keys(0, 0), 0);
+  const ModelFacts m = ModelFacts::from_preset("tinyllama-1.1b:q4_0");
+  // 32 heads of 64: 2 × 32 × (64 + 64).
+  EXPECT_DOUBLE_EQ(attention_flops_per_key(m.config, 32), 8192);
+  // Kimi K2's latent attention: 64 heads scoring a latent of 512 + 64 rotated dimensions and
+  // summing values of 512: 2 × 64 × 1088.
+  EXPECT_DOUBLE_EQ(attention_flops_per_key(ModelFacts::from_preset("kimi-k2:q4_0").config, 64), 139264);
+
+  MachineSpec machine{"x", 16, 1e6, 100};
+  machine.attention_efficiency = 0.25;
+  Workload w;
+  w.position = 0;
+  w.context = 512;
+  w.prompt_tokens = 256;
+  w.chunk = 256;
+  // One rank: 256 rows × 22 layers × 128.5 keys × 8192 FLOPs at 25 GFLOP/s = 237.15 ms.
+  const Prediction one = predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w);
+  EXPECT_NEAR(one.ranks[0].prompt_attention_ms, 256 * 22 * 128.5 * 8192 / 25e9 * 1e3, 1e-9);
+  EXPECT_NEAR(one.ranks[0].prompt_attention_ms, 237.15, 0.01);
+  // Not measured: at the matmul rate, a quarter of the time.
+  const MachineSpec unmeasured{"x", 16, 1e6, 100};
+  EXPECT_NEAR(predict(m, parallel::Layout::make(Strategy::Single, 1), {unmeasured}, LinkSpec{}, w).ranks[0].prompt_attention_ms,
+              237.15 / 4, 0.01);
+  // A tensor split holds half the heads.
+  const Prediction tensor = predict(m, parallel::Layout::make(Strategy::Tensor, 2), {machine, machine}, LinkSpec{}, w);
+  for (const RankCost& r : tensor.ranks) EXPECT_NEAR(r.prompt_attention_ms, 237.15 / 2, 0.01);
+  // A pipeline's chunks of 32 through 11 layers each, at the prompt's mean number of keys.
+  const Prediction pipe = predict(m, parallel::Layout::make(Strategy::Pipeline, 2), {machine, machine}, LinkSpec{}, w);
+  for (const RankCost& r : pipe.ranks) EXPECT_NEAR(r.prompt_attention_ms, 32 * 11 * 128.5 * 8192 / 25e9 * 1e3, 1e-9);
+  // gpt-oss: every other layer (the even ones) sees a window of 128: 18 layers at 128.5 keys,
+  // 18 at (128 × 129 / 2 + 128 × 128) / 256 = 96.25; 64 heads of 64.
+  const ModelFacts oss = ModelFacts::from_preset("gpt-oss-120b:q4_0");
+  EXPECT_NEAR(predict(oss, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w).ranks[0].prompt_attention_ms,
+              256 * (18 * 128.5 + 18 * 96.25) * (2 * 64 * 128) / 25e9 * 1e3, 1e-9);
+  machine.attention_efficiency = 0;
+  EXPECT_THROW(predict(m, parallel::Layout::make(Strategy::Single, 1), {machine}, LinkSpec{}, w), Error);
+}
+
+// The probe times products of the model's weight types, each at its share of a prompt token's
+// multiply-adds: a file's by its tensor table, a preset's by its type.
+TEST(CostModel, PromptTypesWeighEachTypeByItsMultiplyAdds) {
+  // tiny qwen3moe Q4_K_M: 4 layers of q, o [256 × 256], k, v [128 × 256] and 8 experts of 3 ×
+  // 256 × 512, 2 chosen; layers 2 and 3 keep attn_v and ffn_down_exps in Q6_K (llama.cpp's
+  // more-bits layers). Per layer 196,608 attention and 786,432 active expert multiply-adds;
+  // in Q6_K 32,768 + 262,144 in two of the four layers: 589,824 / 3,932,160 = 0.15.
+  const ModelFacts tiny =
+      ModelFacts::from_gguf(model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q4_k_m")));
+  ASSERT_EQ(tiny.prompt_types.size(), 2u);
+  double q6 = 0, total = 0;
+  for (const TypeShare& t : tiny.prompt_types) {
+    total += t.share;
+    if (t.type == core::TensorType::Q6_K) q6 = t.share;
+  }
+  EXPECT_NEAR(total, 1, 1e-12);
+  EXPECT_NEAR(q6, 0.15, 1e-12);
+  const ModelFacts q8 = ModelFacts::from_gguf(model::gguf::Reader::open(testing::synthetic_model("qwen3moe", "tiny", "q8_0")));
+  ASSERT_EQ(q8.prompt_types.size(), 1u);
+  EXPECT_EQ(q8.prompt_types[0].type, core::TensorType::Q8_0);
+  EXPECT_DOUBLE_EQ(q8.prompt_types[0].share, 1);
+  // llama-8b:q4_k_m: half of v [1024 × 4096] and of the FFN's down [4096 × 14336] in Q6_K, of
+  // 4096 × (2 × 4096 + 2 × 1024) + 3 × 4096 × 14336 multiply-adds.
+  const ModelFacts llama = ModelFacts::from_preset("llama-8b:q4_k_m");
+  ASSERT_EQ(llama.prompt_types.size(), 2u);
+  EXPECT_EQ(llama.prompt_types[1].type, core::TensorType::Q6_K);
+  EXPECT_NEAR(llama.prompt_types[1].share, 0.5 * (4194304.0 + 58720256) / (41943040.0 + 176160768), 1e-12);
+  EXPECT_EQ(ModelFacts::from_preset("llama-8b:q8_0").prompt_types[0].type, core::TensorType::Q8_0);
 }
 
 }  // namespace
