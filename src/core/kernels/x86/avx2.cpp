@@ -347,12 +347,13 @@ struct Q6_KHalves {
 
   // Scale pair `pair` (sub-blocks 2·pair and 2·pair + 1, run g of part p) of both halves for
   // one token: each activation broadcast serves both halves' words. The offset of 32 is taken
-  // off once per column: Σ (scale_j · bsum_j), one vpmaddwd a pair and half, times 32 at the end.
+  // off once per column: Σ (scale_j · bsum_j), one vpmaddwd a pair and half, times 32 at the end
+  // (at most 16 × 128 × 2048 × 32 = 2^27 in int32).
   template <int p, int g>
   static void one_token_pair(const uint8_t* w, const BlockQ8_K& x, __m256i (&sum)[2][2], __m256i (&offsets)[2]) {
     constexpr int pair = 4 * p + g;
     // Without this GCC 12 sees the same ql and qh words loaded by several pairs, keeps them (or
-    // their shifts) from one pair to the next and spills them: 18 ymm spills a half column.
+    // their shifts) from one pair to the next, and spills them to the stack.
     asm volatile("" : "+r"(w));
     const __m256i bsums = broadcast4(x.bsums + 2 * pair);
     __m256i scales[2];
@@ -379,7 +380,9 @@ struct Q6_KHalves {
   // column<1>): a sub-block of 16 rows at a time, every index a constant. Each output is the
   // same integer sum as few_tokens' (exact, so the same float), in fewer instructions: GCC 12
   // compiles few_tokens<1> to a rolled loop whose iterations (8 vpmaddubsw each) store 11–12
-  // values to the stack and load 32–34 back.
+  // values to the stack and load 32–34 back. The next column's lines are asked for in two
+  // halves, one before each part, as HalfGroups does before each half (two columns ahead was
+  // 1.00–1.16× the ticks from DRAM).
   static void one_token(const uint8_t* w, const BlockQ8_K& x, __m256& acc0, __m256& acc1) {
     __m256i sum[2][2], offsets[2];
     for (int h = 0; h < 2; ++h) sum[h][0] = sum[h][1] = offsets[h] = _mm256_setzero_si256();
