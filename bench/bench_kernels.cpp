@@ -121,6 +121,26 @@ void gemv(benchmark::State& state, TensorType type, int64_t rows, int64_t cols) 
   state.SetLabel(kernel_isa_name() + (matrices.first().repacked() ? " repacked" : ""));
 }
 
+// One token against a 2048-wide matrix that stays in cache (range 0: rows; Q6_K at 128 rows is
+// 217 KB, in L2, at 2048 rows 3.4 MB, in L3): the one-token kernel's cost per byte without
+// DRAM's stream, which is what decides whether two cores' kernels keep up with the memory.
+// One thread, process CPU time (readable on a loaded host); compare builds by the least of
+// several repetitions. Each pass also quantizes the 2048 activations (about 1 µs).
+void gemv_cached(benchmark::State& state, TensorType type) {
+  const int64_t rows = state.range(0), cols = 2048;
+  std::vector<uint8_t> source = random_matrix(type, rows, cols);
+  const WeightMatrix matrix = WeightMatrix::prepare(type, source.data(), rows, cols);
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  std::vector<float> x = random_activations(cols), y(static_cast<size_t>(rows));
+  for (auto _ : state) {
+    matmul(matrix, x.data(), 1, y.data(), pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(matrix.bytes()) * state.iterations());
+  state.SetLabel(kernel_isa_name() + (matrix.repacked() ? " repacked" : ""));
+}
+
 // A decode step of several sequences: the same matrices as gemv, each pass with `tokens` rows
 // of activations (range 1). of_bw near 1 means the pass costs no more than reading the weights
 // once; below that, the kernels' arithmetic for the extra rows shows.
@@ -246,6 +266,15 @@ ORCHARD_SHAPES(gemv, Q5_K)
 ORCHARD_SHAPES(gemv, IQ4_NL)
 ORCHARD_SHAPES(gemv, IQ4_XS)
 ORCHARD_SHAPES(gemv, MXFP4)
+
+#define ORCHARD_GEMV_CACHED(type)                                                                   \
+  BENCHMARK_CAPTURE(gemv_cached, type, TensorType::type)                                                   \
+      ->ArgsProduct({{128, 2048}})->ArgNames({"rows"})->Unit(benchmark::kMicrosecond)->MeasureProcessCPUTime() \
+      ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+
+ORCHARD_GEMV_CACHED(Q4_0)
+ORCHARD_GEMV_CACHED(Q4_K)
+ORCHARD_GEMV_CACHED(Q6_K)
 
 #define ORCHARD_DECODE_BATCH(type)                                                                       \
   BENCHMARK_CAPTURE(decode_batch, type##_5632x2048, TensorType::type, 5632, 2048)                          \

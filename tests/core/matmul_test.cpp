@@ -604,6 +604,51 @@ TEST(MatmulContract, Q6_KExtremeQuantsDoNotOverflow) {
   expect_extreme_rows_exact(TensorType::Q6_K, blocks.data(), rows, cols);
 }
 
+TEST(MatmulContract, RepackedQ6_KIsItsBlocksIntegerSumsExactly) {
+  // Every SIMD set's interleaved Q6_K kernels (a decode step's one token, two, and more) give
+  // each output as Σ_b fma(Σ_j scale_j · Σ_i (q_i - 32) · x_i, d_b · d_x) in block order: the
+  // integer sums are exact however a kernel groups them, so a regrouped kernel must keep every
+  // bit. Expected values built here from the GGUF blocks and the quantized activations alone.
+  const int64_t rows = 37, cols = 768, n_blocks = cols / kQK_K;  // a partial last group
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  int checked = 0;
+  for (int64_t n_tokens : {1, 2, 5}) {
+    Problem p = make_problem(TensorType::Q6_K, rows, cols, n_tokens, static_cast<uint32_t>(41 + n_tokens));
+    std::vector<float> expected(static_cast<size_t>(n_tokens * rows));
+    std::vector<BlockQ8_K> act(static_cast<size_t>(n_blocks));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kernels::quantize_act_q8_k(p.x.data() + t * cols, act.data(), n_blocks);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* blocks = reinterpret_cast<const BlockQ6_K*>(p.weights.data() + row_bytes(TensorType::Q6_K, cols) * r);
+        float acc = 0;
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          int32_t sum = 0;
+          for (int j = 0; j < 16; ++j) {
+            int32_t sub = 0;
+            for (int i = 16 * j; i < 16 * j + 16; ++i) sub += (q6_k_quant(blocks[b], i) - 32) * act[b].qs[i];
+            sum += blocks[b].scales[j] * sub;
+          }
+          acc = std::fma(static_cast<float>(sum), half_to_float(blocks[b].d) * act[b].d, acc);
+        }
+        expected[static_cast<size_t>(t * rows + r)] = acc;
+      }
+    }
+    for (const kernels::KernelSet* set : kernels::supported_simd_kernels()) {
+      kernels::use_kernel_set(set);
+      WeightMatrix w = WeightMatrix::prepare(TensorType::Q6_K, p.weights.data(), rows, cols);
+      if (!w.repacked()) continue;
+      std::vector<float> y(expected.size(), NAN);
+      matmul(w, p.x.data(), n_tokens, y.data(), pool, scratch);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(expected[i], y[i]) << set->name << " tokens " << n_tokens << " output " << i;
+      ++checked;
+    }
+  }
+  kernels::use_kernel_set(nullptr);
+  if (checked == 0) GTEST_SKIP() << "no kernel set of this CPU repacks Q6_K";
+}
+
 TEST(MatmulContract, Q8_0AndQ4_0ExtremeQuantsDoNotOverflow) {
   // Q8_0 at -128 and 127 against ±127: the NEON kernel without sdot adds two products in int16
   // (at most 2 × 128 × 127 = 32512), the AVX2 ones move the weight's sign onto x. Q4_0 at both

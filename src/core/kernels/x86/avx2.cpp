@@ -107,10 +107,14 @@ struct HalfGroups {
         for (auto& v : a) v = _mm256_setzero_ps();
       for (int64_t b = 0; b < tile.n_blocks; ++b) {
         const uint8_t* column = w + static_cast<size_t>(b) * K::kColumn;
-        if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 0);
-        K::template column<T>(column, b, 0, x, acc[0]);
-        if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 1);
-        K::template column<T>(column, b, 1, x, acc[1]);
+        if constexpr (T == 1 && requires { K::one_token(column, x[0][b], acc[0][0], acc[1][0]); }) {
+          K::one_token(column, x[0][b], acc[0][0], acc[1][0]);  // both halves at once, asking for lines itself
+        } else {
+          if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 0);
+          K::template column<T>(column, b, 0, x, acc[0]);
+          if constexpr (T == 1) prefetch_half_column<K::kColumn>(column, 1);
+          K::template column<T>(column, b, 1, x, acc[1]);
+        }
       }
       store_half(tile, group, 0, t0, acc[0]);
       store_half(tile, group, 1, t0, acc[1]);
@@ -323,6 +327,80 @@ struct Q6_KHalves {
         }
     }
     for (int t = 0; t < T; ++t) total[t] = _mm256_add_epi32(sum[t][0], sum[t][1]);
+  }
+
+  // Word m of run g of part p, rebuilt as in quants() with g a constant. Each field is masked
+  // before it is shifted into place (so no bits cross from the neighbouring byte and the mask can
+  // take the load as its operand): four instructions a word, five for g = 3, with no loads of
+  // their own (shifting first and masking after took 5.5 and ran at 1.01–1.04× the ticks in L2).
+  template <int p, int g>
+  static __m256i word(const uint8_t* w, int h, int m) {
+    const __m256i low = load256(w + kQ6_KLow + 64 * (16 * p + 8 * (g % 2) + m) + 32 * h);
+    const __m256i high = load256(w + kQ6_KHigh + 64 * (8 * p + m) + 32 * h);
+    __m256i l, hi = _mm256_and_si256(high, _mm256_set1_epi8(static_cast<char>(3 << (2 * g))));  // the run's 2 bits
+    if constexpr (g < 2) l = _mm256_and_si256(low, _mm256_set1_epi8(0x0F));
+    else l = _mm256_srli_epi16(_mm256_and_si256(low, _mm256_set1_epi8(static_cast<char>(0xF0))), 4);
+    if constexpr (g < 2) hi = _mm256_slli_epi16(hi, 4 - 2 * g);  // to bits 4-5
+    if constexpr (g == 3) hi = _mm256_srli_epi16(hi, 2);
+    return _mm256_or_si256(l, hi);
+  }
+
+  // Scale pair `pair` (sub-blocks 2·pair and 2·pair + 1, run g of part p) of both halves for
+  // one token: each activation broadcast serves both halves' words. The offset of 32 is taken
+  // off once per column: Σ (scale_j · bsum_j), one vpmaddwd a pair and half, times 32 at the end
+  // (at most 16 × 128 × 2048 × 32 = 2^27 in int32).
+  template <int p, int g>
+  static void one_token_pair(const uint8_t* w, const BlockQ8_K& x, __m256i (&sum)[2][2], __m256i (&offsets)[2]) {
+    constexpr int pair = 4 * p + g;
+    // Without this GCC 12 sees the same ql and qh words loaded by several pairs, keeps them (or
+    // their shifts) from one pair to the next, and spills them to the stack.
+    asm volatile("" : "+r"(w));
+    const __m256i bsums = broadcast4(x.bsums + 2 * pair);
+    __m256i scales[2];
+    for (int h = 0; h < 2; ++h) {
+      scales[h] = _mm256_cvtepi8_epi16(load128(w + kQ6_KScales + 32 * pair + 16 * h));
+      offsets[h] = _mm256_add_epi32(offsets[h], _mm256_madd_epi16(scales[h], bsums));
+    }
+    for (int odd = 0; odd < 2; ++odd) {
+      const int8_t* a = x.qs + 128 * p + 32 * g + 16 * odd;
+      const __m256i a0 = broadcast4(a), a1 = broadcast4(a + 4), a2 = broadcast4(a + 8), a3 = broadcast4(a + 12);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i scale = _mm256_shuffle_epi8(scales[h], odd ? duplicate_high16() : duplicate_low16());
+        const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(word<p, g>(w, h, 4 * odd), a0),
+                                            _mm256_maddubs_epi16(word<p, g>(w, h, 4 * odd + 1), a1));
+        const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(word<p, g>(w, h, 4 * odd + 2), a2),
+                                            _mm256_maddubs_epi16(word<p, g>(w, h, 4 * odd + 3), a3));
+        sum[h][odd] = _mm256_add_epi32(sum[h][odd], _mm256_add_epi32(_mm256_madd_epi16(s0, scale), _mm256_madd_epi16(s1, scale)));
+        asm("" : "+x"(sum[h][odd]));  // keeps the sums in registers (as in q4_0_column below)
+      }
+    }
+  }
+
+  // A decode step's column, both halves (HalfGroups calls this for one token in place of
+  // column<1>): a sub-block of 16 rows at a time, every index a constant. Each output is the
+  // same integer sum as few_tokens' (exact, so the same float), in fewer instructions: GCC 12
+  // compiles few_tokens<1> to a rolled loop whose iterations (8 vpmaddubsw each) store 11–12
+  // values to the stack and load 32–34 back. The next column's lines are asked for in two
+  // halves, one before each part, as HalfGroups does before each half (two columns ahead was
+  // 1.00–1.16× the ticks from DRAM).
+  static void one_token(const uint8_t* w, const BlockQ8_K& x, __m256& acc0, __m256& acc1) {
+    __m256i sum[2][2], offsets[2];
+    for (int h = 0; h < 2; ++h) sum[h][0] = sum[h][1] = offsets[h] = _mm256_setzero_si256();
+    prefetch_half_column<kColumn>(w, 0);
+    [&]<int... pair>(std::integer_sequence<int, pair...>) {
+      (one_token_pair<0, pair>(w, x, sum, offsets), ...);
+    }(std::make_integer_sequence<int, 4>{});
+    prefetch_half_column<kColumn>(w, 1);
+    [&]<int... pair>(std::integer_sequence<int, pair...>) {
+      (one_token_pair<1, pair>(w, x, sum, offsets), ...);
+    }(std::make_integer_sequence<int, 4>{});
+    const __m256 xd = _mm256_set1_ps(x.d);
+    __m256* acc[2] = {&acc0, &acc1};
+    for (int h = 0; h < 2; ++h) {
+      const __m256i total = _mm256_sub_epi32(_mm256_add_epi32(sum[h][0], sum[h][1]), _mm256_slli_epi32(offsets[h], 5));
+      const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(w) + 8 * h);
+      *acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, xd), *acc[h]);
+    }
   }
 
   template <int T>
