@@ -56,8 +56,11 @@ def http(method, url, body=None, key=None, timeout=30):
         return e.code, json.loads(e.read() or b"null")
 
 
-# Multiplies the waits below: scripts/test-arm64-all.sh sets it for the run under qemu-user, where
-# the churn's 1000 jobs took more than 240 s (604 done in time, every payment consistent).
+# Multiplies the waits below and the coordinator's lease: scripts/test-arm64-all.sh sets it for the
+# run under qemu-user, where the churn's 1000 jobs took more than 240 s (604 done in time, every
+# payment consistent), and where a node just restarted can stay silent past a 2 s lease while it
+# loads its model for its first job: with the churn restarting a node every few seconds, 7 of its
+# 1000 jobs were leased 8 times, every lease expiring, and failed.
 FACTOR = max(1, int(os.environ.get("ORCHARD_TEST_TIMEOUT_FACTOR", "1") or 1))
 
 
@@ -78,7 +81,7 @@ class Network:
         self.db = "sqlite://" + os.path.join(TMP, name + ".db")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
-        self.lease = lease
+        self.lease = lease * FACTOR  # how long a node may be silent before its job goes to another
         self.nodes = {}
         self.start()
         self.key = subprocess.check_output([ORCHARD, "network", "add-key", "--db", self.db, "--name", name]).decode().strip()

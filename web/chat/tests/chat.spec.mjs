@@ -31,13 +31,21 @@ function check(cond, what) {
   else { failures++; console.log(`  FAIL ${what}`); }
 }
 
+// Where the server is emulated (scripts/test-arm64-all.sh: qemu-user), times its waits.
+const timeoutFactor = Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1;
+
 // The server: the small corpus-fitted llama (the default model, which writes words), one slot,
 // so that a stopped reply's slot must be freed for the next. Its replies take seconds (up to its
 // 2048-token context at a few hundred tokens/s), so Stop always lands while one streams, even on a busy host.
+// Emulated, a slot has 256 positions instead: qemu-user writes 2.6 tokens/s, where a reply to the
+// model's 2048 took over 13 minutes against a wait of 5 (one minute, times the factor); a reply of about
+// 200 tokens (the second prompt is ~60) still lasts over a minute there, so Stop lands while the
+// first streams, and the second ends as natively (an end token or the context's end).
 const model = join(tmp, "small.gguf");
 execFileSync(orchard, ["make-model", "--arch", "llama", "--shape", "small", "--type", "q8_0", "--fit-corpus", "-o", model],
              { stdio: "ignore" });
-const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--alias", "tiny", "--threads", "1", "--parallel", "1"], {
+const server = spawn(orchard, ["serve", "-m", model, "--port", "0", "--alias", "tiny", "--threads", "1", "--parallel", "1",
+                                ...(timeoutFactor > 1 ? ["-c", "256"] : [])], {
   stdio: ["ignore", "pipe", "inherit"],
 });
 process.on("exit", () => server.kill("SIGKILL"));
@@ -55,6 +63,7 @@ const metric = async (name) => {
 const browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });
 try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+  page.setDefaultTimeout(30000 * timeoutFactor); // Playwright's own 30 s for waits and actions, scaled too
   const errors = [];
   const foreign = [];
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
@@ -105,8 +114,7 @@ try {
   await page.fill("#input", "And in winter?");
   await page.press("#input", "Enter");
   const done = ".message.assistant:nth-of-type(4)[data-finish]";
-  // A minute, times ORCHARD_TEST_TIMEOUT_FACTOR where the server is emulated (scripts/test-arm64-all.sh).
-  await page.waitForSelector(done, { timeout: 60000 * (Number(process.env.ORCHARD_TEST_TIMEOUT_FACTOR ?? 1) || 1) });
+  await page.waitForSelector(done, { timeout: 60000 * timeoutFactor });
   const reply = await page.$eval(done, (el) => ({ text: el.querySelector(".text").textContent, meta: el.querySelector(".meta").textContent, finish: el.dataset.finish }));
   check(reply.text.length > 0 && ["stop", "length"].includes(reply.finish), `a reply came (${reply.text.length} characters, finish ${reply.finish})`);
   const updates = await page.evaluate(() => window.updates);

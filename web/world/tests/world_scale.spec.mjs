@@ -35,7 +35,12 @@ const only = arg("--only", "");
 const LIMIT_MS = Number(arg("--limit-s", "280")) * 1000 * timeoutFactor;
 // From the page's script starting to totals, map and table on screen (the browser's own loading
 // of the page before that is printed beside it: on a loaded 2-core host it alone takes seconds).
-const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000"));
+// This and the table's answer to a click below time this host's server: where it is emulated
+// (qemu-user, several times slower than native) they scale by timeoutFactor too, as the waits do;
+// natively (factor 1) they are the page's own limits. Under qemu-user, with the 20,000-machine
+// simulation computing in the same emulated server, the next page took 2.9 s at load 11.
+const INTERACTIVE_MS = Number(arg("--interactive-ms", "3000")) * timeoutFactor;
+const CLICK_MS = 2000 * timeoutFactor;
 const MB = 1 << 20;
 const regions = JSON.parse(readFileSync(join(here, "../../../data/regions.json"), "utf8")).map((r) => r.name);
 const timer = watchdog(LIMIT_MS);
@@ -164,7 +169,7 @@ async function checkPage(base, port, label, expect) {
   await waitFor(async () => (await rows())[0] !== first[0], 5000, "the next page");
   const pageMs = Date.now() - tp;
   check((await page.textContent("#table-count")).startsWith("51–100"), `${label}: the next page (51–100) came in ${pageMs} ms`);
-  check(pageMs < 2000, `${label}: the page answers a click within 2 s on this host (${pageMs} ms)`);
+  check(pageMs < CLICK_MS, `${label}: the page answers a click within ${CLICK_MS / 1000} s on this host (${pageMs} ms)`);
   // A live network moves between two reads: the rows are checked for what the server promises
   // (the filter holds on every row, the order on the column), the count against the server's.
   const cells = () => page.$$eval("#machines tbody tr[data-node-id]", (rs) => rs.map((r) =>
