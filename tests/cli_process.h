@@ -109,6 +109,34 @@ inline int prompt_tokens_of_turn(const std::string& err, int turn) {
   return at == std::string::npos ? -1 : std::stoi(err.substr(at + head.size()));
 }
 
+// A chat `argv` started reading a fifo at dir/in (its stdout and stderr at dir/out and dir/err),
+// told "hi" and waited on (`polls` of 10 ms) until its first reply's line is out, the fifo left
+// open for what the test does next. Without that line (`replied` false) the chat is killed.
+struct ChatAfterHi {
+  pid_t pid;
+  FILE* input;
+  std::string err;
+  bool replied;
+};
+inline ChatAfterHi start_chat_saying_hi(const std::vector<std::string>& argv, const std::string& dir, int polls = 6000) {
+  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
+  EXPECT_EQ(mkfifo(in.c_str(), 0600), 0);
+  const pid_t pid = start(argv, err, out, in);
+  FILE* input = std::fopen(in.c_str(), "w");  // opens once the child has opened its end
+  EXPECT_NE(input, nullptr);
+  if (!input) {
+    kill(pid, SIGKILL);
+    return {pid, nullptr, err, false};
+  }
+  std::fputs("hi\n", input);
+  std::fflush(input);
+  auto replied = [&] { return read_text(out).find('\n') != std::string::npos; };
+  for (int i = 0; i < polls && !replied(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool ok = replied();
+  if (!ok) kill(pid, SIGKILL);
+  return {pid, input, err, ok};
+}
+
 // Runs the chat `argv` (the process it starts must be the chat's: a shell or `ip netns exec` in
 // front of it has to exec it) reading a fifo: says "hi", sends Ctrl-C (SIGINT to that process)
 // once the reply has begun, waits for "(stopped)", then says "more" and /exit. Returns how it

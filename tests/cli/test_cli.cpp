@@ -539,22 +539,15 @@ TEST(Chat, AHostfileSplitChatsFromThisTerminal) {
 TEST(Chat, ALostRankEndsTheChatNamingIt) {
   const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
   const LocalHosts hosts = local_hosts("chat-lost-rank");
-  const std::string in = hosts.dir + "/in", out = hosts.dir + "/out", err = hosts.dir + "/err";
-  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
-  const pid_t pid = testing::start(orchard({"chat", "-m", model, "-n", "4", "--temp", "0", "-t", "1", "--chat-template", "chatml",
-                                            "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
-                                   err, out, in);
-  FILE* input = std::fopen(in.c_str(), "w");
-  ASSERT_NE(input, nullptr);
-  std::fputs("hi\n", input);
-  std::fflush(input);
-  for (int i = 0; i < 6000 && testing::read_text(out).find('\n') == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_NE(testing::read_text(out).find('\n'), std::string::npos) << testing::read_text(err);
+  const testing::ChatAfterHi chat =
+      testing::start_chat_saying_hi(orchard({"chat", "-m", model, "-n", "4", "--temp", "0", "-t", "1", "--chat-template", "chatml",
+                                             "--hostfile", hosts.hostfile, "--ssh", hosts.ssh, "--strategy", "pipeline"}),
+                                    hosts.dir);
+  ASSERT_TRUE(chat.replied) << testing::read_text(chat.err);
   const pid_t rank1 = std::stoi(testing::read_text(hosts.dir + "/mac-2.pid"));
   ASSERT_EQ(kill(rank1, SIGKILL), 0);
-  const testing::Finished f = testing::wait_for(pid, err, std::chrono::seconds(30));
-  std::fclose(input);
+  const testing::Finished f = testing::wait_for(chat.pid, chat.err, std::chrono::seconds(30));
+  std::fclose(chat.input);
   EXPECT_EQ(f.exit_code, 128 + SIGKILL) << f.stderr_text;
   EXPECT_NE(f.stderr_text.find("rank 1 (mac-2) exited with signal 9"), std::string::npos) << f.stderr_text;
   EXPECT_NE(f.stderr_text.find("the chat ends"), std::string::npos) << f.stderr_text;

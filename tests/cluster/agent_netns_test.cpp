@@ -284,20 +284,12 @@ TEST_F(NetnsAgents, AnAgentKilledMidChatEndsTheChatNamingItsMachine) {
   wait_for_machines(2);
   const std::string dir = (dir_ / "lost").string();
   std::filesystem::create_directories(dir);
-  const std::string in = dir + "/in", out = dir + "/out", err = dir + "/err";
-  ASSERT_EQ(mkfifo(in.c_str(), 0600), 0);
-  const pid_t chat = testing::start(chat_on_a("-n 4 --discover --cluster gamma --secret s3 --strategy pipeline"), err, out, in);
-  FILE* input = std::fopen(in.c_str(), "w");
-  ASSERT_NE(input, nullptr);
-  std::fputs("hi\n", input);
-  std::fflush(input);
-  for (int i = 0; i < 6000 && testing::read_text(out).find('\n') == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (testing::read_text(out).find('\n') == std::string::npos) kill(chat, SIGKILL);
-  ASSERT_NE(testing::read_text(out).find('\n'), std::string::npos) << "no first reply: " << testing::read_text(err);
+  const testing::ChatAfterHi chat =
+      testing::start_chat_saying_hi(chat_on_a("-n 4 --discover --cluster gamma --secret s3 --strategy pipeline"), dir);
+  ASSERT_TRUE(chat.replied) << "no first reply: " << testing::read_text(chat.err);
   kill(agents_[b], SIGKILL);  // B's agent dies without a word, its rank with it
-  const testing::Finished f = testing::wait_for(chat, err, std::chrono::seconds(30));
-  std::fclose(input);
+  const testing::Finished f = testing::wait_for(chat.pid, chat.err, std::chrono::seconds(30));
+  std::fclose(chat.input);
   EXPECT_NE(f.exit_code, 0) << f.stderr_text;
   EXPECT_NE(f.stderr_text.find("rank 1 (10.77.9.2, by its agent) lost: the agent on 10.77.9.2 went away"), std::string::npos)
       << f.stderr_text;
