@@ -129,7 +129,7 @@ double attention_rate(const ProbeShape& shape, core::ThreadPool& pool) {
   std::vector<float> out(q.size());
   std::vector<int32_t> n_keys(static_cast<size_t>(rows));
   for (int32_t t = 0; t < rows; ++t) n_keys[static_cast<size_t>(t)] = t + 1;
-  const auto per_thread = static_cast<size_t>(model::ops::attention_scratch_floats(hd));
+  const auto per_thread = static_cast<size_t>(model::ops::attention_scratch_floats(kAttentionBlockRows, group, rows));
   std::vector<float> scores(per_thread * static_cast<size_t>(pool.size()));
   const int64_t row_stride = int64_t{shape.n_heads} * hd;
   auto pass = [&] {

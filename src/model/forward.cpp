@@ -80,9 +80,9 @@ Forward::Forward(const ModelWeights& weights, int32_t n_ctx, int32_t max_batch, 
     ring_first_.resize(batch);
     ring_keys_.resize(batch);
   }
-  // Latent attention's keys are the latent and its rotated part.
-  const int32_t key_dim = c.latent_attention() ? c.kv_lora_rank + c.rope_dims : c.head_dim;
-  scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(key_dim));
+  // Latent attention: every query head reads the one latent "KV head", a task's share at a time.
+  const int32_t group = c.latent_attention() ? std::min(c.n_heads, kLatentHeadsPerTask) : c.n_heads / c.n_kv_heads;
+  scores_per_thread_ = static_cast<size_t>(ops::attention_scratch_floats(kAttentionBlockRows, group, n_ctx));
   scores_.resize(static_cast<size_t>(pool.size()) * scores_per_thread_);
   rope_cos_.resize(batch * (c.rope_dims / 2));
   rope_sin_.resize(batch * (c.rope_dims / 2));

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <numbers>
 #include <type_traits>
 
@@ -135,9 +134,12 @@ template <class V>
 // accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs). Those are AVX-512's 32
 // registers; AVX2 has 16 of half the width, where the same tiles in 16-float vectors went
 // through memory on every FMA (attention was 35% of a TinyLlama pp512), so its clone takes
-// 8-float vectors, 16 keys and 16 dimensions (8 ymm accumulators each).
+// 8-float vectors, 16 keys and 16 dimensions (8 ymm accumulators each). Scores keep rows of
+// whole 32-key tiles either way.
 constexpr int32_t kTileQueries = 4, kTileKeys = 32, kTileDims = 64;
 constexpr int32_t kNarrowTileKeys = 16, kNarrowTileDims = 16;
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 // How a clone reads the cache: a vector of F32, F16 or int8 (Q8_0 codes) elements as floats,
 // and one F16 scale. Outputs go by reference: a vector returned by value would change the ABI
@@ -238,22 +240,19 @@ struct CacheView {
 };
 
 // Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
-// ones repeated where the block runs out, so every tile has kTileQueries of them, and each
-// vector's running softmax state over the chunks seen so far: the largest score (or its head's
-// sink, if larger) and the sum of e^(score - that).
+// ones repeated where the block runs out, so every tile has kTileQueries of them.
 struct QueryTile {
   const float* q[kTileQueries];
   float* out[kTileQueries];
   int32_t first_key[kTileQueries];
   int32_t n_keys[kTileQueries];
   float sink[kTileQueries];
-  float max[kTileQueries];
-  float sum[kTileQueries];
+  float* scores[kTileQueries];
   int32_t count, max_keys;
   int32_t min_first;  // the tile reads keys [min_first, max_keys)
 };
 
-[[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first) {
+[[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, int64_t score_stride) {
   QueryTile tile{};
   const int32_t total = b.n_rows * b.group;
   tile.count = std::min(kTileQueries, total - first);
@@ -267,108 +266,82 @@ struct QueryTile {
     tile.first_key[i] = b.first_key ? b.first_key[row] : 0;
     tile.n_keys[i] = b.n_keys[row];
     tile.sink[i] = b.sinks ? b.sinks[head] : 0.0f;
-    tile.max[i] = b.sinks ? tile.sink[i] : std::numeric_limits<float>::lowest();
-    tile.sum[i] = 0.0f;
+    tile.scores[i] = b.scores + static_cast<int64_t>(first + std::min(i, tile.count - 1)) * score_stride;
     tile.max_keys = std::max(tile.max_keys, tile.n_keys[i]);
     tile.min_first = std::min(tile.min_first, tile.first_key[i]);
   }
   return tile;
 }
 
-// Keys a block's tiles take at a time: every query tile of the block takes its scores, softmax
-// and outputs over one chunk before the next chunk starts, so a chunk's keys and values come
-// from memory once for the whole block (a decode step's 8 query heads of a KV head are two
+// Keys a block's tiles take at a time: every query tile of the block takes its scores over one
+// chunk before the next chunk starts, and then its outputs likewise, so a chunk's keys and values
+// come from memory once for the whole block (a decode step's 8 query heads of a KV head are two
 // tiles) and stay in L1 for the other tiles and the output's dimension tiles, rather than being
 // streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
 // 64 keys of 64 F32 dimensions are 16 KiB.
 constexpr int32_t kChunkKeys = 64;
 
-// keys[d][j - lo] = the chunk's key j, dimension d, as F32 (Q8_0 codes times their block's
-// scale), for j in [lo, hi). Once per chunk for the whole block: the block's 16 tiles then read
-// F32 keys from L1, not each converting them again, and not from the cache, whose rows of one
-// dimension are n_ctx apart (a power of two, so a chunk's 64 rows fell in one L1 set and one
-// or two L2 sets: every tile read its keys from L3).
+// scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys).
+// Q8_0 keys are scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded
+// once per block.
 template <class L, KvType kType>
-[[gnu::always_inline]] inline void pack_keys(const AttentionBlock& b, const CacheView<L, kType>& c, float* keys,
-                                             int32_t lo, int32_t hi) {
-  using V = typename L::V;
-  constexpr int32_t kLanes = sizeof(V) / sizeof(float);
-  for (int32_t d = 0; d < b.head_dim; ++d) {
-    const auto* k = c.keys + d * b.key_stride;
-    float* row = keys + d * kChunkKeys - lo;
-    int32_t j = lo;
-    for (; j + kLanes <= hi; j += kLanes) {
-      // The next chunk's run of this row, asked for early: the rows are more streams than the
-      // hardware prefetcher follows.
-      __builtin_prefetch(k + j + kChunkKeys);
-      V x;
-      L::load(x, k + j);
-      if constexpr (CacheView<L, kType>::kQuantized) {
-        V scale;
-        L::load(scale, c.key_scales + d / kKvQ8Block * b.key_stride + j);
-        x *= scale;
-      }
-      at<V>(row + j) = x;
-    }
-    for (; j < hi; ++j) row[j] = c.key(b, d, j);
-  }
-}
-
-// scores[i][j - lo] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys),
-// the keys packed by pack_keys.
-template <class L>
-[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const float* keys, const QueryTile& t,
-                                               float (*scores)[kChunkKeys], int32_t lo, int32_t hi) {
+[[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
+                                               int32_t lo, int32_t hi) {
   using V = typename L::V;
   constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
+  constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
   hi = std::min(hi, t.max_keys);
   int32_t j0 = std::max(lo, t.min_first);
-  for (; j0 + kKeys <= hi; j0 += kKeys) {
+  for (; j0 + kKeys <= hi && j0 + kKeys <= b.key_stride; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
-    for (int32_t d = 0; d < b.head_dim; ++d) {
-      const float* k = keys + d * kChunkKeys + (j0 - lo);
-      V kv[kVecs];
-      for (int32_t v = 0; v < kVecs; ++v) kv[v] = at<V>(k + kLanes * v);
-      for (int32_t i = 0; i < kTileQueries; ++i) {
-        const float qd = t.q[i][d];
-        for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
+    for (int32_t d0 = 0; d0 < b.head_dim; d0 += block) {
+      V block_scale[kVecs];
+      if constexpr (kQuantized)
+        for (int32_t v = 0; v < kVecs; ++v) L::load(block_scale[v], c.key_scales + d0 / kKvQ8Block * b.key_stride + j0 + kLanes * v);
+      for (int32_t d = d0; d < d0 + block; ++d) {
+        const auto* k = c.keys + d * b.key_stride + j0;
+        // A tile reads one short run of each of head_dim key rows, n_ctx apart: more streams
+        // than the hardware prefetcher follows, so each row's run a few tiles on is asked for.
+        __builtin_prefetch(k + 4 * kKeys);
+        V kv[kVecs];
+        for (int32_t v = 0; v < kVecs; ++v) {
+          L::load(kv[v], k + kLanes * v);
+          if constexpr (kQuantized) kv[v] *= block_scale[v];
+        }
+        for (int32_t i = 0; i < kTileQueries; ++i) {
+          const float qd = t.q[i][d];
+          for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
+        }
       }
     }
     for (int32_t i = 0; i < kTileQueries; ++i)
-      for (int32_t v = 0; v < kVecs; ++v) at<V>(scores[i] + j0 - lo + kLanes * v) = acc[i][v] * scale;
+      for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + j0 + kLanes * v) = acc[i][v] * scale;
   }
   if (j0 >= hi) return;
   for (int32_t i = 0; i < t.count; ++i) {
-    float* s = scores[i];
-    for (int32_t j = j0 - lo; j < hi - lo; ++j) s[j] = 0.0f;
+    float* s = t.scores[i];
+    for (int32_t j = j0; j < hi; ++j) s[j] = 0.0f;
     for (int32_t d = 0; d < b.head_dim; ++d) {
       const float qd = t.q[i][d];
-      for (int32_t j = j0 - lo; j < hi - lo; ++j) s[j] += qd * keys[d * kChunkKeys + j];
+      for (int32_t j = j0; j < hi; ++j) s[j] += qd * c.key(b, d, j);
     }
-    for (int32_t j = j0 - lo; j < hi - lo; ++j) s[j] *= scale;
+    for (int32_t j = j0; j < hi; ++j) s[j] *= scale;
   }
 }
 
-// The online softmax's step over one chunk (keys [lo, hi) within the tile's): each of the tile's
-// vectors takes the chunk's largest visible score into its running maximum, its scores become
-// e^(score - maximum) (zero for keys it does not see) and join its running sum, and rescale[i]
-// is what its output so far must be multiplied by for the new maximum (1 where it is unchanged).
-// The maximum and the sum run in the clone's vectors and e^x in a loop of its own, so that all
-// three vectorize (a float reduction into one running value stays scalar).
+// Each of the tile's rows becomes the softmax of its own keys' scores (and its head's sink),
+// zero for the tile's other keys. The maximum and the sum run in the clone's vectors and e^x in a
+// loop of its own, so that all three vectorize (a float reduction into one running value stays
+// scalar: it was a fifth of decode attention's time at depth).
 template <class L>
-[[gnu::always_inline]] inline void tile_softmax(QueryTile& t, float (*scores)[kChunkKeys], int32_t lo, int32_t hi,
-                                                float* rescale) {
+[[gnu::always_inline]] inline void tile_softmax(const AttentionBlock& b, const QueryTile& t) {
   using V = typename L::V;
   constexpr int32_t kLanes = sizeof(V) / sizeof(float);
-  const int32_t a = std::max(lo, t.min_first) - lo, e = std::min(hi, t.max_keys) - lo;
   for (int32_t i = 0; i < t.count; ++i) {
-    float* s = scores[i];
-    const int32_t first = std::clamp(t.first_key[i] - lo, a, e), n = std::clamp(t.n_keys[i] - lo, a, e);
-    for (int32_t j = a; j < first; ++j) s[j] = 0.0f;
-    for (int32_t j = n; j < e; ++j) s[j] = 0.0f;
-    rescale[i] = 1.0f;
-    if (first >= n) continue;
+    float* s = t.scores[i];
+    const int32_t first = t.first_key[i], n = t.n_keys[i];
     float max = s[first];
     V lanes = V{} + max;
     int32_t j = first;
@@ -378,33 +351,29 @@ template <class L>
     }
     for (; j < n; ++j) max = std::max(max, s[j]);
     for (int32_t l = 0; l < kLanes; ++l) max = std::max(max, lanes[l]);
-    if (max > t.max[i]) {
-      rescale[i] = exp_approx(t.max[i] - max);
-      t.max[i] = max;
-    } else {
-      max = t.max[i];
-    }
+    if (b.sinks) max = std::max(max, t.sink[i]);
     for (j = first; j < n; ++j) s[j] = exp_approx(s[j] - max);
     lanes = V{};
     for (j = first; j + kLanes <= n; j += kLanes) lanes += at<V>(s + j);
     float sum = 0.0f;
     for (; j < n; ++j) sum += s[j];
     for (int32_t l = 0; l < kLanes; ++l) sum += lanes[l];
-    t.sum[i] = t.sum[i] * rescale[i] + sum;
+    if (b.sinks) sum += exp_approx(t.sink[i] - max);
+    const float inv = 1.0f / sum;
+    for (j = first; j < n; ++j) s[j] *= inv;
+    for (j = t.min_first; j < first; ++j) s[j] = 0.0f;
+    for (j = n; j < t.max_keys; ++j) s[j] = 0.0f;
   }
 }
 
-// out_i = rescale_i · out_i + Σ_j p_ij · v_j over keys [lo, hi) within the tile's, p from the
-// chunk's scores; without `accumulate` (the block's first chunk) out_i starts from zero. Q8_0
-// values scaled by their block's scale as they load.
+// out_i (+)= Σ_j p_ij · v_j over keys [lo, hi) within the tile's; `accumulate` adds to what an
+// earlier chunk left. Q8_0 values scaled by their block's scale as they load.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
-                                               const float (*scores)[kChunkKeys], const float* rescale, int32_t lo,
-                                               int32_t hi, bool accumulate) {
+                                               int32_t lo, int32_t hi, bool accumulate) {
   using V = typename L::V;
   constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
-  const int32_t chunk = lo;
   lo = std::max(lo, t.min_first);
   hi = std::min(hi, t.max_keys);
   if (accumulate && lo >= hi) return;
@@ -413,13 +382,13 @@ template <class L, KvType kType>
   // registers beside everything else (4 more loads for 8 FMAs, which made the loop load-bound).
   alignas(64) float probs[kChunkKeys][kTileQueries];
   for (int32_t j = lo; j < hi; ++j)
-    for (int32_t i = 0; i < kTileQueries; ++i) probs[j - lo][i] = i < t.count ? scores[i][j - chunk] : 0.0f;
+    for (int32_t i = 0; i < kTileQueries; ++i) probs[j - lo][i] = t.scores[i][j];
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
     V acc[kTileQueries][kVecs] = {};
     if (accumulate)
       for (int32_t i = 0; i < kTileQueries; ++i)
-        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k) * rescale[std::min(i, t.count - 1)];
+        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k);
     for (int32_t j = lo; j < hi; ++j) {
       const auto* v = c.values + j * b.value_stride + d0;
       // Positions are a whole KV row apart: the next chunk's values are asked for while this
@@ -441,59 +410,43 @@ template <class L, KvType kType>
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
-    for (int32_t d = d0; d < dims; ++d) o[d] = accumulate ? o[d] * rescale[i] : 0.0f;
+    if (!accumulate)
+      for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
     for (int32_t j = lo; j < hi; ++j) {
-      const float p = scores[i][j - chunk];
+      const float p = t.scores[i][j];
       for (int32_t d = d0; d < dims; ++d) o[d] += p * c.value(b, j, d);
     }
   }
 }
 
-// out_i /= its softmax's sum, its head's sink joining the sum.
-template <class L>
-[[gnu::always_inline]] inline void tile_normalize(const AttentionBlock& b, QueryTile& t) {
-  const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
-  for (int32_t i = 0; i < t.count; ++i) {
-    const float sum = t.sum[i] + (b.sinks ? exp_approx(t.sink[i] - t.max[i]) : 0.0f);
-    const float inv = 1.0f / sum;
-    for (int32_t d = 0; d < dims; ++d) t.out[i][d] *= inv;
-  }
-}
-
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void attend_block_typed(const AttentionBlock& b) {
-  static_assert(kChunkKeys % L::kKeys == 0, "chunks hold whole key tiles");
+  static_assert(kTileKeys % L::kKeys == 0, "score rows hold whole kTileKeys tiles");
+  static_assert(kChunkKeys % kTileKeys == 0, "chunks hold whole key tiles");
   const CacheView<L, kType> cache(b);
   int32_t max_keys = 0, min_first = b.n_keys[0];
   for (int32_t r = 0; r < b.n_rows; ++r) {
     max_keys = std::max(max_keys, b.n_keys[r]);
     min_first = std::min(min_first, b.first_key ? b.first_key[r] : 0);
   }
+  const int64_t score_stride = round_up(max_keys, kTileKeys);
   const int32_t vectors = b.n_rows * b.group;
   // The tiles are set up once for all chunks (their divisions were a tenth of a decode step's
   // attention when redone per chunk), up to kTileGroup of them at a time: a block of 8 rows of 8
   // query heads is one group.
   constexpr int32_t kTileGroup = 32;
   QueryTile tiles[kTileGroup];
-  auto* scores = reinterpret_cast<float (*)[kChunkKeys]>(b.scores);
-  float* keys = b.scores + kTileQueries * kChunkKeys;
-  float rescale[kTileQueries];
   for (int32_t group_first = 0; group_first < vectors; group_first += kTileGroup * kTileQueries) {
     const int32_t n_tiles =
         std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
-    for (int32_t i = 0; i < n_tiles; ++i) tiles[i] = query_tile(b, group_first + i * kTileQueries);
+    for (int32_t i = 0; i < n_tiles; ++i) tiles[i] = query_tile(b, group_first + i * kTileQueries, score_stride);
     // Chunks start at the block's first visible key, so a tile that starts there reads whole key
-    // tiles to its last one. Each tile's scores for a chunk are used while they are in L1: the
-    // softmax runs online, so no row of scores over all keys is kept.
-    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys) {
-      pack_keys(b, cache, keys, lo, std::min(lo + kChunkKeys, max_keys));
-      for (int32_t i = 0; i < n_tiles; ++i) {
-        tile_scores<L>(b, keys, tiles[i], scores, lo, lo + kChunkKeys);
-        tile_softmax<L>(tiles[i], scores, lo, lo + kChunkKeys, rescale);
-        tile_output(b, cache, tiles[i], scores, rescale, lo, lo + kChunkKeys, lo > min_first);
-      }
-    }
-    for (int32_t i = 0; i < n_tiles; ++i) tile_normalize<L>(b, tiles[i]);
+    // tiles to its last one.
+    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+      for (int32_t i = 0; i < n_tiles; ++i) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys);
+    for (int32_t i = 0; i < n_tiles; ++i) tile_softmax<L>(b, tiles[i]);
+    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+      for (int32_t i = 0; i < n_tiles; ++i) tile_output(b, cache, tiles[i], lo, lo + kChunkKeys, lo > min_first);
   }
 }
 
@@ -543,9 +496,9 @@ void attend_block(const AttentionBlock& block) {
   attend_block_loops<PortableLoads>(block);
 }
 
-int64_t attention_scratch_floats(int32_t head_dim) {
-  // One tile's scores over one chunk of keys, then the chunk's keys as F32.
-  return int64_t{kTileQueries} * kChunkKeys + int64_t{head_dim} * kChunkKeys;
+int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {
+  // One row of whole key tiles per query vector (a tile's padding vectors reuse the last row).
+  return static_cast<int64_t>(n_rows) * group * round_up(max_keys, kTileKeys);
 }
 
 void add(float* y, const float* x, int64_t n) {

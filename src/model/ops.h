@@ -22,12 +22,8 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
 // a sink logit s_g (gpt-oss) has e^s_g added to its softmax's denominator, a key that adds no value.
 // Computed as two small matrix products over the block (scores = Q·K, then out = P·V) in
 // register tiles, so each key and value is loaded once per 4 query vectors, not once each;
-// keys before a tile's first visible one are not read. The keys go by in chunks, each with an
-// online softmax step (a running maximum and sum per query vector; the output so far rescaled
-// when the maximum grows, divided by the sum at the end), so the scores of one tile over one
-// chunk are all that is kept, whatever the depth. Keys and values are of the cache's type
-// (KvCache's layouts): a chunk's keys are converted to F32 once for the whole block, values as
-// the tiles load them.
+// keys before a tile's first visible one are not read. Keys and values are of the cache's
+// type (KvCache's layouts), converted to F32 as the tiles load them.
 struct AttentionBlock {
   const float* q;          // F32: row r's head g at q + r * row_stride + g * head_dim
   float* out;              // F32, laid out like q (or as out_row_stride and value_dim say)
@@ -38,7 +34,7 @@ struct AttentionBlock {
   int64_t key_stride;      // in elements
   const void* values;      // `type`: position j's values at element j * value_stride
   int64_t value_stride;
-  float* scores;           // scratch of attention_scratch_floats(head_dim)
+  float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
   // Latent attention: values of another width than keys, its own score scale, and the output's
   // own layout (row r's head g at out + r * out_row_stride + g * value_dim). 0: as the keys / q.
   float scale = 0;         // 0: 1/√head_dim
@@ -54,8 +50,8 @@ struct AttentionBlock {
   int64_t value_scale_stride = 0;
 };
 void attend_block(const AttentionBlock& block);
-// Floats of scratch that attend_block needs for keys of head_dim, for a block of any size and depth.
-int64_t attention_scratch_floats(int32_t head_dim);
+// Floats of scratch that attend_block needs for a block of this size.
+int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 // gpt-oss's clamped SwiGLU: with g = min(gate[i], 7) and u = clamp(up[i], -7, 7),

@@ -102,7 +102,9 @@ TEST(Ops, AttentionBlockMatchesFloat64Softmax) {
     for (auto& v : q) v = normal(rng) * 4.0f;
     for (auto& v : keys) v = normal(rng) * 4.0f;
     for (auto& v : values) v = normal(rng);
-    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(hd)), NAN);
+    int32_t max_keys = 0;
+    for (int32_t n : c.n_keys) max_keys = std::max(max_keys, n);
+    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)), NAN);
     std::vector<float> out(q.size(), NAN);
     ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, hd, c.n_keys.data(),
                           keys.data(), c.key_stride, values.data(), hd, scratch.data()};
@@ -162,7 +164,7 @@ TEST(Ops, AttentionBlockWithValuesOfTheirOwnWidth) {
       for (float& x : *v) x = normal(rng);
     const int64_t out_stride = static_cast<int64_t>(group) * vd + 3;
     std::vector<float> out(static_cast<size_t>(rows * out_stride), NAN);
-    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(kd)));
+    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(rows, group, key_stride)));
     ops::AttentionBlock b{q.data(), out.data(), static_cast<int64_t>(group) * kd, rows, group, kd, n_keys.data(),
                           keys.data(), key_stride, values.data(), vd, scratch.data()};
     b.scale = scale;
@@ -252,7 +254,8 @@ TEST(Ops, AttentionReadsF16AndQ8_0CachesAsStored) {
       for (float& x : q) x = normal(rng);
       const int64_t out_stride = static_cast<int64_t>(c.group) * vd;
       std::vector<float> out(static_cast<size_t>(c.n_rows * out_stride), NAN);
-      std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(kd)));
+      int32_t max_keys = *std::max_element(c.n_keys.begin(), c.n_keys.end());
+      std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)));
       ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, kd, c.n_keys.data(),
                             cache.keys(layer, head), c.n_ctx, cache.values(layer, head), cache.value_stride(),
                             scratch.data()};
