@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/kernels.h"
@@ -81,6 +82,13 @@ double product_rate(const std::vector<core::WeightMatrix>& matrices, int64_t tok
   return flops / seconds_since(start);
 }
 
+// The FLOP rate of a mix of weight types: their times per FLOP weighted by their shares.
+double mixed_rate(const std::vector<TypeShare>& types, const std::function<double(size_t)>& rate_of) {
+  double seconds_per_flop = 0;
+  for (size_t t = 0; t < types.size(); ++t) seconds_per_flop += types[t].share / rate_of(t);
+  return 1 / seconds_per_flop;
+}
+
 // Rates of one expert's products over few tokens, as fractions of its rate over 64 (where the
 // dense probe measures): copies of the expert's matrices past the caches, as a prompt streams a
 // layer's experts once per chunk. The token counts take turns, several rounds of each, and each
@@ -103,11 +111,7 @@ std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool&
         b = std::max(b, product_rate(sets[t].matrices, int64_t{1} << k, 0.02, x, y, pool, scratch));
       }
   std::vector<double> rate(kExpertProbePoints);
-  for (size_t k = 0; k < rate.size(); ++k) {
-    double seconds_per_flop = 0;
-    for (size_t t = 0; t < sets.size(); ++t) seconds_per_flop += shape.types[t].share / best[t][k];
-    rate[k] = 1 / seconds_per_flop;
-  }
+  for (size_t k = 0; k < rate.size(); ++k) rate[k] = mixed_rate(shape.types, [&](size_t t) { return best[t][k]; });
   // Fewer tokens never multiply faster (each weight is unpacked for fewer products): a point
   // above the one after it is noise, and is lowered to it.
   const double top = rate.back();
@@ -234,13 +238,12 @@ MachineProbe probe_machine(int threads, const ProbeShape& shape) {
     for (size_t t = 0; t < sets.size(); ++t)
       rounds[t].push_back(product_rate(sets[t].matrices, kPromptTokens, std::max(0.1, 0.5 * shape.types[t].share) / kRounds,
                                        x, y, pool, scratch));
-  double seconds_per_flop = 0;
-  for (size_t t = 0; t < sets.size(); ++t) {
+  const double prompt_rate = mixed_rate(shape.types, [&](size_t t) {
     std::nth_element(rounds[t].begin(), rounds[t].begin() + kRounds / 2, rounds[t].end());
-    seconds_per_flop += shape.types[t].share / rounds[t][kRounds / 2];
-  }
+    return rounds[t][kRounds / 2];
+  });
   sets.clear();
-  probe.compute_gflops = 1 / seconds_per_flop / 1e9;
+  probe.compute_gflops = prompt_rate / 1e9;
   if (shape.n_ff_exp > 0) probe.expert_efficiency = expert_efficiency(shape, pool);
   if (shape.n_heads > 0 && shape.head_dim > 0 && shape.n_kv_heads > 0)
     probe.attention_efficiency = attention_rate(shape, pool) / 1e9 / probe.compute_gflops;
