@@ -28,10 +28,17 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 // RMS of the difference relative to the RMS of the logits alone. A row's products are the same
-// arithmetic whether it is alone or stacked with others, except that the kernels may order the
-// float32 additions of a multi-row tile differently: f32 measured ≤ 5.3e-7 (AVX-512), so 1e-5.
-// Quantized types round each row's activations by themselves and add integers: measured 0.
-constexpr double kTolerance = 1e-5;
+// arithmetic whether it is alone or stacked with others, except that the kernels and the
+// attention may order the float32 additions of several rows differently: f32 measured ≤ 2.9e-6
+// (deepseek2, AVX-512), so 1e-5. Quantized types round each row's activations by themselves and
+// add integers, but a model's float products (latent attention's per-head attn_k_b and attn_v_b
+// in a Q8_0 file, the attention itself) see those float differences (measured ≤ 2e-7), and the
+// next rounding of activations to 8 bits can then take one element the other way: one
+// quantization step, which moved deepseek2 q8_0's logits by 1.2% on AVX-512 (the same choice of
+// experts; 0 elsewhere). Half the distance the type keeps from float64 (6%, test_forward.cpp),
+// so 3e-2 for quantized types: a batching bug (a row reading another's cache or position) moves
+// the logits by tens of percent.
+double tolerance(const std::string& type) { return type == "f32" ? 1e-5 : 3e-2; }
 
 double relative_error(const float* got, const float* want, int32_t n) {
   double sum_want = 0, sum_err = 0;
@@ -117,7 +124,7 @@ TEST_P(BatchVsAlone, EverySequenceGetsItsLogitsAlone) {
       alone[i]->run(tokens, nullptr, static_cast<int32_t>(tokens.size()), by_itself[i].pos);
       const double error = relative_error(batched.logits(static_cast<int32_t>(k)), alone[i]->logits(), vocab);
       worst = std::max(worst, error);
-      EXPECT_LT(error, kTolerance) << "round " << round << " script " << i;
+      EXPECT_LT(error, tolerance(c.type)) << "round " << round << " script " << i;
       record(scripts[i], in_batch[i], static_cast<int32_t>(steps[k].tokens.size()), batched.logits(static_cast<int32_t>(k)), vocab);
       record(scripts[i], by_itself[i], static_cast<int32_t>(tokens.size()), alone[i]->logits(), vocab);
     }
@@ -127,7 +134,7 @@ TEST_P(BatchVsAlone, EverySequenceGetsItsLogitsAlone) {
     EXPECT_EQ(in_batch[i].generated, by_itself[i].generated) << "script " << i;
     EXPECT_EQ(static_cast<int32_t>(in_batch[i].generated.size()), scripts[i].decode);
   }
-  std::printf("worst relative RMS difference %.3g (tolerance %.3g)\n", worst, kTolerance);
+  std::printf("worst relative RMS difference %.3g (tolerance %.3g)\n", worst, tolerance(c.type));
 }
 
 std::vector<Case> all_cases() {

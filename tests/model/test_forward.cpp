@@ -32,7 +32,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 // RMS of the logits' error relative to their RMS. The reference dequantizes the same weights,
 // so what remains is how the engine computes:
 //  - f32, f16, bf16: products in float32 (≈6e-8 relative per operation; measured ≈5e-7 after
-//    the whole model), so 2e-6;
+//    the whole model), so 2e-6; latent attention's three more products per layer (below)
+//    measured 2.2e-6 (deepseek2 f16, AVX-512), so 4e-6 there;
 //  - quantized: activations are rounded to 8-bit blocks (Q8_0/Q8_K: ≈0.5% of their RMS per
 //    element) before each of about 30 products in a row; measured 1.4-1.6% (q8_0, q4_0) and
 //    2.0-2.3% (q4_k_m, whose 256-wide Q8_K blocks round coarser), so 4%.
@@ -40,7 +41,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 //    query latent's attn_q_b, each head's attn_k_b and attn_v_b): measured 2.7-2.8% (q8_0,
 //    q4_0) and 4.0% (q4_k_m), so 6%.
 double tolerance(const std::string& type, const model::ModelConfig& config) {
-  if (type == "f32" || type == "f16" || type == "bf16") return 2e-6;
+  if (type == "f32" || type == "f16" || type == "bf16") return config.latent_attention() ? 4e-6 : 2e-6;
   return config.latent_attention() ? 6e-2 : 4e-2;
 }
 

@@ -207,8 +207,10 @@ test('schemas and tools the server cannot honour are refused with 400 naming the
 });
 
 test('text completions take response_format too', async () => {
+  // A random model's object closes within 300 tokens for some seeds, not all (none of 1-4 did
+  // with AVX-512's rounding): the first 16 seeds, until two have.
   let ended = 0;
-  for (const seed of [1, 2, 3, 4]) {
+  for (let seed = 1; seed <= 16 && ended < 2; seed++) {
     const a = await client.completions.create({ model: 'tiny', prompt: 'JSON:', max_tokens: 300, temperature: 1, seed, response_format: { type: 'json_object' } });
     if (a.choices[0].finish_reason !== 'stop') continue;
     const doc = JSON.parse(a.choices[0].text);
