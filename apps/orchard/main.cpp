@@ -5,6 +5,7 @@
 #include "apps/orchard/commands.h"
 #include "comm/launcher.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "orchard/config.h"
 
 int main(int argc, char** argv) {
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   orchard::app::add_plan_command(app);
   orchard::app::add_doctor_command(app);
   try {
+    // A kernel set named by ORCHARD_KERNELS that this CPU does not run is named here, before
+    // any command starts threads that multiply.
+    orchard::core::kernel_isa_name();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 #include <sys/mman.h>
 
@@ -19,12 +21,21 @@ using kernels::KernelSet;
 using kernels::Layout;
 using kernels::TileFn;
 
-const KernelSet& best_kernels() {
-  static const KernelSet* best = [] {
+// The best set this CPU runs, or the one ORCHARD_KERNELS names. An unknown or unsupported name
+// throws on every call (the static stays unset), so no caller can run on a set it did not ask for.
+const KernelSet& default_kernels() {
+  static const KernelSet* chosen = [] {
     std::vector<const KernelSet*> sets = kernels::supported_simd_kernels();
-    return sets.empty() ? &kernels::generic_kernels() : sets.front();
+    sets.push_back(&kernels::generic_kernels());
+    const char* wanted = std::getenv("ORCHARD_KERNELS");
+    if (!wanted || !*wanted) return sets.front();
+    for (const KernelSet* set : sets)
+      if (std::string_view(set->name) == wanted) return set;
+    std::string names;
+    for (const KernelSet* set : sets) names += std::string(names.empty() ? "" : ", ") + set->name;
+    throw Error(error_message("kernels", "ORCHARD_KERNELS={}: not a kernel set this CPU runs (it runs {})", wanted, names));
   }();
-  return *best;
+  return *chosen;
 }
 
 // Null: the best set. Atomic only so that a test flipping it races with nothing undefined.
@@ -32,7 +43,7 @@ std::atomic<const KernelSet*> g_chosen{nullptr};
 
 const KernelSet& active_kernels() {
   const KernelSet* chosen = g_chosen.load(std::memory_order_relaxed);
-  return chosen ? *chosen : best_kernels();
+  return chosen ? *chosen : default_kernels();
 }
 
 std::atomic<bool> g_small_batch{true};
@@ -179,6 +190,8 @@ std::shared_ptr<void> allocate_huge_page_aligned(size_t bytes) {
 
 std::string kernel_isa_name() { return active_kernels().name; }
 
+VectorIsa active_vector_isa() { return active_kernels().isa; }
+
 std::shared_ptr<void> CopyArena::allocate(size_t bytes) {
   bytes = (bytes + 63) / 64 * 64;
   if (capacity_ - used_ < bytes) {
@@ -242,7 +255,7 @@ WeightMatrix WeightMatrix::prepare_copy(TensorType type, const void* data, int64
   Layout layout = interleaved_layout(type);
   // Only SIMD sets repack: the generic kernels read interleaved copies block by block, slower
   // than the plain rows. Below one group the padding would cost more than the layout gains.
-  if (!allow_repack || set.is_generic || layout == kernels::kRows || !find_tile(set, type, layout) ||
+  if (!allow_repack || set.isa == VectorIsa::kPortable || layout == kernels::kRows || !find_tile(set, type, layout) ||
       rows < kernels::kInterleave)
     return w;
   int64_t n_blocks = cols / type_traits(type).block_elements;

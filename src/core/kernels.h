@@ -14,8 +14,17 @@
 namespace orchard::core {
 
 // Which implementation the dispatcher picked, for logs and benchmarks ("avx512-vnni", "avx2",
-// "neon-dotprod", "generic").
+// "neon-dotprod", "neon", "generic"): the best this CPU runs, or the one the environment variable
+// ORCHARD_KERNELS names (to compare sets side by side, or to compute as a smaller CPU does).
+// Throws Error naming the sets this CPU runs when ORCHARD_KERNELS names another; the first call
+// reads it, so a program calls this before starting threads that multiply.
 std::string kernel_isa_name();
+
+// The vector instructions of the chosen set. The model's own vector code (attention, norms,
+// SiLU) takes the same, so ORCHARD_KERNELS=avx2 on an AVX-512 machine computes as an AVX2
+// machine does.
+enum class VectorIsa { kPortable, kAvx2, kAvx512, kNeon };
+VectorIsa active_vector_isa();
 
 // Forces the portable kernels (tests compare them with the fast ones). Not thread-safe:
 // call before any matmul.

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "core/kernels.h"
 #include "core/quant.h"
 
 #if defined(__x86_64__)
@@ -28,8 +29,10 @@ namespace {
 // CPU has; everything else auto-vectorizes fine at the baseline ISA.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ORCHARD_X86_DISPATCH 1
-const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
+// The kernel set's instructions (they need at least what these clones do), so that a smaller
+// set chosen with ORCHARD_KERNELS computes attention and norms as that CPU would too.
+bool use_avx512() { return core::active_vector_isa() == core::VectorIsa::kAvx512; }
+bool use_avx2() { return core::active_vector_isa() == core::VectorIsa::kAvx2; }
 #endif
 
 // e^x within a few float ulps, written so that a loop of it vectorizes at any width (std::exp
@@ -490,8 +493,8 @@ __attribute__((target("avx2,fma"))) void swiglu_clamped_avx2(float* gate, const 
 
 void attend_block(const AttentionBlock& block) {
 #ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx512) return attend_block_avx512(block);
-  if (kHasAvx2) return attend_block_avx2(block);
+  if (use_avx512()) return attend_block_avx512(block);
+  if (use_avx2()) return attend_block_avx2(block);
 #endif
   attend_block_loops<PortableLoads>(block);
 }
@@ -544,8 +547,8 @@ void top_k(const float* x, int32_t n, int32_t k, int32_t* indices) {
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
 #ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx512) return rms_norm_avx512(x, weight, out, n, eps);
-  if (kHasAvx2) return rms_norm_avx2(x, weight, out, n, eps);
+  if (use_avx512()) return rms_norm_avx512(x, weight, out, n, eps);
+  if (use_avx2()) return rms_norm_avx2(x, weight, out, n, eps);
 #endif
   rms_norm_loops(x, weight, out, n, eps);
 }
@@ -593,16 +596,16 @@ void rope(float* head, const float* cos, const float* sin, int32_t rope_dims, Ro
 
 void silu_mul(float* gate, const float* up, int64_t n) {
 #ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx512) return silu_mul_avx512(gate, up, n);
-  if (kHasAvx2) return silu_mul_avx2(gate, up, n);
+  if (use_avx512()) return silu_mul_avx512(gate, up, n);
+  if (use_avx2()) return silu_mul_avx2(gate, up, n);
 #endif
   silu_mul_loop(gate, up, n);
 }
 
 void swiglu_clamped(float* gate, const float* up, int64_t n) {
 #ifdef ORCHARD_X86_DISPATCH
-  if (kHasAvx512) return swiglu_clamped_avx512(gate, up, n);
-  if (kHasAvx2) return swiglu_clamped_avx2(gate, up, n);
+  if (use_avx512()) return swiglu_clamped_avx512(gate, up, n);
+  if (use_avx2()) return swiglu_clamped_avx2(gate, up, n);
 #endif
   swiglu_clamped_loop(gate, up, n);
 }

@@ -210,6 +210,40 @@ TEST(RunSeed, SampledRunsDrawASeedThatRepeatsThem) {
   EXPECT_EQ(printed_seed(greedy.err), "") << greedy.err;
 }
 
+// --- ORCHARD_KERNELS: the kernel set a run uses, named in its last line.
+
+TEST(Kernels, TheEnvironmentChoosesASetThisCpuRunsAndNamesTheOthers) {
+  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
+  auto run_with = [&](const std::string& kernels) {
+    return run_to_end({"/usr/bin/env", "ORCHARD_KERNELS=" + kernels, ORCHARD_BINARY, "run", "-m", model, "-p", "Hi", "-n",
+                       "2", "-t", "1"});
+  };
+  Ran generic = run_with("generic");
+  ASSERT_EQ(generic.exit_code, 0) << generic.err;
+  EXPECT_NE(generic.err.find(", generic kernels\n"), std::string::npos) << generic.err;
+
+  // Empty: the best set, the same as without the variable.
+  Ran best = run_with("");
+  ASSERT_EQ(best.exit_code, 0) << best.err;
+  const size_t end = best.err.rfind(" kernels\n"), start = best.err.rfind(", ", end);
+  ASSERT_NE(end, std::string::npos) << best.err;
+  const std::string best_name = best.err.substr(start + 2, end - start - 2);
+  Ran named = run_with(best_name);
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_NE(named.err.find(", " + best_name + " kernels\n"), std::string::npos) << named.err;
+
+  // A set this CPU does not run (or none at all) is refused before any work, naming those it runs.
+  const std::string other = best_name.starts_with("neon") ? "avx2" : "neon";
+  for (const std::string& wanted : {other, std::string("fastest")}) {
+    Ran refused = run_with(wanted);
+    EXPECT_EQ(refused.exit_code, 1) << refused.err;
+    EXPECT_NE(refused.err.find("[kernels] ORCHARD_KERNELS=" + wanted + ": not a kernel set this CPU runs (it runs " + best_name),
+              std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("generic)"), std::string::npos) << refused.err;
+  }
+}
+
 // --- messages say what is wrong and what to do.
 
 TEST(Messages, SplitFlagsSayWhichFlagToGive) {

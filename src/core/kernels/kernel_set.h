@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kernels.h"
 #include "core/quant.h"
 
 namespace orchard::core::kernels {
@@ -69,7 +70,7 @@ using TileFn = void (*)(const Tile&);
 // next set this CPU runs that has one, then the generic set, which has them all).
 struct KernelSet {
   const char* name;
-  bool is_generic;
+  VectorIsa isa;  // kPortable: the generic set
   TileFn f32, f16, bf16, q4_0, q8_0, q4_k, q6_k;
   TileFn q4_0x16, q8_0x16, q4_kx16, q6_kx16;
   TileFn f32x16, f16x16, bf16x16;
@@ -100,7 +101,7 @@ const KernelSet& generic_kernels();
 // The SIMD sets this CPU runs, best first; empty when it runs none. One definition per
 // architecture (x86/, arm/, or generic/no_simd.cpp), chosen by CMake, so the driver has no #ifdef.
 std::vector<const KernelSet*> supported_simd_kernels();
-// Makes matmul and WeightMatrix::prepare use `set` (null: the best supported one). For tests
+// Makes matmul and WeightMatrix::prepare use `set` (null: the default, see kernel_isa_name). For tests
 // and benchmarks that compare sets; not thread-safe, call before any matmul.
 void use_kernel_set(const KernelSet* set);
 

@@ -35,7 +35,7 @@ constexpr bool kSdot = false;  // neon_small_batch.inc chooses its kernels by it
 
 const KernelSet kNeon{
     "neon",
-    false,
+    VectorIsa::kNeon,
     row_tile<FloatKernel<LoadF32>, 4>,
     row_tile<FloatKernel<LoadF16>, 4>,
     row_tile<FloatKernel<LoadBF16>, 4>,

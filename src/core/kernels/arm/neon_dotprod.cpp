@@ -24,7 +24,7 @@ constexpr bool kSdot = true;  // neon_small_batch.inc chooses its kernels by it
 
 const KernelSet kNeonDotprod{
     "neon-dotprod",
-    false,
+    VectorIsa::kNeon,
     row_tile<FloatKernel<LoadF32>, 4>,
     row_tile<FloatKernel<LoadF16>, 4>,
     row_tile<FloatKernel<LoadBF16>, 4>,

@@ -203,7 +203,7 @@ void tile_fn(const Tile& tile) {
 
 const KernelSet kGeneric{
     "generic",
-    true,
+    VectorIsa::kPortable,
     tile_fn<FloatRow<F32Value>, false>,
     tile_fn<FloatRow<F16Value>, false>,
     tile_fn<FloatRow<BF16Value>, false>,

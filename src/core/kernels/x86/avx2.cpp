@@ -454,15 +454,9 @@ void q4_0_tile(const Tile& tile) {
   else q4_0_small_batch_tile(tile);
 }
 
-// Decode on the GGUF rows (the types without an interleaved copy, and small or --no-repack
-// matrices) asks for the lines 1 KiB ahead (row_tile). Runs alternated, bench_kernels gemv
-// 5632 × 2048, 2 threads, on a host at load 13: IQ4_XS 4.9–6.5 → 3.9–5.1 ms, Q5_K 5.6–6.5 →
-// 4.6–5.2 ms (every pair faster).
-constexpr size_t kRowPrefetch = 1024;
-
 const KernelSet kAvx2{
     "avx2",
-    false,
+    VectorIsa::kAvx2,
     FloatGemm<LoadF32, 3, 4, 4>::tile,
     FloatGemm<LoadF16, 3, 4, 4>::tile,
     FloatGemm<LoadBF16, 3, 4, 4>::tile,

@@ -364,7 +364,7 @@ struct FloatGroups {
 
 const KernelSet kAvx512{
     "avx512-vnni",
-    false,
+    VectorIsa::kAvx512,
     FloatGemm<LoadF32, 4, 6, 8>::tile,
     FloatGemm<LoadF16, 4, 6, 8>::tile,
     FloatGemm<LoadBF16, 4, 6, 8>::tile,
@@ -379,17 +379,15 @@ const KernelSet kAvx512{
     GroupTokenTiles<FloatGroups<LoadF32Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadF16Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadBF16Column>, 4, 6>::tile,
-    // The VNNI builds of these types' row kernels are untested (no AVX-512 machine at hand when
-    // they were written), so the driver runs their AVX2 builds here.
-    nullptr,  // q4_1
-    nullptr,  // q5_0
-    nullptr,  // q5_1
-    nullptr,  // q2_k
-    nullptr,  // q3_k
-    nullptr,  // q5_k
-    nullptr,  // iq4_nl
-    nullptr,  // iq4_xs
-    nullptr,  // mxfp4
+    row_tile<LowBitKernel<BlockQ4_1>, 8, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_0>, 8, kRowPrefetch>,
+    row_tile<LowBitKernel<BlockQ5_1>, 8, kRowPrefetch>,
+    row_tile<Q2_KKernel, 8, kRowPrefetch>,
+    row_tile<Q3_KKernel, 8, kRowPrefetch>,
+    row_tile<Q5_KKernel, 8, kRowPrefetch>,
+    row_tile<TableKernel<IQ4_NLBlock>, 8, kRowPrefetch>,
+    row_tile<IQ4_XSKernel, 8, kRowPrefetch>,
+    row_tile<TableKernel<MXFP4Block>, 8, kRowPrefetch>,
 };
 
 }  // namespace
