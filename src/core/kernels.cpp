@@ -21,19 +21,31 @@ using kernels::KernelSet;
 using kernels::Layout;
 using kernels::TileFn;
 
+// The sets this CPU runs, best first, then the generic one.
+const std::vector<const KernelSet*>& runnable_sets() {
+  static const std::vector<const KernelSet*> sets = [] {
+    std::vector<const KernelSet*> simd = kernels::supported_simd_kernels();
+    simd.push_back(&kernels::generic_kernels());
+    return simd;
+  }();
+  return sets;
+}
+
+const KernelSet& runnable_set(std::string_view name, std::string_view asked_by) {
+  for (const KernelSet* set : runnable_sets())
+    if (name == set->name) return *set;
+  std::string names;
+  for (const KernelSet* set : runnable_sets()) names += std::string(names.empty() ? "" : ", ") + set->name;
+  throw Error(error_message("kernels", "{}{}: not a kernel set this CPU runs (it runs {})", asked_by, name, names));
+}
+
 // The best set this CPU runs, or the one ORCHARD_KERNELS names. An unknown or unsupported name
 // throws on every call (the static stays unset), so no caller can run on a set it did not ask for.
 const KernelSet& default_kernels() {
   static const KernelSet* chosen = [] {
-    std::vector<const KernelSet*> sets = kernels::supported_simd_kernels();
-    sets.push_back(&kernels::generic_kernels());
     const char* wanted = std::getenv("ORCHARD_KERNELS");
-    if (!wanted || !*wanted) return sets.front();
-    for (const KernelSet* set : sets)
-      if (std::string_view(set->name) == wanted) return set;
-    std::string names;
-    for (const KernelSet* set : sets) names += std::string(names.empty() ? "" : ", ") + set->name;
-    throw Error(error_message("kernels", "ORCHARD_KERNELS={}: not a kernel set this CPU runs (it runs {})", wanted, names));
+    if (!wanted || !*wanted) return runnable_sets().front();
+    return &runnable_set(wanted, "ORCHARD_KERNELS=");
   }();
   return *chosen;
 }
@@ -211,6 +223,16 @@ std::shared_ptr<void> CopyArena::allocate(size_t bytes) {
 }
 
 void force_generic_kernels(bool on) { kernels::use_kernel_set(on ? &kernels::generic_kernels() : nullptr); }
+
+std::vector<std::string> runnable_kernel_sets() {
+  std::vector<std::string> names;
+  for (const KernelSet* set : runnable_sets()) names.emplace_back(set->name);
+  return names;
+}
+
+void use_kernel_set(std::string_view name) {
+  kernels::use_kernel_set(name.empty() ? nullptr : &runnable_set(name, "kernel set "));
+}
 
 void kernels::use_kernel_set(const KernelSet* set) { g_chosen.store(set, std::memory_order_relaxed); }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -29,6 +30,12 @@ VectorIsa active_vector_isa();
 // Forces the portable kernels (tests compare them with the fast ones). Not thread-safe:
 // call before any matmul.
 void force_generic_kernels(bool on);
+// The names of the kernel sets this CPU runs, best first, then "generic".
+std::vector<std::string> runnable_kernel_sets();
+// Makes later matmuls and the model's vector code use the set of that name (empty: the default),
+// so tests can run each set in one process. Throws Error for a set this CPU does not run. Not
+// thread-safe: call between computations.
+void use_kernel_set(std::string_view name);
 
 // Memory for the repacked copies of one model: consecutive places in large blocks on huge pages
 // where the system gives them (see kernels.cpp), so no copy ends in a partial huge page of its

@@ -866,6 +866,27 @@ TEST(MatmulContract, IsaNameNamesTheChosenSet) {
   if (!simd.empty()) {
     EXPECT_EQ(best, simd.front()->name);
   }
+  // By name: every set this CPU runs, best first, then the generic one; any other is refused
+  // naming them all.
+  const std::vector<std::string> names = runnable_kernel_sets();
+  ASSERT_EQ(names.size(), simd.size() + 1);
+  EXPECT_EQ(names.front(), best);
+  EXPECT_EQ(names.back(), "generic");
+  std::string listed;
+  for (const std::string& name : names) {
+    use_kernel_set(name);
+    EXPECT_EQ(kernel_isa_name(), name);
+    listed += (listed.empty() ? "" : ", ") + name;
+  }
+  use_kernel_set("");
+  EXPECT_EQ(kernel_isa_name(), best);
+  try {
+    use_kernel_set(best.starts_with("neon") ? "avx2" : "neon");
+    ADD_FAILURE() << "a set this CPU does not run was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a kernel set this CPU runs (it runs " + listed + ")"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kernel_isa_name(), best);
 }
 
 }  // namespace
