@@ -80,13 +80,22 @@ struct DotChains {
 // two FMAs per super-block and token.
 // Decode (one token) streams each weight byte once from DRAM with little work per byte. Asking
 // for a whole column's lines before computing on it puts all of its cache misses in flight at
-// once, instead of one line at a time as the loads reach them. Measured on TinyLlama Q4_K_M
-// decode, one core, runs alternated: no prefetch 24.5 tok/s, 4 KiB ahead (the earlier choice)
-// 31–32, the current column 35–36 (up to one column ahead the same, further worse); Q4_0 and
-// Q8_0 the same or better than either.
+// once, instead of one line at a time as the loads reach them. The column asked for is the
+// first at least 2 KiB ahead (past a tile's end the lines are the next group's, or unused: a
+// prefetch never faults). On an earlier AVX-512 host (TinyLlama Q4_K_M decode, one core) the
+// current column had measured best (35–36 tok/s against 31–32 at 4 KiB ahead); on Sapphire
+// Rapids (2 cores) the current column left the 256-bit AVX2 kernels, which ask 1 KiB ahead,
+// faster on a mixture's small expert matrices, and asking ahead is faster. bench_kernels, 2
+// threads, medians of three alternated runs, current column vs 1 KiB ahead, then 1 KiB vs 2 KiB
+// in a second set: moe_decode Q4_K 740 → 622, 622 → 567 µs; Q4_0 681 → 633, 592 → 553; Q4_K
+// with Q6_K down 856 → 765, 658 → 683; gemv 5632 × 2048 Q4_K 423 → 359, 372 → 362; Q6_K 728 →
+// 613, 576 → 584; Q8_0 741 → 679, 683 → 643; Q4_0 381 → 376, 360 → 333. moe-3b decode, 2
+// threads, alternated with the current-column build: Q4_K_M 23.8 → 27.5 and 25.3 → 32.0 tok/s,
+// Q4_0 33.3 → 34.8 and 30.7 → 38.3.
 template <size_t kColumn>
 inline void prefetch_column(const uint8_t* column) {
-  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(column + line), _MM_HINT_T0);
+  constexpr size_t kAhead = (2048 + kColumn - 1) / kColumn * kColumn;
+  for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(column + kAhead + line), _MM_HINT_T0);
 }
 
 struct Q4_KInterleaved {
