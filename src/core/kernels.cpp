@@ -50,7 +50,7 @@ const KernelSet& default_kernels() {
   return *chosen;
 }
 
-// Null: the best set. Atomic only so that a test flipping it races with nothing undefined.
+// Null: the default set. Atomic only so that a test flipping it races with nothing undefined.
 std::atomic<const KernelSet*> g_chosen{nullptr};
 
 const KernelSet& active_kernels() {
