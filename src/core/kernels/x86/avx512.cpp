@@ -98,9 +98,10 @@ struct DotChains {
 // asking for runs of one token only vs up to 4: 2 sequences Q6_K 1113 → 643 µs, Q4_K 499 → 471,
 // Q4_0 447 → 392; 4 sequences Q6_K 1012 → 766, Q4_K 593 → 495, Q4_0 458 → 436.
 constexpr int kPrefetchTokens = 4;
+constexpr size_t kColumnPrefetchAhead = 2048;
 template <size_t kColumn>
 inline void prefetch_column(const uint8_t* column) {
-  constexpr size_t kAhead = (2048 + kColumn - 1) / kColumn * kColumn;
+  constexpr size_t kAhead = (kColumnPrefetchAhead + kColumn - 1) / kColumn * kColumn;
   for (size_t line = 0; line < kColumn; line += 64) _mm_prefetch(reinterpret_cast<const char*>(column + kAhead + line), _MM_HINT_T0);
 }
 
@@ -225,11 +226,10 @@ struct Q6_KInterleaved {
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ6_KColumn) {
       __m512i sum[T];
+      if constexpr (T <= kPrefetchTokens) prefetch_column<kQ6_KColumn>(w);
       if constexpr (T == 1) {
-        prefetch_column<kQ6_KColumn>(w);
         sum[0] = one_token(w, x[0][b]);
       } else {
-        if constexpr (T <= kPrefetchTokens) prefetch_column<kQ6_KColumn>(w);
         for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
         // Several tokens share each rebuilt word here, and [run][odd] accumulators per token
         // would not fit the registers: one run at a time (measured: 58 against 103–117 GMAC/s
