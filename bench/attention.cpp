@@ -3,6 +3,11 @@
 // (one task per KV head, query heads spread when threads outnumber KV heads), reported as GB/s
 // of cache read and as a fraction of the read bandwidth measured in the same run. At depth 4096
 // an F16 cache is 92 MB a step, far beyond the last-level cache, so each pass comes from DRAM.
+//
+// Prompt attention at depth: one layer's attention for 512 prompt rows at positions [P, P + 512)
+// of the same cache shape, in Forward::attend's blocks of 8 rows (one task per KV head and
+// block), with the vector loops and, where the CPU has them, AMX tiles (attention_amx.h); GFLOP/s
+// counts Q·K and P·V (4 × visible keys × 64 × 32 heads per row) per second of wall time.
 // Run: bench_attention [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -12,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "membw.h"
+#include "model/attention_amx.h"
 #include "model/kv_cache.h"
 #include "model/ops.h"
 
@@ -87,6 +93,76 @@ void decode_attention(benchmark::State& state) {
 BENCHMARK(decode_attention)
     ->ArgsProduct({{1, 2}, {512, 4096, 16384}, {static_cast<int64_t>(KvType::F16), static_cast<int64_t>(KvType::Q8_0), static_cast<int64_t>(KvType::F32)}})
     ->ArgNames({"threads", "depth", "type"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// range 0: threads, range 1: P (keys before the prompt), range 2: KvType, range 3: AMX (0, 1).
+void prefill_attention(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto depth = static_cast<int32_t>(state.range(1));
+  const auto type = static_cast<KvType>(state.range(2));
+  const bool amx = state.range(3) != 0;
+  if (amx && !ops::amx_available()) {
+    state.SkipWithError("no AMX on this CPU");
+    return;
+  }
+  constexpr int32_t kPrompt = 512, kBlockRows = 8;
+  const int32_t n_ctx = depth + kPrompt;
+  KvCache cache(1, n_ctx, kKvHeads, kHeadDim, kHeadDim, type);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(kKvHeads * kHeadDim), v(kKvHeads * kHeadDim);
+  for (int32_t pos = 0; pos < n_ctx; ++pos) {
+    for (auto& x : k) x = dist(rng);
+    for (auto& x : v) x = dist(rng);
+    cache.store(0, pos, k.data(), v.data());
+  }
+  constexpr int64_t kRowStride = kKvHeads * kGroup * kHeadDim;
+  std::vector<float> q(static_cast<size_t>(kPrompt * kRowStride)), out(q.size());
+  for (auto& x : q) x = dist(rng);
+  std::vector<int32_t> n_keys(kPrompt);
+  for (int32_t t = 0; t < kPrompt; ++t) n_keys[static_cast<size_t>(t)] = depth + t + 1;
+  core::ThreadPool pool(threads);
+  const int64_t scratch = ops::attention_scratch_floats(kBlockRows, kGroup, n_ctx);
+  std::vector<float> scores(static_cast<size_t>(scratch * threads));
+  ops::allow_amx_attention(amx);
+  for (auto _ : state) {
+    pool.parallel_for(int64_t{kKvHeads} * (kPrompt / kBlockRows), [&](int64_t task, int thread) {
+      const auto kv = static_cast<int32_t>(task % kKvHeads);
+      const auto t0 = static_cast<int32_t>(task / kKvHeads) * kBlockRows;
+      const auto offset = static_cast<size_t>(t0 * kRowStride + kv * kGroup * kHeadDim);
+      ops::AttentionBlock b;
+      b.q = &q[offset];
+      b.out = &out[offset];
+      b.row_stride = kRowStride;
+      b.n_rows = kBlockRows;
+      b.group = kGroup;
+      b.head_dim = kHeadDim;
+      b.n_keys = &n_keys[static_cast<size_t>(t0)];
+      b.keys = cache.keys(0, kv);
+      b.key_stride = cache.key_stride(0);
+      b.values = cache.values(0, kv);
+      b.value_stride = cache.value_stride();
+      b.type = type;
+      b.key_scales = cache.key_scales(0, kv);
+      b.value_scales = cache.value_scales(0, kv);
+      b.value_scale_stride = cache.value_scale_stride();
+      b.scores = &scores[static_cast<size_t>(thread * scratch)];
+      ops::attend_block(b);
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  ops::allow_amx_attention(true);
+  double keys_seen = 0;
+  for (int32_t n : n_keys) keys_seen += n;
+  const double flops = 4.0 * keys_seen * kHeadDim * kKvHeads * kGroup;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kv_type_name(type)) + (amx ? ", amx" : ", vector"));
+}
+
+BENCHMARK(prefill_attention)
+    ->ArgsProduct({{1, 2}, {0, 4096, 15872}, {static_cast<int64_t>(KvType::F16), static_cast<int64_t>(KvType::Q8_0)}, {0, 1}})
+    ->ArgNames({"threads", "P", "type", "amx"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

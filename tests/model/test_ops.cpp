@@ -9,27 +9,57 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/quant.h"
+#include "model/attention_amx.h"
 #include "model/kv_cache.h"
 #include "model/ops.h"
 
 namespace orchard::model {
 namespace {
 
+// Each kernel set this CPU runs, and where it has AMX, the AVX-512 set with attention's prompt
+// blocks on AMX tiles ("avx512-vnni+amx"; the set alone computes them with vector loops).
+constexpr std::string_view kAmx = "+amx";
+std::vector<std::string> kernel_sets_and_amx() {
+  std::vector<std::string> sets = core::runnable_kernel_sets();
+  if (ops::amx_available()) sets.push_back("avx512-vnni" + std::string(kAmx));
+  return sets;
+}
+
 class OpsOnEachSet : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { core::use_kernel_set(GetParam()); }
-  void TearDown() override { core::use_kernel_set(""); }
+  void SetUp() override {
+    const std::string& name = GetParam();
+    const bool amx = name.ends_with(kAmx);
+    ops::allow_amx_attention(amx);
+    core::use_kernel_set(amx ? name.substr(0, name.size() - kAmx.size()) : name);
+  }
+  void TearDown() override {
+    core::use_kernel_set("");
+    ops::allow_amx_attention(true);
+  }
 };
 
-INSTANTIATE_TEST_SUITE_P(KernelSets, OpsOnEachSet, ::testing::ValuesIn(core::runnable_kernel_sets()),
+// AMX multiplies pairs of bfloat16s (attention_amx.h): a product of a query's and a key's
+// element is off by at most 3·2^-18 of its size (each operand's split leaves 2^-18 and the lo·lo
+// term is dropped), so a score by at most that share of Σ_d |q_d k_d| · scale, and an output, a
+// probability-weighted mean of values, by at most twice the largest score error times
+// Σ_j p_j |v_j|. This is that bound's factor on Σ_j p_j |v_j|; 0 for the F32 loops, whose
+// error the tests' own tolerances cover.
+double amx_output_error(bool amx, double largest_abs_score_sum) {
+  return amx ? 2 * 3 * std::ldexp(1.0, -18) * largest_abs_score_sum : 0.0;
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelSets, OpsOnEachSet, ::testing::ValuesIn(kernel_sets_and_amx()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
+                           std::replace(name.begin(), name.end(), '+', '_');
                            return name;
                          });
 
@@ -110,6 +140,7 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  int32_t amx_blocks = 0;
   for (const AttentionCase& c : cases) {
     const int32_t hd = c.head_dim, vectors = c.n_rows * c.group;
     const int64_t row_stride = static_cast<int64_t>(c.group) * hd + 5;  // rows apart, as in a wider buffer
@@ -126,20 +157,31 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
                           keys.data(), c.key_stride, values.data(), hd, scratch.data()};
     if (!c.first_key.empty()) b.first_key = c.first_key.data();
     if (!c.sinks.empty()) b.sinks = c.sinks.data();
-    ops::attend_block(b);
+    // attend_block keeps an F32 cache on the vector loops; the AMX parameter calls the tile
+    // path itself for the prompt-sized blocks (windows, sinks, partial tiles).
+    const bool on_tiles = GetParam().ends_with(kAmx) && vectors >= 16 && hd % 32 == 0;
+    amx_blocks += on_tiles;
+    if (on_tiles) ops::attend_block_amx(b);
+    else ops::attend_block(b);
     for (int32_t v = 0; v < vectors; ++v) {
       const int32_t row = v / c.group, head = v % c.group, n = c.n_keys[static_cast<size_t>(row)];
       const int32_t first = c.first_key.empty() ? 0 : c.first_key[static_cast<size_t>(row)];
       const float* qv = &q[static_cast<size_t>(row * row_stride + head * hd)];
       const float* ov = &out[static_cast<size_t>(row * row_stride + head * hd)];
       std::vector<double> p(static_cast<size_t>(n), -INFINITY);
-      double max = c.sinks.empty() ? -INFINITY : c.sinks[static_cast<size_t>(head)], sum = 0;
+      double max = c.sinks.empty() ? -INFINITY : c.sinks[static_cast<size_t>(head)], sum = 0, abs_sum = 0;
       for (int32_t j = first; j < n; ++j) {
-        double dot = 0;
-        for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.key_stride + j];
+        double dot = 0, abs_dot = 0;
+        for (int32_t d = 0; d < hd; ++d) {
+          const double product = static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.key_stride + j];
+          dot += product;
+          abs_dot += std::fabs(product);
+        }
         p[j] = dot / std::sqrt(static_cast<double>(hd));
         max = std::max(max, p[j]);
+        abs_sum = std::max(abs_sum, abs_dot / std::sqrt(static_cast<double>(hd)));
       }
+      const double amx_error = amx_output_error(GetParam().ends_with(kAmx), abs_sum);
       // A sink joins the denominator only.
       if (!c.sinks.empty()) sum += std::exp(c.sinks[static_cast<size_t>(head)] - max);
       for (double& x : p) sum += x = std::exp(x - max);
@@ -150,7 +192,7 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
           magnitude += p[j] / sum * std::fabs(values[static_cast<size_t>(j) * hd + d]);
         }
         // float32 scores of |q·k| up to a few hundred: their rounding moves each weight by ~1e-5.
-        ASSERT_NEAR(ov[d], expected, 1e-4 * magnitude + 1e-6)
+        ASSERT_NEAR(ov[d], expected, (1e-4 + amx_error) * magnitude + 1e-6)
             << "rows " << c.n_rows << " group " << c.group << " head_dim " << hd << ": row " << row << " head " << head
             << " dim " << d;
       }
@@ -160,6 +202,7 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
       for (int64_t i = static_cast<int64_t>(c.group) * hd; i < row_stride; ++i)
         ASSERT_TRUE(std::isnan(out[static_cast<size_t>(row * row_stride + i)]));
   }
+  if (GetParam().ends_with(kAmx)) EXPECT_EQ(amx_blocks, 7);
 }
 
 // Latent attention's form: one KV "head" whose values are narrower or wider than its keys, a
@@ -233,6 +276,7 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       {1, 8, 64, 64, 2100, {2100}, {1500}},
       {4, 8, 64, 64, 1100, {1097, 1098, 1099, 1100}, {33, 100, 700, 1090}},
   };
+  int32_t amx_blocks = 0;
   for (const KvType type : {KvType::F16, KvType::Q8_0}) {
     for (const Shape& c : shapes) {
       const int32_t kd = c.key_dim, vd = c.value_dim, heads = 2, layer = 1, head = 1;
@@ -282,17 +326,24 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       b.key_scales = cache.key_scales(layer, head);
       b.value_scales = cache.value_scales(layer, head);
       b.value_scale_stride = cache.value_scale_stride();
+      amx_blocks += ops::amx_suits(b);
       ops::attend_block(b);
       for (int32_t r = 0; r < c.n_rows; ++r)
         for (int32_t g = 0; g < c.group; ++g) {
           const int32_t n = c.n_keys[static_cast<size_t>(r)], first = c.first_key.empty() ? 0 : c.first_key[static_cast<size_t>(r)];
           std::vector<double> p(static_cast<size_t>(n));
-          double max = -INFINITY, sum = 0;
+          double max = -INFINITY, sum = 0, abs_sum = 0;
           for (int32_t j = first; j < n; ++j) {
-            double dot = 0;
-            for (int32_t d = 0; d < kd; ++d) dot += static_cast<double>(q[static_cast<size_t>(r * row_stride + g * kd + d)]) * keys[j][d];
+            double dot = 0, abs_dot = 0;
+            for (int32_t d = 0; d < kd; ++d) {
+              const double product = static_cast<double>(q[static_cast<size_t>(r * row_stride + g * kd + d)]) * keys[j][d];
+              dot += product;
+              abs_dot += std::fabs(product);
+            }
             max = std::max(max, p[j] = dot / std::sqrt(static_cast<double>(kd)));
+            abs_sum = std::max(abs_sum, abs_dot / std::sqrt(static_cast<double>(kd)));
           }
+          const double amx_error = amx_output_error(GetParam().ends_with(kAmx), abs_sum);
           for (int32_t j = first; j < n; ++j) sum += p[j] = std::exp(p[j] - max);
           for (int32_t d = 0; d < vd; ++d) {
             double expected = 0, magnitude = 0;
@@ -302,13 +353,15 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
             }
             // Measured worst: 3.3e-6 of the magnitude, on every kernel set's clone (an online
             // softmax over 64-key chunks measured 2.2e-6).
-            ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected, 1e-5 * magnitude + 1e-6)
+            ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected, (1e-5 + amx_error) * magnitude + 1e-6)
                 << kv_type_name(type) << ": rows " << c.n_rows << " group " << c.group << " key " << kd << ": row " << r
                 << " head " << g << " dim " << d;
           }
         }
     }
   }
+  // Under the AMX parameter, the two prompt-sized blocks of each type take the tiles.
+  EXPECT_EQ(amx_blocks, GetParam().ends_with(kAmx) ? 4 : 0);
 }
 
 TEST(Ops, KvCacheTypesAreNamedAndQ8_0WantsBlocksOf32) {
