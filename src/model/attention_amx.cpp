@@ -397,7 +397,7 @@ bool amx_available() {
 bool amx_suits(const AttentionBlock& block) {
   const int32_t value_dims = block.value_dim ? block.value_dim : block.head_dim;
   return amx_allowed && block.type != KvType::F32 && core::active_vector_isa() == core::VectorIsa::kAvx512 && amx_available() &&
-         block.n_rows * block.group >= kRows && block.head_dim % kDimStep == 0 && value_dims % kValueGroup == 0;
+         block.head_dim % kDimStep == 0 && value_dims % kValueGroup == 0;
 }
 
 void allow_amx_attention(bool allowed) { amx_allowed = allowed; }

@@ -18,10 +18,13 @@ namespace orchard::model::ops {
 // process use the tiles (Linux asks for them once, per process). False off x86-64 Linux.
 bool amx_available();
 // Whether attend_block takes the AMX path for this block: amx_available(), the AVX-512 kernel
-// set chosen, AMX allowed, at least a tile of query vectors (a prompt's block, not a decode
-// step's 8 heads), widths the tiles divide (head_dim by 32, value_dim by 16), and an F16 or
-// Q8_0 cache: those round each element by 2^-12 or more when stored, far above the split
-// products' 2^-17, while an F32 cache is asked for float precision, which the vector loops keep.
+// set chosen, AMX allowed, widths the tiles divide (head_dim by 32, value_dim by 16), and an F16
+// or Q8_0 cache: those round each element by 2^-12 or more when stored, far above the split
+// products' 2^-17, while an F32 cache is asked for float precision, which the vector loops
+// keep. Decode steps too, though their one row of 8 query heads fills half a tile (the vector
+// loops were 1.1-1.3× faster there at depth 4096, even at 16384): a row's attention must not
+// depend on the rows it is batched with (a prompt cut into chunks by the server's load, a
+// cached prefix, test_batch), and the two paths differ in their last bits.
 bool amx_suits(const AttentionBlock& block);
 // Allowed unless the environment variable ORCHARD_AMX is "0" at start; tests and benchmarks set
 // it to compare both paths in one process. Not thread-safe: call between computations.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/attention_amx.h"
 #include "model/ops.h"
 
 namespace orchard::model {
@@ -280,13 +281,13 @@ void Forward::attention_block(int32_t layer, int32_t n) {
   add_to_residual(n);
 }
 
-int32_t Forward::attention_blocks(int32_t n) {
-  // Blocks of up to kAttentionBlockRows consecutive rows of one sequence: their query vectors
-  // read the same keys and values, which attend_block loads once per tile of them.
+int32_t Forward::attention_blocks(int32_t n, int32_t rows) {
+  // Blocks of up to `rows` consecutive rows of one sequence: their query vectors read the same
+  // keys and values, which attend_block loads once per tile of them.
   int32_t n_blocks = 0;
   for (int32_t t = 0; t < n; ++t) {
     if (t == 0 || row_sequence_[t] != row_sequence_[t - 1] ||
-        t - block_start_[n_blocks - 1] == kAttentionBlockRows)
+        t - block_start_[n_blocks - 1] == rows)
       block_start_[n_blocks++] = t;
     key_counts_[t] = row_pos_[t] + 1;
   }
@@ -300,15 +301,22 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t hd = c.head_dim;
   const int32_t q_dim = s.n_heads() * hd;
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
-  const int32_t n_blocks = attention_blocks(n);
   const LayerWeights& w = weights_.layer(s.layer_begin + local);
   const bool sliding = c.sliding_layer(s.layer_begin + local);
+  const int32_t ring = caches_.front().ring(local);
+  // Larger blocks where AMX takes them, but not in a ring: its slots hold a window plus the
+  // rows of a block of kAttentionBlockRows.
+  ops::AttentionBlock shape;
+  shape.n_rows = kAttentionBlockRows;
+  shape.head_dim = hd;
+  shape.type = caches_.front().type();
+  const int32_t block_rows = ring == 0 && ops::amx_suits(shape) ? kAmxBlockRows : kAttentionBlockRows;
+  const int32_t n_blocks = attention_blocks(n, block_rows);
   if (sliding)
     for (int32_t t = 0; t < n; ++t) first_keys_[t] = std::max(0, row_pos_[t] + 1 - c.sliding_window);
   // A ring (every sequence's cache has the same): a block's keys are the `ring` slots from its
   // first visible position's, which hold positions from there on, so its rows' key ranges
   // become slot ranges by one shift.
-  const int32_t ring = caches_.front().ring(local);
   if (ring > 0)
     for (int32_t block = 0; block < n_blocks; ++block) {
       const int32_t t0 = block_start_[block], shift = first_keys_[t0] - first_keys_[t0] % ring;
@@ -356,6 +364,8 @@ void Forward::attend(int32_t local, int32_t n) {
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
     if (sliding) b.first_key = ring > 0 ? &ring_first_[static_cast<size_t>(t0)] : &first_keys_[static_cast<size_t>(t0)];
     if (!w.attn_sinks.empty()) b.sinks = &w.attn_sinks[static_cast<size_t>(h0)];
+    // A block of more than kAttentionBlockRows rows (more than the scores scratch holds) suits
+    // AMX as `shape` did: the same type and widths decide.
     ops::attend_block(b);
   });
 }
