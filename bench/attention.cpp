@@ -5,8 +5,9 @@
 // an F16 cache is 92 MB a step, far beyond the last-level cache, so each pass comes from DRAM.
 //
 // Prompt attention at depth: one layer's attention for 512 prompt rows at positions [P, P + 512)
-// of the same cache shape, in Forward::attend's blocks of 8 rows (one task per KV head and
-// block), with the vector loops and, where the CPU has them, AMX tiles (attention_amx.h); GFLOP/s
+// of the same cache shape, in Forward::attend's blocks (one task per KV head and block), with the
+// vector loops (blocks of 8 rows) and, where the CPU has them, AMX tiles (attention_amx.h;
+// blocks of 32); GFLOP/s
 // counts Q·K and P·V (4 × visible keys × 64 × 32 heads per row) per second of wall time.
 // Run: bench_attention [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -106,7 +107,8 @@ void prefill_attention(benchmark::State& state) {
     state.SkipWithError("no AMX on this CPU");
     return;
   }
-  constexpr int32_t kPrompt = 512, kBlockRows = 8;
+  constexpr int32_t kPrompt = 512;
+  const int32_t block_rows = amx ? 32 : 8;
   const int32_t n_ctx = depth + kPrompt;
   KvCache cache(1, n_ctx, kKvHeads, kHeadDim, kHeadDim, type);
   std::mt19937 rng(3);
@@ -123,19 +125,19 @@ void prefill_attention(benchmark::State& state) {
   std::vector<int32_t> n_keys(kPrompt);
   for (int32_t t = 0; t < kPrompt; ++t) n_keys[static_cast<size_t>(t)] = depth + t + 1;
   core::ThreadPool pool(threads);
-  const int64_t scratch = ops::attention_scratch_floats(kBlockRows, kGroup, n_ctx);
+  const int64_t scratch = ops::attention_scratch_floats(block_rows, kGroup, n_ctx);
   std::vector<float> scores(static_cast<size_t>(scratch * threads));
   ops::allow_amx_attention(amx);
   for (auto _ : state) {
-    pool.parallel_for(int64_t{kKvHeads} * (kPrompt / kBlockRows), [&](int64_t task, int thread) {
+    pool.parallel_for(int64_t{kKvHeads} * (kPrompt / block_rows), [&](int64_t task, int thread) {
       const auto kv = static_cast<int32_t>(task % kKvHeads);
-      const auto t0 = static_cast<int32_t>(task / kKvHeads) * kBlockRows;
+      const auto t0 = static_cast<int32_t>(task / kKvHeads) * block_rows;
       const auto offset = static_cast<size_t>(t0 * kRowStride + kv * kGroup * kHeadDim);
       ops::AttentionBlock b;
       b.q = &q[offset];
       b.out = &out[offset];
       b.row_stride = kRowStride;
-      b.n_rows = kBlockRows;
+      b.n_rows = block_rows;
       b.group = kGroup;
       b.head_dim = kHeadDim;
       b.n_keys = &n_keys[static_cast<size_t>(t0)];

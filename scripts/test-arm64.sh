@@ -23,7 +23,7 @@ flags=(-std=c++20 -O2 -Wall -Wextra -DFMT_HEADER_ONLY -I"$root/src" -I"$root/tes
 
 sources=("$root"/src/core/*.cpp "$root"/src/core/kernels/generic/activations.cpp "$root"/src/core/kernels/generic/generic.cpp
   "$root"/src/core/kernels/generic/layouts.cpp "$root"/src/core/kernels/arm/*.cpp "$root"/tests/core/*.cpp
-  "$root"/src/model/ops.cpp "$root"/src/model/kv_cache.cpp "$root"/tests/model/test_ops.cpp
+  "$root"/src/model/ops.cpp "$root"/src/model/attention_amx.cpp "$root"/src/model/kv_cache.cpp "$root"/tests/model/test_ops.cpp
   /usr/src/googletest/googletest/src/gtest-all.cc /usr/src/googletest/googletest/src/gtest_main.cc)
 
 object_of() { echo "$build/obj/$(echo "${1#/}" | tr / _).o"; }

@@ -303,20 +303,19 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
   const LayerWeights& w = weights_.layer(s.layer_begin + local);
   const bool sliding = c.sliding_layer(s.layer_begin + local);
-  const int32_t ring = caches_.front().ring(local);
-  // Larger blocks where AMX takes them, but not in a ring: its slots hold a window plus the
-  // rows of a block of kAttentionBlockRows.
+  // Larger blocks where AMX takes them (a ring holds a window plus a whole batch, so any block
+  // of a batch's rows fits in it).
   ops::AttentionBlock shape;
   shape.n_rows = kAttentionBlockRows;
   shape.head_dim = hd;
   shape.type = caches_.front().type();
-  const int32_t block_rows = ring == 0 && ops::amx_suits(shape) ? kAmxBlockRows : kAttentionBlockRows;
-  const int32_t n_blocks = attention_blocks(n, block_rows);
+  const int32_t n_blocks = attention_blocks(n, ops::amx_suits(shape) ? kAmxBlockRows : kAttentionBlockRows);
   if (sliding)
     for (int32_t t = 0; t < n; ++t) first_keys_[t] = std::max(0, row_pos_[t] + 1 - c.sliding_window);
   // A ring (every sequence's cache has the same): a block's keys are the `ring` slots from its
   // first visible position's, which hold positions from there on, so its rows' key ranges
   // become slot ranges by one shift.
+  const int32_t ring = caches_.front().ring(local);
   if (ring > 0)
     for (int32_t block = 0; block < n_blocks; ++block) {
       const int32_t t0 = block_start_[block], shift = first_keys_[t0] - first_keys_[t0] % ring;
