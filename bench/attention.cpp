@@ -73,7 +73,6 @@ void decode_attention(benchmark::State& state) {
         b.head_dim = kHeadDim;
         b.n_keys = &n_keys;
         b.keys = cache.keys(layer, kv);
-        b.key_stride = cache.key_stride(layer);
         b.values = cache.values(layer, kv);
         b.value_stride = cache.value_stride();
         b.type = type;
@@ -142,7 +141,6 @@ void prefill_attention(benchmark::State& state) {
       b.head_dim = kHeadDim;
       b.n_keys = &n_keys[static_cast<size_t>(t0)];
       b.keys = cache.keys(0, kv);
-      b.key_stride = cache.key_stride(0);
       b.values = cache.values(0, kv);
       b.value_stride = cache.value_stride();
       b.type = type;

@@ -123,7 +123,9 @@ std::vector<double> expert_efficiency(const ProbeShape& shape, core::ThreadPool&
 
 // FLOPs per second of a prompt's attention: kAttentionProbeTokens rows, each attending to
 // itself and every row before it, over the shape's heads, from an F16 cache laid out as KvCache
-// keeps it (keys transposed per KV head), one task per KV head and block as Forward runs it.
+// keeps it (each KV head's keys in whole blocks, then its values), one task per KV head and
+// block as Forward runs it.
+static_assert(kAttentionProbeTokens % model::kKeyBlock == 0, "the probe's keys are whole blocks");
 double attention_rate(const ProbeShape& shape, core::ThreadPool& pool) {
   const int32_t rows = kAttentionProbeTokens, hd = shape.head_dim, kv_heads = shape.n_kv_heads;
   const int32_t group = shape.n_heads / kv_heads, blocks = rows / kAttentionBlockRows;
@@ -151,7 +153,6 @@ double attention_rate(const ProbeShape& shape, core::ThreadPool& pool) {
       b.head_dim = hd;
       b.n_keys = &n_keys[static_cast<size_t>(t0)];
       b.keys = &keys[head];
-      b.key_stride = rows;
       b.values = &values[head];
       b.value_stride = hd;
       b.type = model::KvType::F16;

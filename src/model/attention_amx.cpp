@@ -32,6 +32,7 @@ namespace {
 
 constexpr int32_t kRows = 16;         // query vectors per tile (a tile's rows)
 constexpr int32_t kChunk = 64;        // keys per step of the online softmax
+static_assert(kChunk == kKeyBlock, "a chunk is one block of the cache's keys");
 constexpr int32_t kKeyGroup = 16;     // keys per score tile (its columns)
 constexpr int32_t kKeyStep = 32;      // keys per P·V product (its depth: 16 pairs)
 constexpr int32_t kDimStep = 32;      // key dimensions per Q·K product (its depth)
@@ -116,8 +117,7 @@ ORCHARD_AMX_TARGET inline __m512 load16(const void* base, int64_t index, __mmask
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, static_cast<const int8_t*>(base) + index)));
   }
 }
-// Asks for the cache line of an element a chunk ahead: a chunk reads 64 key rows n_ctx apart
-// and 64 value rows a position apart, more streams than the hardware prefetcher follows.
+// Asks for the cache line of an element a chunk ahead.
 template <KvType kType>
 inline void prefetch(const void* base, int64_t index) {
   using T = std::conditional_t<kType == KvType::F32, float, std::conditional_t<kType == KvType::F16, core::Half, int8_t>>;
@@ -234,13 +234,15 @@ ORCHARD_AMX_TARGET void attend(const AttentionBlock& b) {
       for (int32_t s = 0; s < dim_steps; ++s) {
         uint16_t* k_hi = k_pack + (size_t(g * dim_steps + s) * 2) * kTileElements;
         __m512 block_scale = _mm512_set1_ps(1.0f);
-        if constexpr (kType == KvType::Q8_0) block_scale = load_scales(b.key_scales, int64_t{s * kDimStep / kKvQ8Block} * b.key_stride + j0, mask);
+        if constexpr (kType == KvType::Q8_0)
+          block_scale = load_scales(b.key_scales, key_element(dims / kKvQ8Block, s * kDimStep / kKvQ8Block, j0), mask);
         for (int32_t r = 0; r < kRows; ++r) {
           const int32_t d = s * kDimStep + 2 * r;
-          prefetch<kType>(keys, d * b.key_stride + j0 + kChunk);
-          prefetch<kType>(keys, (d + 1) * b.key_stride + j0 + kChunk);
-          const __m512 even = _mm512_mul_ps(load16<kType>(keys, d * b.key_stride + j0, mask), block_scale);
-          const __m512 odd = _mm512_mul_ps(load16<kType>(keys, (d + 1) * b.key_stride + j0, mask), block_scale);
+          const int64_t at = key_element(dims, d, j0);  // dimension d + 1 follows a block row on
+          prefetch<kType>(keys, at + int64_t{kChunk} * dims);
+          prefetch<kType>(keys, at + int64_t{kChunk} * dims + kKeyBlock);
+          const __m512 even = _mm512_mul_ps(load16<kType>(keys, at, mask), block_scale);
+          const __m512 odd = _mm512_mul_ps(load16<kType>(keys, at + kKeyBlock, mask), block_scale);
           split(even, odd, true, k_hi + r * 32, k_hi + kTileElements + r * 32);
         }
       }

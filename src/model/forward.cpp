@@ -353,7 +353,6 @@ void Forward::attend(int32_t local, int32_t n) {
     b.head_dim = hd;
     b.n_keys = ring > 0 ? &ring_keys_[static_cast<size_t>(t0)] : &key_counts_[static_cast<size_t>(t0)];
     b.keys = cache.keys(local, kv);
-    b.key_stride = cache.key_stride(local);
     b.values = cache.values(local, kv);
     b.value_stride = cache.value_stride();
     b.type = cache.type();
@@ -455,7 +454,6 @@ void Forward::attend_latent(int32_t local, int32_t n) {
     b.head_dim = width;
     b.n_keys = &key_counts_[static_cast<size_t>(t0)];
     b.keys = cache.keys(local, 0);
-    b.key_stride = cache.key_stride(local);
     b.values = cache.values(local, 0);
     b.value_stride = cache.value_stride();
     b.type = cache.type();

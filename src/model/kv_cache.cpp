@@ -83,9 +83,10 @@ KvCache::KvCache(int32_t n_layers, int32_t n_ctx, int32_t n_kv_heads, int32_t ke
     ORCHARD_CHECK(layer.ring >= 0 && layer.ring <= n_ctx / 2, "a ring of {} positions in a context of {}", layer.ring,
                   n_ctx);
     layer.slots = layer.ring > 0 ? 2 * layer.ring : n_ctx;
+    layer.capacity = (layer.slots + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
     layer.first_key = slots * n_kv_heads * key_dim;
     layer.first_value = slots * n_kv_heads * value_dim;
-    slots += static_cast<size_t>(layer.slots);
+    slots += static_cast<size_t>(layer.capacity);
   }
   const size_t keys = slots * n_kv_heads * key_dim;
   const size_t values = slots * n_kv_heads * value_dim;
@@ -136,7 +137,7 @@ size_t KvCache::bytes_per_position() const {
 
 size_t KvCache::bytes() const {
   size_t slots = 0;
-  for (const Layer& l : layers_) slots += static_cast<size_t>(l.slots);
+  for (const Layer& l : layers_) slots += static_cast<size_t>(l.capacity);
   return slots * bytes_per_slot();
 }
 
@@ -162,57 +163,49 @@ void KvCache::store_heads(int32_t layer, int32_t pos, int32_t head_begin, int32_
 
 void KvCache::store_slot(int32_t layer, int32_t index, int32_t head_begin, int32_t head_end, const float* k,
                          const float* v) {
-  const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
-  const size_t slots = static_cast<size_t>(key_stride(layer));  // per key row
-  // The heads' values are one run of the position's row.
-  const size_t value_row = layers_[static_cast<size_t>(layer)].first_value + static_cast<size_t>(index) * kv_dim;
-  const size_t value_begin = static_cast<size_t>(head_begin) * value_dim_;
-  const size_t value_end = static_cast<size_t>(head_end) * value_dim_;
-  switch (type_) {
-    case KvType::F32: {
-      auto* keys = reinterpret_cast<float*>(keys_.get());
-      for (int32_t h = head_begin; h < head_end; ++h)
-        for (int32_t d = 0; d < key_dim_; ++d)
-          keys[key_offset(layer, h) + static_cast<size_t>(d) * slots + index] = k[h * key_dim_ + d];
-      std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row + value_begin, v + value_begin,
-                  (value_end - value_begin) * sizeof(float));
-      return;
-    }
-    case KvType::F16: {
-      auto* keys = reinterpret_cast<core::Half*>(keys_.get());
-      // A head's key is converted as one run, then scattered down its transposed rows.
-      core::Half key[kMaxConvertedKey];
-      for (int32_t h = head_begin; h < head_end; ++h)
+  for (int32_t h = head_begin; h < head_end; ++h) {
+    const float* key = k + static_cast<size_t>(h) * key_dim_;
+    const float* value = v + static_cast<size_t>(h) * value_dim_;
+    const size_t key_base = key_offset(layer, h);
+    const size_t value_row = value_offset(layer, h) + static_cast<size_t>(index) * value_dim_;
+    switch (type_) {
+      case KvType::F32: {
+        auto* keys = reinterpret_cast<float*>(keys_.get()) + key_base;
+        for (int32_t d = 0; d < key_dim_; ++d) keys[key_element(key_dim_, d, index)] = key[d];
+        std::memcpy(reinterpret_cast<float*>(values_.get()) + value_row, value, static_cast<size_t>(value_dim_) * sizeof(float));
+        break;
+      }
+      case KvType::F16: {
+        auto* keys = reinterpret_cast<core::Half*>(keys_.get()) + key_base;
+        // A head's key is converted as one run, then scattered down its block's rows.
+        core::Half converted[kMaxConvertedKey];
         for (int32_t d0 = 0; d0 < key_dim_; d0 += kMaxConvertedKey) {
           const int32_t count = std::min(kMaxConvertedKey, key_dim_ - d0);
-          floats_to_halves(k + h * key_dim_ + d0, key, count);
-          for (int32_t d = 0; d < count; ++d)
-            keys[key_offset(layer, h) + static_cast<size_t>(d0 + d) * slots + index] = key[d];
+          floats_to_halves(key + d0, converted, count);
+          for (int32_t d = 0; d < count; ++d) keys[key_element(key_dim_, d0 + d, index)] = converted[d];
         }
-      floats_to_halves(v + value_begin, reinterpret_cast<core::Half*>(values_.get()) + value_row + value_begin,
-                       static_cast<int64_t>(value_end - value_begin));
-      return;
-    }
-    case KvType::Q8_0: {
-      // GGUF's Q8_0 blocks (the reference quantizer), taken apart into codes and scales.
-      core::BlockQ8_0 block;
-      auto* keys = reinterpret_cast<int8_t*>(keys_.get());
-      auto* key_scales = reinterpret_cast<core::Half*>(key_scales_.get());
-      for (int32_t h = head_begin; h < head_end; ++h)
-        for (int32_t d0 = 0; d0 < key_dim_; d0 += kKvQ8Block) {
-          core::quantize_row_reference(core::TensorType::Q8_0, k + h * key_dim_ + d0, &block, kKvQ8Block);
-          const size_t column = key_offset(layer, h) + static_cast<size_t>(d0) * slots + index;
-          for (int32_t i = 0; i < kKvQ8Block; ++i) keys[column + static_cast<size_t>(i) * slots] = block.qs[i];
-          key_scales[key_offset(layer, h) / kKvQ8Block + static_cast<size_t>(d0 / kKvQ8Block) * slots + index] = block.d;
-        }
-      auto* values = reinterpret_cast<int8_t*>(values_.get()) + value_row;
-      auto* value_scales = reinterpret_cast<core::Half*>(value_scales_.get()) + value_row / kKvQ8Block;
-      for (size_t i = value_begin; i < value_end; i += kKvQ8Block) {
-        core::quantize_row_reference(core::TensorType::Q8_0, v + i, &block, kKvQ8Block);
-        std::memcpy(values + i, block.qs, kKvQ8Block);
-        value_scales[i / kKvQ8Block] = block.d;
+        floats_to_halves(value, reinterpret_cast<core::Half*>(values_.get()) + value_row, value_dim_);
+        break;
       }
-      return;
+      case KvType::Q8_0: {
+        // GGUF's Q8_0 blocks (the reference quantizer), taken apart into codes and scales.
+        core::BlockQ8_0 block;
+        auto* keys = reinterpret_cast<int8_t*>(keys_.get()) + key_base;
+        auto* key_scales = reinterpret_cast<core::Half*>(key_scales_.get()) + key_base / kKvQ8Block;
+        for (int32_t d0 = 0; d0 < key_dim_; d0 += kKvQ8Block) {
+          core::quantize_row_reference(core::TensorType::Q8_0, key + d0, &block, kKvQ8Block);
+          for (int32_t i = 0; i < kKvQ8Block; ++i) keys[key_element(key_dim_, d0 + i, index)] = block.qs[i];
+          key_scales[key_element(key_dim_ / kKvQ8Block, d0 / kKvQ8Block, index)] = block.d;
+        }
+        auto* values = reinterpret_cast<int8_t*>(values_.get()) + value_row;
+        auto* value_scales = reinterpret_cast<core::Half*>(value_scales_.get()) + value_row / kKvQ8Block;
+        for (int32_t i = 0; i < value_dim_; i += kKvQ8Block) {
+          core::quantize_row_reference(core::TensorType::Q8_0, value + i, &block, kKvQ8Block);
+          std::memcpy(values + i, block.qs, kKvQ8Block);
+          value_scales[i / kKvQ8Block] = block.d;
+        }
+        break;
+      }
     }
   }
 }
@@ -226,26 +219,22 @@ void KvCache::copy_prefix(const KvCache& from, int32_t n) {
   ORCHARD_CHECK(n >= 0 && n <= n_ctx_, "copying {} positions of {}", n, n_ctx_);
   if (&from == this || n == 0) return;
   const size_t e = element_bytes(), h = sizeof(core::Half);
-  const size_t kv_dim = static_cast<size_t>(n_kv_heads_) * value_dim_;
+  const bool scaled = type_ == KvType::Q8_0;
+  auto copy = [](uint8_t* to, const uint8_t* source, size_t at, size_t bytes) { std::memcpy(to + at, source + at, bytes); };
   for (int32_t l = 0; l < n_layers_; ++l) {
-    // A ring is copied whole; a full layer's first n positions.
-    const size_t slots = static_cast<size_t>(key_stride(l));
-    const size_t count = ring(l) > 0 ? slots : static_cast<size_t>(n);
-    // Key rows: one per head and dimension, each `slots` long.
-    const size_t key_rows = static_cast<size_t>(n_kv_heads_) * key_dim_;
-    for (size_t r = 0; r < key_rows; ++r) {
-      const size_t at = key_offset(l, 0) + r * slots;
-      std::memcpy(keys_.get() + at * e, from.keys_.get() + at * e, count * e);
-      if (type_ == KvType::Q8_0 && r % kKvQ8Block == 0) {
-        const size_t scale_at = key_offset(l, 0) / kKvQ8Block + r / kKvQ8Block * slots;
-        std::memcpy(key_scales_.get() + scale_at * h, from.key_scales_.get() + scale_at * h, count * h);
-      }
+    // A ring is copied whole; a full layer's first n positions, its keys in whole blocks (the
+    // slots past n that come with them are never read as keys a row sees).
+    const Layer& layer = layers_[static_cast<size_t>(l)];
+    const size_t count = ring(l) > 0 ? static_cast<size_t>(layer.capacity) : static_cast<size_t>(n);
+    const size_t key_slots = (count + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+    for (int32_t head = 0; head < n_kv_heads_; ++head) {
+      const size_t keys_at = key_offset(l, head), values_at = value_offset(l, head);
+      copy(keys_.get(), from.keys_.get(), keys_at * e, key_slots * key_dim_ * e);
+      copy(values_.get(), from.values_.get(), values_at * e, count * value_dim_ * e);
+      if (!scaled) continue;
+      copy(key_scales_.get(), from.key_scales_.get(), keys_at / kKvQ8Block * h, key_slots * key_dim_ / kKvQ8Block * h);
+      copy(value_scales_.get(), from.value_scales_.get(), values_at / kKvQ8Block * h, count * value_dim_ / kKvQ8Block * h);
     }
-    const size_t value_at = value_offset(l, 0);
-    std::memcpy(values_.get() + value_at * e, from.values_.get() + value_at * e, count * kv_dim * e);
-    if (type_ == KvType::Q8_0)
-      std::memcpy(value_scales_.get() + value_at / kKvQ8Block * h, from.value_scales_.get() + value_at / kKvQ8Block * h,
-                  count * kv_dim / kKvQ8Block * h);
   }
 }
 

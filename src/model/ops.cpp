@@ -201,10 +201,7 @@ struct CacheView {
         values(static_cast<const T*>(b.values)),
         key_scales(b.key_scales),
         value_scales(b.value_scales) {}
-  // One element as a float, for the tails the tiles leave.
-  [[gnu::always_inline]] inline float key(const AttentionBlock& b, int32_t d, int32_t j) const {
-    return element(keys[d * b.key_stride + j], kQuantized ? key_scales[d / kKvQ8Block * b.key_stride + j] : 0);
-  }
+  // One element as a float, for the value dimensions the tiles leave.
   [[gnu::always_inline]] inline float value(const AttentionBlock& b, int32_t j, int32_t d) const {
     return element(values[j * b.value_stride + d], kQuantized ? value_scales[j * b.value_scale_stride + d / kKvQ8Block] : 0);
   }
@@ -257,9 +254,10 @@ struct QueryTile {
 // 64 keys of 64 F32 dimensions are 16 KiB.
 constexpr int32_t kChunkKeys = 64;
 
-// scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys).
-// Q8_0 keys are scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded
-// once per block.
+// scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys), in
+// whole key tiles at multiples of their width, so each lies in one block of the cache (the scores
+// of the keys a tile covers outside those are never read: the cache holds whole blocks). Q8_0 keys are
+// scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded once per block.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
                                                int32_t lo, int32_t hi) {
@@ -269,18 +267,17 @@ template <class L, KvType kType>
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
   const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
   hi = std::min(hi, t.max_keys);
-  int32_t j0 = std::max(lo, t.min_first);
-  for (; j0 + kKeys <= hi && j0 + kKeys <= b.key_stride; j0 += kKeys) {
+  int32_t j0 = std::max(lo, t.min_first) / kKeys * kKeys;
+  for (; j0 < hi; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
+    const auto* tile_keys = c.keys + key_element(b.head_dim, 0, j0);
     for (int32_t d0 = 0; d0 < b.head_dim; d0 += block) {
       V block_scale[kVecs];
       if constexpr (kQuantized)
-        for (int32_t v = 0; v < kVecs; ++v) L::load(block_scale[v], c.key_scales + d0 / kKvQ8Block * b.key_stride + j0 + kLanes * v);
+        for (int32_t v = 0; v < kVecs; ++v)
+          L::load(block_scale[v], c.key_scales + key_element(b.head_dim / kKvQ8Block, d0 / kKvQ8Block, j0) + kLanes * v);
       for (int32_t d = d0; d < d0 + block; ++d) {
-        const auto* k = c.keys + d * b.key_stride + j0;
-        // A tile reads one short run of each of head_dim key rows, n_ctx apart: more streams
-        // than the hardware prefetcher follows, so each row's run a few tiles on is asked for.
-        __builtin_prefetch(k + 4 * kKeys);
+        const auto* k = tile_keys + int64_t{d} * kKeyBlock;
         V kv[kVecs];
         for (int32_t v = 0; v < kVecs; ++v) {
           L::load(kv[v], k + kLanes * v);
@@ -294,16 +291,6 @@ template <class L, KvType kType>
     }
     for (int32_t i = 0; i < kTileQueries; ++i)
       for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + j0 + kLanes * v) = acc[i][v] * scale;
-  }
-  if (j0 >= hi) return;
-  for (int32_t i = 0; i < t.count; ++i) {
-    float* s = t.scores[i];
-    for (int32_t j = j0; j < hi; ++j) s[j] = 0.0f;
-    for (int32_t d = 0; d < b.head_dim; ++d) {
-      const float qd = t.q[i][d];
-      for (int32_t j = j0; j < hi; ++j) s[j] += qd * c.key(b, d, j);
-    }
-    for (int32_t j = j0; j < hi; ++j) s[j] *= scale;
   }
 }
 
@@ -416,9 +403,8 @@ template <class L, KvType kType>
     const int32_t n_tiles =
         std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
     for (int32_t i = 0; i < n_tiles; ++i) tiles[i] = query_tile(b, group_first + i * kTileQueries, score_stride);
-    // Chunks start at the block's first visible key, so a tile that starts there reads whole key
-    // tiles to its last one.
-    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
+    // Chunks are whole blocks of the cache's keys.
+    for (int32_t lo = min_first / kChunkKeys * kChunkKeys; lo < max_keys; lo += kChunkKeys)
       for (int32_t i = 0; i < n_tiles; ++i) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys);
     for (int32_t i = 0; i < n_tiles; ++i) tile_softmax<L>(b, tiles[i]);
     for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)

@@ -30,8 +30,9 @@ struct AttentionBlock {
   int64_t row_stride;
   int32_t n_rows, group, head_dim;
   const int32_t* n_keys;   // [n_rows], each ≥ 1
-  const void* keys;        // `type` [head_dim][key_stride]: transposed, as KvCache keeps them
-  int64_t key_stride;      // in elements
+  // `type`, in KvCache's blocks: dimension d of position j at key_element(head_dim, d, j); every
+  // block up to the one holding the last key a row sees is there (a tile reads whole aligned runs)
+  const void* keys;
   const void* values;      // `type`: position j's values at element j * value_stride
   int64_t value_stride;
   float* scores;           // scratch of attention_scratch_floats(n_rows, group, max n_keys)
@@ -44,7 +45,8 @@ struct AttentionBlock {
   const float* sinks = nullptr;        // [group]: each query head's sink logit; null: none
   KvType type = KvType::F32;           // of keys and values
   // Q8_0: the F16 block scales, KvCache::key_scales / value_scales (position j's value scales
-  // at value_scales + j * value_scale_stride). head_dim and value_dim are multiples of 32.
+  // at value_scales + j * value_scale_stride; the keys' as KvCache lays them out). head_dim and
+  // value_dim are multiples of 32.
   const core::Half* key_scales = nullptr;
   const core::Half* value_scales = nullptr;
   int64_t value_scale_stride = 0;

@@ -213,12 +213,11 @@ TEST(KvCacheCopy, CopiedPrefixContinuesAsComputed) {
 }
 
 // Everything a cache holds for one layer and position, KV head by KV head, as bytes: keys down
-// their transposed rows, values, and Q8_0's scales.
+// their block's rows, values, and Q8_0's scales.
 std::vector<uint8_t> stored_bytes(const model::KvCache& cache, int32_t layer, int32_t pos, int32_t n_kv_heads,
                                   int32_t key_dim, int32_t value_dim) {
   const size_t e = cache.type() == KvType::F32 ? 4 : cache.type() == KvType::F16 ? 2 : 1;
   const int32_t slot = cache.slot(layer, pos);
-  const int64_t stride = cache.key_stride(layer);
   std::vector<uint8_t> out;
   auto append = [&](const void* p, size_t bytes) {
     const auto* b = static_cast<const uint8_t*>(p);
@@ -226,10 +225,11 @@ std::vector<uint8_t> stored_bytes(const model::KvCache& cache, int32_t layer, in
   };
   for (int32_t h = 0; h < n_kv_heads; ++h) {
     const auto* keys = static_cast<const uint8_t*>(cache.keys(layer, h));
-    for (int32_t d = 0; d < key_dim; ++d) append(keys + (d * stride + slot) * e, e);
+    for (int32_t d = 0; d < key_dim; ++d) append(keys + model::key_element(key_dim, d, slot) * e, e);
     append(static_cast<const uint8_t*>(cache.values(layer, h)) + slot * cache.value_stride() * e, value_dim * e);
     if (cache.type() == KvType::Q8_0) {
-      for (int32_t b = 0; b < key_dim / model::kKvQ8Block; ++b) append(cache.key_scales(layer, h) + b * stride + slot, 2);
+      const int32_t blocks = key_dim / model::kKvQ8Block;
+      for (int32_t b = 0; b < blocks; ++b) append(cache.key_scales(layer, h) + model::key_element(blocks, b, slot), 2);
       append(cache.value_scales(layer, h) + slot * cache.value_scale_stride(), 2 * value_dim / model::kKvQ8Block);
     }
   }
@@ -279,7 +279,7 @@ TEST(KvCacheStore, F16ConversionIsTheScalarOne) {
         const auto* keys = static_cast<const core::Half*>(cache.keys(0, h));
         const auto* values = static_cast<const core::Half*>(cache.values(0, h)) + pos * cache.value_stride();
         for (int32_t d = 0; d < dim; ++d) {
-          ASSERT_EQ(keys[d * cache.key_stride(0) + pos], core::float_to_half(k[h * dim + d]))
+          ASSERT_EQ(keys[model::key_element(dim, d, pos)], core::float_to_half(k[h * dim + d]))
               << "key " << k[h * dim + d] << " bits " << std::bit_cast<uint32_t>(k[h * dim + d]);
           ASSERT_EQ(values[d], core::float_to_half(v[h * dim + d]))
               << "value " << v[h * dim + d] << " bits " << std::bit_cast<uint32_t>(v[h * dim + d]);

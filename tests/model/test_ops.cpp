@@ -105,14 +105,25 @@ TEST_P(OpsOnEachSet, SiluMulPassesNanThrough) {
   EXPECT_NEAR(gate[1], 1.0 / (1.0 + std::exp(-1.0)), 1e-7);
 }
 
+// Transposed keys (dimension d of position j at d * positions + j) laid out in KvCache's blocks;
+// the slots past `positions` that complete the last block are NaN, which no result may see.
+std::vector<float> in_key_blocks(const std::vector<float>& transposed, int32_t dims, int32_t positions) {
+  const int32_t slots = (positions + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  std::vector<float> blocked(static_cast<size_t>(dims) * slots, NAN);
+  for (int32_t d = 0; d < dims; ++d)
+    for (int32_t j = 0; j < positions; ++j)
+      blocked[static_cast<size_t>(key_element(dims, d, j))] = transposed[static_cast<size_t>(d) * positions + j];
+  return blocked;
+}
+
 struct AttentionCase {
-  int32_t n_rows, group, head_dim, key_stride;
+  int32_t n_rows, group, head_dim, positions;
   std::vector<int32_t> n_keys;
   std::vector<int32_t> first_key = {};  // a sliding window's first visible key per row; empty: none
   std::vector<float> sinks = {};        // each query head's sink logit; empty: none
 };
 
-// Rows with different key counts (within and past one 32-key tile, up to the cache's stride),
+// Rows with different key counts (within and past one 32-key tile, up to every position the keys hold),
 // query-vector counts that leave a partial tile of 4, head sizes with and without a tail past
 // whole 64-dimension tiles; scores spread wider than e^x's clamp, so some weights underflow.
 // Sliding windows (gpt-oss) starting inside and past the first 32-key tile, one key wide and
@@ -144,8 +155,8 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
   for (const AttentionCase& c : cases) {
     const int32_t hd = c.head_dim, vectors = c.n_rows * c.group;
     const int64_t row_stride = static_cast<int64_t>(c.group) * hd + 5;  // rows apart, as in a wider buffer
-    std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride)), keys(static_cast<size_t>(hd) * c.key_stride);
-    std::vector<float> values(static_cast<size_t>(c.key_stride) * hd);
+    std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride)), keys(static_cast<size_t>(hd) * c.positions);
+    std::vector<float> values(static_cast<size_t>(c.positions) * hd);
     for (auto& v : q) v = normal(rng) * 4.0f;
     for (auto& v : keys) v = normal(rng) * 4.0f;
     for (auto& v : values) v = normal(rng);
@@ -153,8 +164,9 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
     for (int32_t n : c.n_keys) max_keys = std::max(max_keys, n);
     std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)), NAN);
     std::vector<float> out(q.size(), NAN);
+    const std::vector<float> blocked_keys = in_key_blocks(keys, hd, c.positions);
     ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, hd, c.n_keys.data(),
-                          keys.data(), c.key_stride, values.data(), hd, scratch.data()};
+                          blocked_keys.data(), values.data(), hd, scratch.data()};
     if (!c.first_key.empty()) b.first_key = c.first_key.data();
     if (!c.sinks.empty()) b.sinks = c.sinks.data();
     // attend_block keeps an F32 cache on the vector loops; the AMX parameter calls the tile
@@ -173,7 +185,7 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
       for (int32_t j = first; j < n; ++j) {
         double dot = 0, abs_dot = 0;
         for (int32_t d = 0; d < hd; ++d) {
-          const double product = static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.key_stride + j];
+          const double product = static_cast<double>(qv[d]) * keys[static_cast<size_t>(d) * c.positions + j];
           dot += product;
           abs_dot += std::fabs(product);
         }
@@ -212,20 +224,21 @@ TEST_P(OpsOnEachSet, AttentionBlockWithValuesOfTheirOwnWidth) {
     int32_t key_dim, value_dim;
   };
   for (const Shape shape : {Shape{72, 64}, Shape{24, 80}}) {
-    const int32_t rows = 3, group = 5, key_stride = 48, kd = shape.key_dim, vd = shape.value_dim;
+    const int32_t rows = 3, group = 5, positions = 48, kd = shape.key_dim, vd = shape.value_dim;
     const std::vector<int32_t> n_keys = {46, 47, 48};
     const float scale = 0.3f;
     std::mt19937 rng(9);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> q(static_cast<size_t>(rows * group * kd)), keys(static_cast<size_t>(kd) * key_stride);
-    std::vector<float> values(static_cast<size_t>(key_stride) * vd);
+    std::vector<float> q(static_cast<size_t>(rows * group * kd)), keys(static_cast<size_t>(kd) * positions);
+    std::vector<float> values(static_cast<size_t>(positions) * vd);
     for (auto* v : {&q, &keys, &values})
       for (float& x : *v) x = normal(rng);
     const int64_t out_stride = static_cast<int64_t>(group) * vd + 3;
     std::vector<float> out(static_cast<size_t>(rows * out_stride), NAN);
-    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(rows, group, key_stride)));
+    std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(rows, group, positions)));
+    const std::vector<float> blocked_keys = in_key_blocks(keys, kd, positions);
     ops::AttentionBlock b{q.data(), out.data(), static_cast<int64_t>(group) * kd, rows, group, kd, n_keys.data(),
-                          keys.data(), key_stride, values.data(), vd, scratch.data()};
+                          blocked_keys.data(), values.data(), vd, scratch.data()};
     b.scale = scale;
     b.value_dim = vd;
     b.out_row_stride = out_stride;
@@ -238,7 +251,7 @@ TEST_P(OpsOnEachSet, AttentionBlockWithValuesOfTheirOwnWidth) {
         for (int32_t j = 0; j < n; ++j) {
           double dot = 0;
           for (int32_t d = 0; d < kd; ++d)
-            dot += static_cast<double>(q[static_cast<size_t>((r * group + g) * kd + d)]) * keys[static_cast<size_t>(d) * key_stride + j];
+            dot += static_cast<double>(q[static_cast<size_t>((r * group + g) * kd + d)]) * keys[static_cast<size_t>(d) * positions + j];
           max = std::max(max, p[j] = dot * scale);
         }
         for (double& x : p) sum += x = std::exp(x - max);
@@ -317,7 +330,7 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       int32_t max_keys = *std::max_element(c.n_keys.begin(), c.n_keys.end());
       std::vector<float> scratch(static_cast<size_t>(ops::attention_scratch_floats(c.n_rows, c.group, max_keys)));
       ops::AttentionBlock b{q.data(), out.data(), row_stride, c.n_rows, c.group, kd, c.n_keys.data(),
-                            cache.keys(layer, head), c.n_ctx, cache.values(layer, head), cache.value_stride(),
+                            cache.keys(layer, head), cache.values(layer, head), cache.value_stride(),
                             scratch.data()};
       b.value_dim = vd;
       b.out_row_stride = out_stride;

@@ -36,15 +36,15 @@ TEST(SlidingWindowRing, SequencesLongerThanTheRingsMatchTheReference) {
   ASSERT_EQ(config.sliding_window, 5);
   core::ThreadPool pool(2);
   model::ModelWeights weights(file, config, model::Shard::whole(config), {});
-  constexpr int32_t kContext = 64, kBatch = 4;
+  constexpr int32_t kContext = 128, kBatch = 4;
   model::Forward forward(weights, kContext, kBatch, pool);
 
-  // The even layers slide: rings of the window and a batch, 5 + 4 - 1 = 8 positions (16 slots);
-  // the others keep all 64.
+  // The even layers slide: rings of the window and a batch, 5 + 4 - 1 = 8 positions (16 slots,
+  // which take one whole block of 64 keys); the others keep all 128.
   const model::KvCache& cache = forward.cache(0);
   for (int32_t l = 0; l < config.n_layers; ++l) EXPECT_EQ(cache.ring(l), config.sliding_layer(l) ? 8 : 0) << l;
   const model::KvCache full(config.n_layers, kContext, config.n_kv_heads, config.head_dim, config.head_dim);
-  EXPECT_EQ(cache.bytes() * 4 * kContext, full.bytes() * (2 * kContext + 2 * 16));
+  EXPECT_EQ(cache.bytes() * 4 * kContext, full.bytes() * (2 * kContext + 2 * model::kKeyBlock));
   EXPECT_EQ(cache.bytes_per_position() * 2, full.bytes_per_position());
 
   // 12 prompt positions in passes of 4, then one at a time to 24: the rings wrap twice.
