@@ -253,6 +253,8 @@ struct QueryTile {
 // streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
 // 64 keys of 64 F32 dimensions are 16 KiB.
 constexpr int32_t kChunkKeys = 64;
+// How many of the cache's key blocks ahead the score loop asks for its keys' cache lines.
+constexpr int32_t kKeysAheadBlocks = 2;
 
 // scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys), in
 // whole key tiles at multiples of their width, so each lies in one block of the cache (the scores
@@ -268,6 +270,7 @@ template <class L, KvType kType>
   const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
   hi = std::min(hi, t.max_keys);
   int32_t j0 = std::max(lo, t.min_first) / kKeys * kKeys;
+  const int64_t keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
   for (; j0 < hi; j0 += kKeys) {
     V acc[kTileQueries][kVecs] = {};
     const auto* tile_keys = c.keys + key_element(b.head_dim, 0, j0);
@@ -278,6 +281,8 @@ template <class L, KvType kType>
           L::load(block_scale[v], c.key_scales + key_element(b.head_dim / kKvQ8Block, d0 / kKvQ8Block, j0) + kLanes * v);
       for (int32_t d = d0; d < d0 + block; ++d) {
         const auto* k = tile_keys + int64_t{d} * kKeyBlock;
+        __builtin_prefetch(k + keys_ahead);
+        __builtin_prefetch(k + keys_ahead + kKeys - 1);
         V kv[kVecs];
         for (int32_t v = 0; v < kVecs; ++v) {
           L::load(kv[v], k + kLanes * v);
@@ -357,6 +362,7 @@ template <class L, KvType kType>
       // Positions are a whole KV row apart: the next chunk's values are asked for while this
       // one's are used (the dimension tiles of a row between them cover its cache lines).
       __builtin_prefetch(v + kChunkKeys * b.value_stride);
+      __builtin_prefetch(v + kChunkKeys * b.value_stride + kDims - 1);
       V vv[kVecs];
       for (int32_t k = 0; k < kVecs; ++k) {
         L::load(vv[k], v + kLanes * k);
