@@ -86,6 +86,13 @@ constexpr int32_t kTilesUsed = 8, kSums = 4;
 // GCC's tile loads and stores are asm without a memory clobber: this orders them with the
 // ordinary stores that fill their operands and the loads that read their results.
 inline void memory_barrier() { __asm__ volatile("" ::: "memory"); }
+// The four product sums (tiles 0, 5, 6, 7) start at zero.
+ORCHARD_AMX_TARGET inline void zero_sums() {
+  _tile_zero(0);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+}
 
 // Two bfloat16s per float, x = hi + lo: 32 floats (a then b) to 32 hi and 32 lo in order (an A
 // operand's row), or interleaved a0 b0 a1 b1 … (a B operand's row of pairs).
@@ -279,10 +286,7 @@ ORCHARD_AMX_TARGET void attend(const AttentionBlock& b) {
       const uint16_t* q_hi = q_pack + size_t(tile * dim_steps) * 2 * kTileElements;
       memory_barrier();
       static_assert(kGroups == kSums, "one sum per key group");
-      _tile_zero(0);
-      _tile_zero(5);
-      _tile_zero(6);
-      _tile_zero(7);
+      zero_sums();
       for (int32_t s = 0; s < dim_steps; ++s) {
         const uint16_t* a = q_hi + size_t(s) * 2 * kTileElements;
         const uint16_t* k = k_pack + size_t(s) * 2 * kTileElements;
@@ -346,10 +350,7 @@ ORCHARD_AMX_TARGET void attend(const AttentionBlock& b) {
       // Up to kSums groups at a time; the product buffer holds their 16 rows side by side.
       for (int32_t t0 = 0; t0 < value_groups; t0 += kSums) {
         const int32_t n = std::min(kSums, value_groups - t0);
-        _tile_zero(0);
-        _tile_zero(5);
-        _tile_zero(6);
-        _tile_zero(7);
+        zero_sums();
         for (int32_t step = 0; step < kSteps; ++step) {
           const uint16_t* p = p_pack + size_t(step) * 2 * kTileElements;
           const uint16_t* v = v_pack + (size_t(t0 * kSteps + step) * 2) * kTileElements;
