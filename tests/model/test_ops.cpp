@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/kernels/kernel_set.h"
 #include "core/quant.h"
 #include "model/attention_amx.h"
 #include "model/kv_cache.h"
@@ -297,18 +298,23 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       std::mt19937 rng(11);
       std::normal_distribution<float> normal(0.0f, 1.0f);
       // What each stored element reads back as, by the reference (de)quantizers.
-      auto as_stored = [&](std::vector<float> x) {
+      // block_scales: each 32 elements' Q8_0 scale (1 for F16).
+      auto as_stored = [&](std::vector<float> x, std::vector<float>* block_scales = nullptr) {
         std::vector<float> back(x.size());
+        if (block_scales) block_scales->assign(x.size() / 32, 1.0f);
         if (type == KvType::F16) {
           for (size_t i = 0; i < x.size(); ++i) back[i] = core::half_to_float(core::float_to_half(x[i]));
         } else {
           std::vector<core::BlockQ8_0> blocks(x.size() / 32);
           core::quantize_row_reference(core::TensorType::Q8_0, x.data(), blocks.data(), static_cast<int64_t>(x.size()));
           core::dequantize_row_reference(core::TensorType::Q8_0, blocks.data(), back.data(), static_cast<int64_t>(x.size()));
+          if (block_scales)
+            for (size_t b = 0; b < blocks.size(); ++b) (*block_scales)[b] = core::half_to_float(blocks[b].d);
         }
         return back;
       };
       std::vector<std::vector<float>> keys, values;  // of KV head `head` in `layer`, as stored
+      std::vector<std::vector<float>> value_scales;   // values' block scales
       for (int32_t pos = 0; pos < c.n_ctx; ++pos) {
         std::vector<float> k(static_cast<size_t>(heads * kd)), v(static_cast<size_t>(heads * vd));
         for (float& x : k) x = normal(rng) * 3.0f;
@@ -318,13 +324,27 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
         for (float& x : other_k) x = -x * 5.0f;
         for (float& x : other_v) x = -x * 5.0f;
         cache.store(0, pos, other_k.data(), other_v.data());
-        const auto kb = as_stored(k), vb = as_stored(v);
+        std::vector<float> scales;
+        const auto kb = as_stored(k), vb = as_stored(v, &scales);
         keys.emplace_back(kb.begin() + head * kd, kb.begin() + (head + 1) * kd);
         values.emplace_back(vb.begin() + head * vd, vb.begin() + (head + 1) * vd);
+        value_scales.emplace_back(scales.begin() + head * vd / 32, scales.begin() + (head + 1) * vd / 32);
       }
       const int64_t row_stride = static_cast<int64_t>(c.group) * kd;
       std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride));
       for (float& x : q) x = normal(rng);
+      // AVX-512's loops take a Q8_0 cache's scores as integer products of its codes and the
+      // query's, rounded to 8 bits per 32 dimensions as a matrix product's activations are: the
+      // reference scores that query. Its outputs round each weight p_j · s_j (probability times
+      // the value block's scale) to 8 bits of the largest over a chunk of keys: off by at most
+      // max_j(p_j · s_j) / 510 per key, times the value's code |v_jd| / s_j.
+      const bool integer_products = type == KvType::Q8_0 && GetParam() == "avx512-vnni";
+      std::vector<float> q_scored = q;
+      if (integer_products) {
+        std::vector<core::kernels::ActQ8_0> blocks(q.size() / 32);
+        core::kernels::quantize_act_q8_0(q.data(), blocks.data(), static_cast<int64_t>(blocks.size()));
+        for (size_t i = 0; i < q.size(); ++i) q_scored[i] = blocks[i / 32].d * blocks[i / 32].qs[i % 32];
+      }
       const int64_t out_stride = static_cast<int64_t>(c.group) * vd;
       std::vector<float> out(static_cast<size_t>(c.n_rows * out_stride), NAN);
       int32_t max_keys = *std::max_element(c.n_keys.begin(), c.n_keys.end());
@@ -349,7 +369,7 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
           for (int32_t j = first; j < n; ++j) {
             double dot = 0, abs_dot = 0;
             for (int32_t d = 0; d < kd; ++d) {
-              const double product = static_cast<double>(q[static_cast<size_t>(r * row_stride + g * kd + d)]) * keys[j][d];
+              const double product = static_cast<double>(q_scored[static_cast<size_t>(r * row_stride + g * kd + d)]) * keys[j][d];
               dot += product;
               abs_dot += std::fabs(product);
             }
@@ -359,14 +379,18 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
           const double amx_error = amx_output_error(GetParam().ends_with(kAmx), abs_sum);
           for (int32_t j = first; j < n; ++j) sum += p[j] = std::exp(p[j] - max);
           for (int32_t d = 0; d < vd; ++d) {
-            double expected = 0, magnitude = 0;
+            double expected = 0, magnitude = 0, largest_weight = 0, codes = 0;
             for (int32_t j = first; j < n; ++j) {
               expected += p[j] / sum * values[j][d];
               magnitude += p[j] / sum * std::fabs(values[j][d]);
+              largest_weight = std::max(largest_weight, p[j] / sum * value_scales[j][d / 32]);
+              codes += std::fabs(values[j][d]) / value_scales[j][d / 32];
             }
+            const double weight_rounding = integer_products ? largest_weight / 510 * codes * (1 + 1e-5) : 0;
             // Measured worst: 3.3e-6 of the magnitude, on every kernel set's clone (an online
             // softmax over 64-key chunks measured 2.2e-6).
-            ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected, (1e-5 + amx_error) * magnitude + 1e-6)
+            ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected,
+                        (1e-5 + amx_error) * magnitude + 1e-6 + weight_rounding)
                 << kv_type_name(type) << ": rows " << c.n_rows << " group " << c.group << " key " << kd << ": row " << r
                 << " head " << g << " dim " << d;
           }
