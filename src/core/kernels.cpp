@@ -78,6 +78,7 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
     case kernels::kQ8_0x16: return set.q8_0x16;
     case kernels::kQ4_Kx16: return set.q4_kx16;
     case kernels::kQ6_Kx16: return set.q6_kx16;
+    case kernels::kQ5_Kx16: return set.q5_kx16;
     case kernels::kF32x16: return set.f32x16;
     case kernels::kF16x16: return set.f16x16;
     case kernels::kBF16x16: return set.bf16x16;
@@ -122,6 +123,7 @@ Layout interleaved_layout(TensorType type) {
   if (type == TensorType::Q8_0) return kernels::kQ8_0x16;
   if (type == TensorType::Q4_K) return kernels::kQ4_Kx16;
   if (type == TensorType::Q6_K) return kernels::kQ6_Kx16;
+  if (type == TensorType::Q5_K) return kernels::kQ5_Kx16;
   if (type == TensorType::F32) return kernels::kF32x16;
   if (type == TensorType::F16) return kernels::kF16x16;
   if (type == TensorType::BF16) return kernels::kBF16x16;

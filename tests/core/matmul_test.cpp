@@ -181,6 +181,7 @@ kernels::Layout interleaved_layout_of(TensorType type) {
     case TensorType::Q4_0: return kernels::kQ4_0x16;
     case TensorType::Q8_0: return kernels::kQ8_0x16;
     case TensorType::Q4_K: return kernels::kQ4_Kx16;
+    case TensorType::Q5_K: return kernels::kQ5_Kx16;
     case TensorType::F32: return kernels::kF32x16;
     case TensorType::F16: return kernels::kF16x16;
     case TensorType::BF16: return kernels::kBF16x16;
@@ -193,6 +194,7 @@ kernels::TileFn interleaved_tile_of(const kernels::KernelSet& set, TensorType ty
     case TensorType::Q4_0: return set.q4_0x16;
     case TensorType::Q8_0: return set.q8_0x16;
     case TensorType::Q4_K: return set.q4_kx16;
+    case TensorType::Q5_K: return set.q5_kx16;
     case TensorType::F32: return set.f32x16;
     case TensorType::F16: return set.f16x16;
     case TensorType::BF16: return set.bf16x16;
@@ -203,9 +205,9 @@ kernels::TileFn interleaved_tile_of(const kernels::KernelSet& set, TensorType ty
 TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
   // The generic kernels rebuild each interleaved block, so both layouts run the same arithmetic.
   // Row counts below, at and above one 16-row group, and not a multiple of it.
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F32,
-                          TensorType::F16, TensorType::BF16}) {
-    const bool k_quant = type == TensorType::Q4_K || type == TensorType::Q6_K;
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                          TensorType::F32, TensorType::F16, TensorType::BF16}) {
+    const bool k_quant = type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
     const bool is_float = type_traits(type).block_elements == 1;
     const int64_t cols = 512, n_blocks = cols / type_traits(type).block_elements;
     const kernels::Layout layout = interleaved_layout_of(type);
@@ -854,6 +856,10 @@ TEST(MatmulContract, NoWeightTypeFallsBackToGenericOnASimdCpu) {
     Problem p = make_problem(type, 16, 256, 1, 3);
     EXPECT_TRUE(WeightMatrix::prepare(type, p.weights.data(), 16, 256).repacked()) << simd.front()->name << " " << type_name(type);
   }
+  // Q5_K's copy only where the set has its kernel (AVX-512); elsewhere its rows stay.
+  Problem q5 = make_problem(TensorType::Q5_K, 16, 256, 1, 3);
+  EXPECT_EQ(WeightMatrix::prepare(TensorType::Q5_K, q5.weights.data(), 16, 256).repacked(), simd.front()->q5_kx16 != nullptr)
+      << simd.front()->name;
 }
 
 TEST(MatmulContract, IsaNameNamesTheChosenSet) {

@@ -28,6 +28,7 @@ enum Layout : int {
   kF32x16 = 5,
   kF16x16 = 6,
   kBF16x16 = 7,
+  kQ5_Kx16 = 8,  // per super-block column: a kQ4_Kx16 column, then qh (see kQ5_K* below)
 };
 constexpr int64_t kInterleave = 16;
 
@@ -36,6 +37,12 @@ constexpr int64_t kInterleave = 16;
 // vpmovzxbw gives a row's pair in each int32 lane); then qs as [k in 0..31][row][4 bytes]
 // holding qs[4k..4k+3] of each row (low nibbles: sub-block 2(k/8), high: 2(k/8)+1).
 constexpr size_t kQ4_KDmin = 32, kQ4_KScales = 64, kQ4_KMins = 192, kQ4_KQuants = 320, kQ4_KColumn = 2368;
+// kQ5_Kx16 column (2880 bytes, a multiple of 64): the kQ4_Kx16 column of the low 4 bits (Q5_K's
+// d, dmin, scales and qs mean what Q4_K's do), then qh as [m in 0..7][row][4 bytes] holding
+// qh[4m..4m+3] of each row. Bit b of qh[l] is the fifth bit of element 32b + l, so quant word k
+// (elements of sub-blocks 2(k/8) and 2(k/8)+1) takes its fifth bits from qh word k % 8, bits
+// 2(k/8) and 2(k/8)+1.
+constexpr size_t kQ5_KHigh = kQ4_KColumn, kQ5_KColumn = kQ4_KColumn + 512;
 // kQ6_Kx16 column (3392 bytes, a multiple of 64): d[16] as floats; scales as pairs
 // [pair p][row][2] (sub-blocks 2p, 2p+1); ql as [k in 0..31][row][4] and qh as
 // [k in 0..15][row][4], the GGUF bytes ql[4k..4k+3] and qh[4k..4k+3] of each row.
@@ -77,6 +84,9 @@ struct KernelSet {
   // GGUF rows only. Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 take ActQ8_0 activations, Q2_K/Q3_K/Q5_K/IQ4_XS
   // take BlockQ8_K.
   TileFn q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, mxfp4;
+  // Interleaved copies of types that only some sets have a kernel for; WeightMatrix::prepare
+  // keeps the GGUF rows where the active set has none.
+  TileFn q5_kx16;
 };
 
 // Kernels for a decode step of several sequences, 2 to kSmallBatch tokens, on the interleaved
@@ -117,7 +127,7 @@ size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
 // Groups [g0, g1) of 16 rows of that copy, so callers can split a repack their own way.
 void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1);
-// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ6_K, or one F32/F16/BF16
+// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K, BlockQ5_K or BlockQ6_K, or one F32/F16/BF16
 // value) of row r, block b from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
 

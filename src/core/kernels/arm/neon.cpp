@@ -59,6 +59,7 @@ const KernelSet kNeon{
     row_tile<Block32Kernel<IQ4_NLBlock>, 4>,
     row_tile<IQ4_XSKernel, 4>,
     row_tile<Block32Kernel<MXFP4Block>, 4>,
+    nullptr,  // Q5_K keeps its GGUF rows (no interleaved kernel here)
 };
 
 const SmallBatchSet kNeonSmallBatch{

@@ -227,6 +227,7 @@ const KernelSet kGeneric{
     tile_fn<QuantRow<BlockIQ4_NL, ActQ8_0, dot_iq4_nl>, false>,
     tile_fn<QuantRow<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>, false>,
     tile_fn<QuantRow<BlockMXFP4, ActQ8_0, dot_mxfp4>, false>,
+    tile_fn<InterleavedRow<BlockQ5_K, BlockQ8_K, kQ5_Kx16, dot_q5_k>, true>,
 };
 
 }  // namespace

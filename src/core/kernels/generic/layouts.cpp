@@ -26,6 +26,7 @@ size_t column_bytes(Layout layout) {
     case kQ4_0x16: return kInterleave * sizeof(BlockQ4_0);
     case kQ8_0x16: return kInterleave * sizeof(BlockQ8_0);
     case kQ4_Kx16: return kQ4_KColumn;
+    case kQ5_Kx16: return kQ5_KColumn;
     case kQ6_Kx16: return kQ6_KColumn;
     default: break;
   }
@@ -39,6 +40,7 @@ size_t block_bytes(Layout layout) {
     case kQ4_0x16: return sizeof(BlockQ4_0);
     case kQ8_0x16: return sizeof(BlockQ8_0);
     case kQ4_Kx16: return sizeof(BlockQ4_K);
+    case kQ5_Kx16: return sizeof(BlockQ5_K);
     case kQ6_Kx16: return sizeof(BlockQ6_K);
     default: break;
   }
@@ -67,7 +69,9 @@ void move_small_block(Layout layout, uint8_t* block, uint8_t* column, int64_t la
              layout == kQ8_0x16 ? 0x80 : 0, to_column);
 }
 
-void move_q4_k(BlockQ4_K& block, uint8_t* column, int64_t lane, bool to_column) {
+// Q4_K, and Q5_K's low 4 bits (its d, dmin, scales and qs mean what Q4_K's do).
+template <class Block>
+void move_q4_k(Block& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
   uint8_t* d = column + l * sizeof(Half);
   uint8_t* dmin = column + kQ4_KDmin + l * sizeof(Half);
@@ -94,6 +98,11 @@ void move_q4_k(BlockQ4_K& block, uint8_t* column, int64_t lane, bool to_column) 
   copy_words(block.qs, column + kQ4_KQuants, sizeof block.qs / 4, lane, 0, to_column);
 }
 
+void move_q5_k(BlockQ5_K& block, uint8_t* column, int64_t lane, bool to_column) {
+  move_q4_k(block, column, lane, to_column);
+  copy_words(block.qh, column + kQ5_KHigh, sizeof block.qh / 4, lane, 0, to_column);
+}
+
 void move_q6_k(BlockQ6_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
   float* d = reinterpret_cast<float*>(column) + l;  // a half widens to float exactly, and back
@@ -118,6 +127,7 @@ void move_block(Layout layout, void* block, uint8_t* column, int64_t lane, bool 
   }
   switch (layout) {
     case kQ4_Kx16: move_q4_k(*static_cast<BlockQ4_K*>(block), column, lane, to_column); return;
+    case kQ5_Kx16: move_q5_k(*static_cast<BlockQ5_K*>(block), column, lane, to_column); return;
     case kQ6_Kx16: move_q6_k(*static_cast<BlockQ6_K*>(block), column, lane, to_column); return;
     default: move_small_block(layout, static_cast<uint8_t*>(block), column, lane, to_column); return;
   }

@@ -75,10 +75,11 @@ struct DotChains {
   }
 };
 
-// 16 rows × T tokens of a kQ4_Kx16 copy. Per sub-block of 32, 8 vpdpbusd give each row's
-// Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into the super-block
-// sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only float work is
-// two FMAs per super-block and token.
+// 16 rows × T tokens of a kQ4_Kx16 copy, or (kFifthBit) of a kQ5_Kx16 one, whose quants gain
+// their fifth bit from qh (0..31, still unsigned for vpdpbusd). Per sub-block of 32, 8 vpdpbusd
+// give each row's Σ q·x in its int32 lane, multiplied by the row's 6-bit scale (vpmulld) into
+// the super-block sum; the mins meet the activations' per-16 sums through vpdpwssd, so the only
+// float work is two FMAs per super-block and token.
 // Decode (one token) streams each weight byte once from DRAM with little work per byte. Asking
 // for a whole column's lines before computing on it puts all of its cache misses in flight at
 // once, instead of one line at a time as the loads reach them. The column asked for is the
@@ -130,7 +131,25 @@ template <size_t kColumn>
   if (static_cast<size_t>(b) % kColumnsPerBurst == 0) prefetch_lines(column + kBurst, std::make_index_sequence<(kBurst + 63) / 64>());
 }
 
-struct Q4_KInterleaved {
+template <bool kFifthBit>
+struct KMinInterleaved {
+  static constexpr size_t kColumn = kFifthBit ? kQ5_KColumn : kQ4_KColumn;
+
+  // Quant word v's nibbles of sub-block `sub` (low nibbles for even, high for odd), with the
+  // fifth bits of `high` (qh word) where the type has them: bit `sub` of each qh byte.
+  static __m512i quants(__m512i v, __m512i high, int sub) {
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    const __m512i low = _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(v, 4) : v, nibble);
+    if constexpr (!kFifthBit) {
+      return low;
+    } else {
+      // Bit `sub` of each byte moved to bit 4 (a 16-bit shift; bits crossing into the other
+      // byte land outside bit 4 and are masked off), then low | (that & 0x10): one vpternlogd.
+      const __m512i moved = sub <= 4 ? _mm512_slli_epi16(high, 4 - sub) : _mm512_srli_epi16(high, sub - 4);
+      return _mm512_ternarylogic_epi32(low, moved, _mm512_set1_epi8(0x10), 0xF8);
+    }
+  }
+
   template <int T>
   static void run(const Tile& tile, int64_t group, int64_t t0) {
     const uint8_t* w = tile.w + static_cast<size_t>(group) * tile.w_stride;
@@ -138,13 +157,13 @@ struct Q4_KInterleaved {
     token_pointers(tile, t0, x);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i nibble = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     // vpshufb controls (byte indices within each 128-bit lane) copying the low (high) int16 of
     // each int32 lane into both its halves.
     const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
     const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
-    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ4_KColumn) {
-      if constexpr (T <= kPrefetchTokens) prefetch_column<kQ4_KColumn>(w);
+    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kColumn) {
+      if constexpr (T <= kPrefetchTokens) prefetch_column<kColumn>(w);
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
       // Σ_j min_j · Σ(x in sub-block j): sub-block j's two per-16 sums are the int32 word j of
       // bsums, so (min_j, min_j) against it is one vpdpwssd.
@@ -173,9 +192,10 @@ struct Q4_KInterleaved {
           DotChains<T> dots[kHalvesAtOnce];
           for (int k = 0; k < 8; ++k) {
             const __m512i v = load512(q + 64 * k);
+            const __m512i high = kFifthBit ? load512(w + kQ5_KHigh + 64 * k) : v;
             for (int i = 0; i < kHalvesAtOnce; ++i) {
               const int half = first + i;
-              const __m512i wq = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, nibble);
+              const __m512i wq = quants(v, high, 2 * p + half);
               for (int t = 0; t < T; ++t) dots[i].add(t, k, wq, broadcast4(x[t][b].qs + 64 * p + 32 * half + 4 * k));
             }
           }
@@ -416,7 +436,7 @@ const KernelSet kAvx512{
     row_tile<Q6_KKernel, 8, kRowPrefetch>,
     group_tile<InterleavedKernel<kQ4_0x16>>,
     group_tile<InterleavedKernel<kQ8_0x16>>,
-    group_tile<Q4_KInterleaved>,
+    group_tile<KMinInterleaved<false>>,
     group_tile<Q6_KInterleaved>,
     GroupTokenTiles<FloatGroups<LoadF32Column>, 4, 6>::tile,
     GroupTokenTiles<FloatGroups<LoadF16Column>, 4, 6>::tile,
@@ -430,6 +450,7 @@ const KernelSet kAvx512{
     row_tile<TableKernel<IQ4_NLBlock>, 8, kRowPrefetch>,
     row_tile<IQ4_XSKernel, 8, kRowPrefetch>,
     row_tile<TableKernel<MXFP4Block>, 8, kRowPrefetch>,
+    group_tile<KMinInterleaved<true>>,
 };
 
 }  // namespace
