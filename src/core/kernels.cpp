@@ -79,6 +79,8 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
     case kernels::kQ4_Kx16: return set.q4_kx16;
     case kernels::kQ6_Kx16: return set.q6_kx16;
     case kernels::kQ5_Kx16: return set.q5_kx16;
+    case kernels::kIQ4_XSx16: return set.iq4_xsx16;
+    case kernels::kQ3_Kx16: return set.q3_kx16;
     case kernels::kF32x16: return set.f32x16;
     case kernels::kF16x16: return set.f16x16;
     case kernels::kBF16x16: return set.bf16x16;
@@ -124,6 +126,8 @@ Layout interleaved_layout(TensorType type) {
   if (type == TensorType::Q4_K) return kernels::kQ4_Kx16;
   if (type == TensorType::Q6_K) return kernels::kQ6_Kx16;
   if (type == TensorType::Q5_K) return kernels::kQ5_Kx16;
+  if (type == TensorType::IQ4_XS) return kernels::kIQ4_XSx16;
+  if (type == TensorType::Q3_K) return kernels::kQ3_Kx16;
   if (type == TensorType::F32) return kernels::kF32x16;
   if (type == TensorType::F16) return kernels::kF16x16;
   if (type == TensorType::BF16) return kernels::kBF16x16;

@@ -271,11 +271,7 @@ void quantize_q3_k(const float* x, BlockQ3_K* out, int64_t n_blocks) {
     int sc[16], q[kQK_K];
     k_symmetric_quants(x, -4, 3, -32, 31, out[b].d, sc, q);
     std::memset(out[b].scales, 0, sizeof out[b].scales);
-    for (int j = 0; j < 16; ++j) {
-      const int u = sc[j] + 32;  // 6 bits: the low 4 in a nibble of bytes 0-7, the top 2 in bytes 8-11
-      out[b].scales[j % 8] = static_cast<uint8_t>(out[b].scales[j % 8] | (u & 0x0F) << (4 * (j / 8)));
-      out[b].scales[8 + j % 4] = static_cast<uint8_t>(out[b].scales[8 + j % 4] | (u >> 4) << (2 * (j / 4)));
-    }
+    for (int j = 0; j < 16; ++j) set_q3_k_scale(out[b], j, sc[j]);
     std::memset(out[b].qs, 0, sizeof out[b].qs);
     std::memset(out[b].hmask, 0, sizeof out[b].hmask);
     for (int i = 0; i < kQK_K; ++i) {
@@ -388,6 +384,12 @@ int q3_k_scale(const BlockQ3_K& block, int j) {
   const int low = block.scales[j % 8] >> (4 * (j / 8)) & 0x0F;
   const int high = block.scales[8 + j % 4] >> (2 * (j / 4)) & 3;
   return (low | high << 4) - 32;
+}
+
+void set_q3_k_scale(BlockQ3_K& block, int j, int scale) {
+  const int u = scale + 32;
+  block.scales[j % 8] = static_cast<uint8_t>(block.scales[j % 8] | (u & 0x0F) << (4 * (j / 8)));
+  block.scales[8 + j % 4] = static_cast<uint8_t>(block.scales[8 + j % 4] | (u >> 4) << (2 * (j / 4)));
 }
 
 int q5_k_quant(const BlockQ5_K& block, int i) {

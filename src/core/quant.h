@@ -181,6 +181,8 @@ int q2_k_quant(const BlockQ2_K& block, int i);
 // Q3_K: the quant (-4..3) of element i in [0, 256), and the scale (-32..31) of sub-block j.
 int q3_k_quant(const BlockQ3_K& block, int i);
 int q3_k_scale(const BlockQ3_K& block, int j);
+// Stores sub-block j's scale (-32..31) into `block.scales`, whose bits for it must be clear.
+void set_q3_k_scale(BlockQ3_K& block, int j, int scale);
 // Q5_K: the 5-bit quant (0..31) of element i in [0, 256).
 int q5_k_quant(const BlockQ5_K& block, int i);
 // IQ4_XS: the scale (-32..31) of sub-block j.

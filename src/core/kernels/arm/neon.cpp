@@ -59,7 +59,9 @@ const KernelSet kNeon{
     row_tile<Block32Kernel<IQ4_NLBlock>, 4>,
     row_tile<IQ4_XSKernel, 4>,
     row_tile<Block32Kernel<MXFP4Block>, 4>,
-    nullptr,  // Q5_K keeps its GGUF rows (no interleaved kernel here)
+    nullptr,  // Q5_K, IQ4_XS and Q3_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,
+    nullptr,
 };
 
 const SmallBatchSet kNeonSmallBatch{

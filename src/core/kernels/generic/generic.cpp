@@ -228,6 +228,8 @@ const KernelSet kGeneric{
     tile_fn<QuantRow<BlockIQ4_XS, BlockQ8_K, dot_iq4_xs>, false>,
     tile_fn<QuantRow<BlockMXFP4, ActQ8_0, dot_mxfp4>, false>,
     tile_fn<InterleavedRow<BlockQ5_K, BlockQ8_K, kQ5_Kx16, dot_q5_k>, true>,
+    tile_fn<InterleavedRow<BlockIQ4_XS, BlockQ8_K, kIQ4_XSx16, dot_iq4_xs>, true>,
+    tile_fn<InterleavedRow<BlockQ3_K, BlockQ8_K, kQ3_Kx16, dot_q3_k>, true>,
 };
 
 }  // namespace

@@ -27,6 +27,8 @@ size_t column_bytes(Layout layout) {
     case kQ8_0x16: return kInterleave * sizeof(BlockQ8_0);
     case kQ4_Kx16: return kQ4_KColumn;
     case kQ5_Kx16: return kQ5_KColumn;
+    case kIQ4_XSx16: return kIQ4_XSColumn;
+    case kQ3_Kx16: return kQ3_KColumn;
     case kQ6_Kx16: return kQ6_KColumn;
     default: break;
   }
@@ -41,6 +43,8 @@ size_t block_bytes(Layout layout) {
     case kQ8_0x16: return sizeof(BlockQ8_0);
     case kQ4_Kx16: return sizeof(BlockQ4_K);
     case kQ5_Kx16: return sizeof(BlockQ5_K);
+    case kIQ4_XSx16: return sizeof(BlockIQ4_XS);
+    case kQ3_Kx16: return sizeof(BlockQ3_K);
     case kQ6_Kx16: return sizeof(BlockQ6_K);
     default: break;
   }
@@ -103,6 +107,47 @@ void move_q5_k(BlockQ5_K& block, uint8_t* column, int64_t lane, bool to_column) 
   copy_words(block.qh, column + kQ5_KHigh, sizeof block.qh / 4, lane, 0, to_column);
 }
 
+void move_iq4_xs(BlockIQ4_XS& block, uint8_t* column, int64_t lane, bool to_column) {
+  const auto l = static_cast<size_t>(lane);
+  uint8_t* d = column + l * sizeof(Half);
+  auto* scales = reinterpret_cast<int8_t*>(column + kIQ4_XSScales);
+  if (to_column) {
+    std::memcpy(d, &block.d, sizeof(Half));
+  } else {
+    std::memcpy(&block.d, d, sizeof(Half));
+    block.scales_h = 0;
+    std::memset(block.scales_l, 0, sizeof block.scales_l);
+  }
+  for (size_t j = 0; j < 8; ++j) {
+    int8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    if (to_column) {
+      const int ls = ((block.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((block.scales_h >> (2 * j)) & 3) << 4);
+      s = static_cast<int8_t>(ls - 32);
+    } else {
+      const int ls = s + 32;
+      block.scales_l[j / 2] = static_cast<uint8_t>(block.scales_l[j / 2] | ((ls & 0x0F) << (4 * (j % 2))));
+      block.scales_h = static_cast<uint16_t>(block.scales_h | ((ls >> 4) << (2 * j)));
+    }
+  }
+  copy_words(block.qs, column + kIQ4_XSQuants, sizeof block.qs / 4, lane, 0, to_column);
+}
+
+void move_q3_k(BlockQ3_K& block, uint8_t* column, int64_t lane, bool to_column) {
+  const auto l = static_cast<size_t>(lane);
+  uint8_t* d = column + l * sizeof(Half);
+  auto* scales = reinterpret_cast<int8_t*>(column + kQ3_KScales);
+  if (to_column) {
+    std::memcpy(d, &block.d, sizeof(Half));
+    for (int j = 0; j < 16; ++j) scales[(j / 2 * kInterleave + l) * 2 + j % 2] = static_cast<int8_t>(q3_k_scale(block, j));
+  } else {
+    std::memcpy(&block.d, d, sizeof(Half));
+    std::memset(block.scales, 0, sizeof block.scales);
+    for (int j = 0; j < 16; ++j) set_q3_k_scale(block, j, scales[(j / 2 * kInterleave + l) * 2 + j % 2]);
+  }
+  copy_words(block.qs, column + kQ3_KQuants, sizeof block.qs / 4, lane, 0, to_column);
+  copy_words(block.hmask, column + kQ3_KHigh, sizeof block.hmask / 4, lane, 0, to_column);
+}
+
 void move_q6_k(BlockQ6_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
   float* d = reinterpret_cast<float*>(column) + l;  // a half widens to float exactly, and back
@@ -128,6 +173,8 @@ void move_block(Layout layout, void* block, uint8_t* column, int64_t lane, bool 
   switch (layout) {
     case kQ4_Kx16: move_q4_k(*static_cast<BlockQ4_K*>(block), column, lane, to_column); return;
     case kQ5_Kx16: move_q5_k(*static_cast<BlockQ5_K*>(block), column, lane, to_column); return;
+    case kIQ4_XSx16: move_iq4_xs(*static_cast<BlockIQ4_XS*>(block), column, lane, to_column); return;
+    case kQ3_Kx16: move_q3_k(*static_cast<BlockQ3_K*>(block), column, lane, to_column); return;
     case kQ6_Kx16: move_q6_k(*static_cast<BlockQ6_K*>(block), column, lane, to_column); return;
     default: move_small_block(layout, static_cast<uint8_t*>(block), column, lane, to_column); return;
   }

@@ -480,7 +480,9 @@ const KernelSet kAvx2{
     row_tile<TableKernel<IQ4_NLBlock>, 4, kRowPrefetch>,
     row_tile<IQ4_XSKernel, 4, kRowPrefetch>,
     row_tile<TableKernel<MXFP4Block>, 4, kRowPrefetch>,
-    nullptr,  // Q5_K keeps its GGUF rows (no interleaved kernel here)
+    nullptr,  // Q5_K, IQ4_XS and Q3_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -213,6 +213,144 @@ struct KMinInterleaved {
   }
 };
 
+// 16 rows × T tokens of a kIQ4_XSx16 copy. The nibbles index IQ4_NL's table through vpshufb,
+// into the table plus 128 (so vpdpbusd reads them unsigned); per sub-block of 32, 8 vpdpbusd
+// give each row's Σ (value + 128) · x, times the row's signed scale (vpmulld), and the 128 comes
+// off as 128 · Σ_j scale_j · Σ(x in sub-block j), one vpdpwssd per sub-block against the
+// activations' per-16 sums (as Q4_K's mins).
+struct IQ4_XSInterleaved {
+  template <int T>
+  static void run(const Tile& tile, int64_t group, int64_t t0) {
+    const uint8_t* w = tile.w + static_cast<size_t>(group) * tile.w_stride;
+    const BlockQ8_K* x[T];
+    token_pointers(tile, t0, x);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))),
+                                           _mm512_set1_epi8(static_cast<char>(0x80)));
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    // vpshufb controls copying the low (high) int16 of each int32 lane into both its halves.
+    const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
+    const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
+    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kIQ4_XSColumn) {
+      if constexpr (T <= kPrefetchTokens) prefetch_column<kIQ4_XSColumn>(w);
+      __m512i sum[T], offset[T];
+      for (int t = 0; t < T; ++t) sum[t] = offset[t] = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kIQ4_XSScales + 32 * p));
+        const __m512i pair_scales[2] = {_mm512_shuffle_epi8(scales, dup_low), _mm512_shuffle_epi8(scales, dup_high)};
+        const __m512i row_scales[2] = {_mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16), _mm512_srai_epi32(scales, 16)};
+        for (int i = 0; i < 2; ++i) {
+          const int j = 2 * p + i;
+          const uint8_t* q = w + kIQ4_XSQuants + 256 * j;
+          DotChains<T> dots;
+          for (int k = 0; k < 4; ++k) {
+            const __m512i v = load512(q + 64 * k);
+            const __m512i low = _mm512_shuffle_epi8(table, _mm512_and_si512(v, nibble));
+            const __m512i high = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+            for (int t = 0; t < T; ++t) {
+              dots.add(t, 2 * k, low, broadcast4(x[t][b].qs + 32 * j + 4 * k));
+              dots.add(t, 2 * k + 1, high, broadcast4(x[t][b].qs + 32 * j + 16 + 4 * k));
+            }
+          }
+          for (int t = 0; t < T; ++t) {
+            sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dots.total(t), row_scales[i]));
+            offset[t] = _mm512_dpwssd_epi32(offset[t], pair_scales[i], broadcast4(x[t][b].bsums + 2 * j));
+          }
+        }
+      }
+      const __m512 d = _mm512_cvtph_ps(load256(w));
+      for (int t = 0; t < T; ++t) {
+        const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(offset[t], 7));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)), acc[t]);
+      }
+    }
+    store_group(tile, group, t0, acc);
+  }
+};
+
+// 16 rows × T tokens of a kQ3_Kx16 copy. Quants are rebuilt unsigned (0..7, the stored value
+// plus 4) from their 2 bits in a qs word and their third in an hmask word; per sub-block of 16,
+// 4 vpdpbusd give each row's Σ q·x, times its signed scale (vpmulld), and the 4 comes off as
+// 4 · Σ scale · Σ(x in the sub-block), one vpdpwssd per pair of sub-blocks against the
+// activations' per-16 sums.
+struct Q3_KInterleaved {
+  // Quant word v's elements of shift j (bits 2j of qs) in half h, with their third bit from
+  // hmask word `high` (bit 4h + j), unsigned.
+  static __m512i quants(__m512i v, __m512i high, int h, int j) {
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), _mm512_set1_epi8(0x03));
+    const int bit = 4 * h + j;
+    // That bit moved to bit 2 of each byte (a 16-bit shift; what crosses into the other byte
+    // lands outside bit 2 and is masked off), then low | (that & 0x04): one vpternlogd.
+    const __m512i moved = bit >= 2 ? _mm512_srli_epi16(high, bit - 2) : _mm512_slli_epi16(high, 2 - bit);
+    return _mm512_ternarylogic_epi32(low, moved, _mm512_set1_epi8(0x04), 0xF8);
+  }
+
+  // One token (decode): each qs and hmask word is loaded once for the four shifts that share it,
+  // into [shift][odd sub-block] sums, where the loop below loads them once per shift.
+  static __m512i one_token(const uint8_t* w, const BlockQ8_K& x) {
+    __m512i sum = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      __m512i dots[4][2];
+      for (auto& d : dots) d[0] = d[1] = _mm512_setzero_si512();
+      for (int m = 0; m < 8; ++m) {
+        const __m512i v = load512(w + kQ3_KQuants + 64 * (8 * h + m)), high = load512(w + kQ3_KHigh + 64 * m);
+        for (int j = 0; j < 4; ++j)
+          dots[j][m / 4] = _mm512_dpbusd_epi32(dots[j][m / 4], quants(v, high, h, j), broadcast4(x.qs + 128 * h + 32 * j + 4 * m));
+      }
+      for (int j = 0; j < 4; ++j) {
+        const int pair = 4 * h + j;
+        const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ3_KScales + 32 * pair));
+        offset = _mm512_dpwssd_epi32(offset, scales, broadcast4(x.bsums + 2 * pair));
+        sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(dots[j][0], _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16)));
+        sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(dots[j][1], _mm512_srai_epi32(scales, 16)));
+      }
+    }
+    return _mm512_sub_epi32(sum, _mm512_slli_epi32(offset, 2));
+  }
+
+  template <int T>
+  static void run(const Tile& tile, int64_t group, int64_t t0) {
+    const uint8_t* w = tile.w + static_cast<size_t>(group) * tile.w_stride;
+    const BlockQ8_K* x[T];
+    token_pointers(tile, t0, x);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < tile.n_blocks; ++b, w += kQ3_KColumn) {
+      if constexpr (T <= kPrefetchTokens) prefetch_column<kQ3_KColumn>(w);
+      if constexpr (T == 1) {
+        acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(one_token(w, x[0][b])),
+                                 _mm512_mul_ps(_mm512_cvtph_ps(load256(w)), _mm512_set1_ps(x[0][b].d)), acc[0]);
+        continue;
+      }
+      __m512i sum[T], offset[T];
+      for (int t = 0; t < T; ++t) sum[t] = offset[t] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 4; ++j) {
+          const int pair = 4 * h + j;  // sub-blocks of 16 2·pair (words 8h..8h+3) and 2·pair + 1
+          const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ3_KScales + 32 * pair));
+          const __m512i row_scales[2] = {_mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16), _mm512_srai_epi32(scales, 16)};
+          for (int t = 0; t < T; ++t) offset[t] = _mm512_dpwssd_epi32(offset[t], scales, broadcast4(x[t][b].bsums + 2 * pair));
+          for (int odd = 0; odd < 2; ++odd) {
+            DotChains<T> dots;
+            for (int i = 0; i < 4; ++i) {
+              const int m = 4 * odd + i;
+              const __m512i wq = quants(load512(w + kQ3_KQuants + 64 * (8 * h + m)), load512(w + kQ3_KHigh + 64 * m), h, j);
+              for (int t = 0; t < T; ++t) dots.add(t, i, wq, broadcast4(x[t][b].qs + 128 * h + 32 * j + 4 * m));
+            }
+            for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dots.total(t), row_scales[odd]));
+          }
+        }
+      const __m512 d = _mm512_cvtph_ps(load256(w));
+      for (int t = 0; t < T; ++t) {
+        const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(offset[t], 2));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)), acc[t]);
+      }
+    }
+    store_group(tile, group, t0, acc);
+  }
+};
+
 // 16 rows × T tokens of a kQ6_Kx16 copy. Quants are rebuilt unsigned (0..63) from a word of
 // ql and one of qh; per sub-block of 16, 4 vpdpbusd give each row's Σ q·x, times its scale
 // (vpmulld); the offset of 32 comes off through the activations' per-16 sums, as
@@ -451,6 +589,8 @@ const KernelSet kAvx512{
     row_tile<IQ4_XSKernel, 8, kRowPrefetch>,
     row_tile<TableKernel<MXFP4Block>, 8, kRowPrefetch>,
     group_tile<KMinInterleaved<true>>,
+    group_tile<IQ4_XSInterleaved>,
+    group_tile<Q3_KInterleaved>,
 };
 
 }  // namespace
