@@ -81,6 +81,7 @@ TileFn find_tile(const KernelSet& set, TensorType type, int layout) {
     case kernels::kQ5_Kx16: return set.q5_kx16;
     case kernels::kIQ4_XSx16: return set.iq4_xsx16;
     case kernels::kQ3_Kx16: return set.q3_kx16;
+    case kernels::kQ2_Kx16: return set.q2_kx16;
     case kernels::kF32x16: return set.f32x16;
     case kernels::kF16x16: return set.f16x16;
     case kernels::kBF16x16: return set.bf16x16;
@@ -128,6 +129,7 @@ Layout interleaved_layout(TensorType type) {
   if (type == TensorType::Q5_K) return kernels::kQ5_Kx16;
   if (type == TensorType::IQ4_XS) return kernels::kIQ4_XSx16;
   if (type == TensorType::Q3_K) return kernels::kQ3_Kx16;
+  if (type == TensorType::Q2_K) return kernels::kQ2_Kx16;
   if (type == TensorType::F32) return kernels::kF32x16;
   if (type == TensorType::F16) return kernels::kF16x16;
   if (type == TensorType::BF16) return kernels::kBF16x16;

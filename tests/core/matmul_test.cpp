@@ -184,6 +184,7 @@ kernels::Layout interleaved_layout_of(TensorType type) {
     case TensorType::Q5_K: return kernels::kQ5_Kx16;
     case TensorType::IQ4_XS: return kernels::kIQ4_XSx16;
     case TensorType::Q3_K: return kernels::kQ3_Kx16;
+    case TensorType::Q2_K: return kernels::kQ2_Kx16;
     case TensorType::F32: return kernels::kF32x16;
     case TensorType::F16: return kernels::kF16x16;
     case TensorType::BF16: return kernels::kBF16x16;
@@ -199,6 +200,7 @@ kernels::TileFn interleaved_tile_of(const kernels::KernelSet& set, TensorType ty
     case TensorType::Q5_K: return set.q5_kx16;
     case TensorType::IQ4_XS: return set.iq4_xsx16;
     case TensorType::Q3_K: return set.q3_kx16;
+    case TensorType::Q2_K: return set.q2_kx16;
     case TensorType::F32: return set.f32x16;
     case TensorType::F16: return set.f16x16;
     case TensorType::BF16: return set.bf16x16;
@@ -210,7 +212,8 @@ TEST(MatmulContract, GenericAndRepackedLayoutsAgreeBitForBit) {
   // The generic kernels rebuild each interleaved block, so both layouts run the same arithmetic.
   // Row counts below, at and above one 16-row group, and not a multiple of it.
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
-                          TensorType::IQ4_XS, TensorType::Q3_K, TensorType::F32, TensorType::F16, TensorType::BF16}) {
+                          TensorType::IQ4_XS, TensorType::Q3_K, TensorType::Q2_K, TensorType::F32, TensorType::F16,
+                          TensorType::BF16}) {
     const bool k_quant = type_traits(type).block_elements == kQK_K;
     const bool is_float = type_traits(type).block_elements == 1;
     const int64_t cols = 512, n_blocks = cols / type_traits(type).block_elements;
@@ -486,7 +489,7 @@ TEST(MatmulContract, QuantizedOutputsDoNotDependOnTheBatch) {
   ThreadPool pool(2);
   MatmulScratch scratch;
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_1,
-                          TensorType::Q3_K, TensorType::Q5_K, TensorType::IQ4_XS}) {
+                          TensorType::Q2_K, TensorType::Q3_K, TensorType::Q5_K, TensorType::IQ4_XS}) {
     Problem p = make_problem(type, rows, cols, n_tokens, 21);
     for (const kernels::KernelSet* set : all_sets()) {
       kernels::use_kernel_set(set);
@@ -860,11 +863,12 @@ TEST(MatmulContract, NoWeightTypeFallsBackToGenericOnASimdCpu) {
     Problem p = make_problem(type, 16, 256, 1, 3);
     EXPECT_TRUE(WeightMatrix::prepare(type, p.weights.data(), 16, 256).repacked()) << simd.front()->name << " " << type_name(type);
   }
-  // Q5_K's, IQ4_XS's and Q3_K's copies only where the set has their kernels (AVX-512); elsewhere
-  // their rows stay.
+  // Q5_K's, IQ4_XS's, Q3_K's and Q2_K's copies only where the set has their kernels (AVX-512);
+  // elsewhere their rows stay.
   for (const auto& [type, field] : {std::pair{TensorType::Q5_K, &kernels::KernelSet::q5_kx16},
                                     std::pair{TensorType::IQ4_XS, &kernels::KernelSet::iq4_xsx16},
-                                    std::pair{TensorType::Q3_K, &kernels::KernelSet::q3_kx16}}) {
+                                    std::pair{TensorType::Q3_K, &kernels::KernelSet::q3_kx16},
+                                    std::pair{TensorType::Q2_K, &kernels::KernelSet::q2_kx16}}) {
     Problem p = make_problem(type, 16, 256, 1, 3);
     EXPECT_EQ(WeightMatrix::prepare(type, p.weights.data(), 16, 256).repacked(), simd.front()->*field != nullptr)
         << simd.front()->name << " " << type_name(type);

@@ -31,6 +31,7 @@ enum Layout : int {
   kQ5_Kx16 = 8,  // per super-block column: a kQ4_Kx16 column, then qh (see kQ5_K* below)
   kIQ4_XSx16 = 9,  // per super-block column: see kIQ4_XS* below
   kQ3_Kx16 = 10,  // per super-block column: see kQ3_K* below
+  kQ2_Kx16 = 11,  // per super-block column: see kQ2_K* below
 };
 constexpr int64_t kInterleave = 16;
 
@@ -56,6 +57,11 @@ constexpr size_t kIQ4_XSScales = 32, kIQ4_XSQuants = 160, kIQ4_XSColumn = 2240;
 // padding. Element 128h + 32j + l (l < 32) has its low 2 bits at bits 2j of qs[32h + l] and its
 // third at bit 4h + j of hmask[l]: quant word k = 8h + m takes hmask word m.
 constexpr size_t kQ3_KScales = 32, kQ3_KQuants = 288, kQ3_KHigh = 1312, kQ3_KColumn = 1856;
+// kQ2_Kx16 column (1344 bytes, a multiple of 64): d[16] and dmin[16] as halves; the scale bytes
+// (4-bit scale | 4-bit min << 4) as pairs [pair n][row][2] (sub-blocks of 16 2n, 2n+1); qs as
+// [k in 0..15][row][4 bytes] holding qs[4k..4k+3] (element 128h + 32j + l at bits 2j of
+// qs[32h + l]).
+constexpr size_t kQ2_KDmin = 32, kQ2_KScales = 64, kQ2_KQuants = 320, kQ2_KColumn = 1344;
 // kQ6_Kx16 column (3392 bytes, a multiple of 64): d[16] as floats; scales as pairs
 // [pair p][row][2] (sub-blocks 2p, 2p+1); ql as [k in 0..31][row][4] and qh as
 // [k in 0..15][row][4], the GGUF bytes ql[4k..4k+3] and qh[4k..4k+3] of each row.
@@ -99,7 +105,7 @@ struct KernelSet {
   TileFn q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, mxfp4;
   // Interleaved copies of types that only some sets have a kernel for; WeightMatrix::prepare
   // keeps the GGUF rows where the active set has none.
-  TileFn q5_kx16, iq4_xsx16, q3_kx16;
+  TileFn q5_kx16, iq4_xsx16, q3_kx16, q2_kx16;
 };
 
 // Kernels for a decode step of several sequences, 2 to kSmallBatch tokens, on the interleaved
@@ -140,7 +146,7 @@ size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
 // Groups [g0, g1) of 16 rows of that copy, so callers can split a repack their own way.
 void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1);
-// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K, BlockQ3_K, BlockQ5_K, BlockQ6_K or BlockIQ4_XS, or one F32/F16/BF16
+// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K, BlockQ2_K, BlockQ3_K, BlockQ5_K, BlockQ6_K or BlockIQ4_XS, or one F32/F16/BF16
 // value) of row r, block b from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
 

@@ -48,7 +48,8 @@ const KernelSet kNeonDotprod{
     row_tile<Block32Kernel<IQ4_NLBlock>, 4>,
     row_tile<IQ4_XSKernel, 4>,
     row_tile<Block32Kernel<MXFP4Block>, 4>,
-    nullptr,  // Q5_K, IQ4_XS and Q3_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,  // Q5_K, IQ4_XS, Q3_K and Q2_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,
     nullptr,
     nullptr,
 };

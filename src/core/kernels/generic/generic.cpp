@@ -230,6 +230,7 @@ const KernelSet kGeneric{
     tile_fn<InterleavedRow<BlockQ5_K, BlockQ8_K, kQ5_Kx16, dot_q5_k>, true>,
     tile_fn<InterleavedRow<BlockIQ4_XS, BlockQ8_K, kIQ4_XSx16, dot_iq4_xs>, true>,
     tile_fn<InterleavedRow<BlockQ3_K, BlockQ8_K, kQ3_Kx16, dot_q3_k>, true>,
+    tile_fn<InterleavedRow<BlockQ2_K, BlockQ8_K, kQ2_Kx16, dot_q2_k>, true>,
 };
 
 }  // namespace

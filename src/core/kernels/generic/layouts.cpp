@@ -29,6 +29,7 @@ size_t column_bytes(Layout layout) {
     case kQ5_Kx16: return kQ5_KColumn;
     case kIQ4_XSx16: return kIQ4_XSColumn;
     case kQ3_Kx16: return kQ3_KColumn;
+    case kQ2_Kx16: return kQ2_KColumn;
     case kQ6_Kx16: return kQ6_KColumn;
     default: break;
   }
@@ -45,6 +46,7 @@ size_t block_bytes(Layout layout) {
     case kQ5_Kx16: return sizeof(BlockQ5_K);
     case kIQ4_XSx16: return sizeof(BlockIQ4_XS);
     case kQ3_Kx16: return sizeof(BlockQ3_K);
+    case kQ2_Kx16: return sizeof(BlockQ2_K);
     case kQ6_Kx16: return sizeof(BlockQ6_K);
     default: break;
   }
@@ -148,6 +150,26 @@ void move_q3_k(BlockQ3_K& block, uint8_t* column, int64_t lane, bool to_column) 
   copy_words(block.hmask, column + kQ3_KHigh, sizeof block.hmask / 4, lane, 0, to_column);
 }
 
+void move_q2_k(BlockQ2_K& block, uint8_t* column, int64_t lane, bool to_column) {
+  const auto l = static_cast<size_t>(lane);
+  uint8_t* d = column + l * sizeof(Half);
+  uint8_t* dmin = column + kQ2_KDmin + l * sizeof(Half);
+  uint8_t* scales = column + kQ2_KScales;
+  if (to_column) {
+    std::memcpy(d, &block.d, sizeof(Half));
+    std::memcpy(dmin, &block.dmin, sizeof(Half));
+  } else {
+    std::memcpy(&block.d, d, sizeof(Half));
+    std::memcpy(&block.dmin, dmin, sizeof(Half));
+  }
+  for (size_t j = 0; j < 16; ++j) {
+    uint8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    if (to_column) s = block.scales[j];
+    else block.scales[j] = s;
+  }
+  copy_words(block.qs, column + kQ2_KQuants, sizeof block.qs / 4, lane, 0, to_column);
+}
+
 void move_q6_k(BlockQ6_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
   float* d = reinterpret_cast<float*>(column) + l;  // a half widens to float exactly, and back
@@ -175,6 +197,7 @@ void move_block(Layout layout, void* block, uint8_t* column, int64_t lane, bool 
     case kQ5_Kx16: move_q5_k(*static_cast<BlockQ5_K*>(block), column, lane, to_column); return;
     case kIQ4_XSx16: move_iq4_xs(*static_cast<BlockIQ4_XS*>(block), column, lane, to_column); return;
     case kQ3_Kx16: move_q3_k(*static_cast<BlockQ3_K*>(block), column, lane, to_column); return;
+    case kQ2_Kx16: move_q2_k(*static_cast<BlockQ2_K*>(block), column, lane, to_column); return;
     case kQ6_Kx16: move_q6_k(*static_cast<BlockQ6_K*>(block), column, lane, to_column); return;
     default: move_small_block(layout, static_cast<uint8_t*>(block), column, lane, to_column); return;
   }

@@ -480,7 +480,8 @@ const KernelSet kAvx2{
     row_tile<TableKernel<IQ4_NLBlock>, 4, kRowPrefetch>,
     row_tile<IQ4_XSKernel, 4, kRowPrefetch>,
     row_tile<TableKernel<MXFP4Block>, 4, kRowPrefetch>,
-    nullptr,  // Q5_K, IQ4_XS and Q3_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,  // Q5_K, IQ4_XS, Q3_K and Q2_K keep their GGUF rows (no interleaved kernels here)
+    nullptr,
     nullptr,
     nullptr,
 };
