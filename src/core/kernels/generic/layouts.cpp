@@ -65,6 +65,19 @@ void copy_words(uint8_t* row, uint8_t* lanes, size_t n_words, int64_t lane, uint
     }
 }
 
+// Row `lane`'s half in a column's [16] array at `offset`, moved either way.
+void move_half(Half& value, uint8_t* column, size_t offset, size_t lane, bool to_column) {
+  uint8_t* slot = column + offset + lane * sizeof(Half);
+  if (to_column) std::memcpy(slot, &value, sizeof(Half));
+  else std::memcpy(&value, slot, sizeof(Half));
+}
+
+// Sub-block j's byte of row `lane` in a column's [pair][16 rows][2] array at `offset` (one
+// vpmovzxbw/vpmovsxbw gives a row's pair of sub-blocks in each int32 lane).
+uint8_t& pair_slot(uint8_t* column, size_t offset, size_t lane, size_t j) {
+  return column[offset + (j / 2 * kInterleave + lane) * 2 + j % 2];
+}
+
 // Q4_0 / Q8_0: d[16] halves, then the quants; Q8_0's stored plus 128 so VNNI reads them unsigned.
 void move_small_block(Layout layout, uint8_t* block, uint8_t* column, int64_t lane, bool to_column) {
   uint8_t* d = column + lane * sizeof(Half);
@@ -79,28 +92,22 @@ void move_small_block(Layout layout, uint8_t* block, uint8_t* column, int64_t la
 template <class Block>
 void move_q4_k(Block& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
-  uint8_t* d = column + l * sizeof(Half);
-  uint8_t* dmin = column + kQ4_KDmin + l * sizeof(Half);
-  uint8_t* scales = column + kQ4_KScales;
-  uint8_t* mins = column + kQ4_KMins;
+  move_half(block.d, column, 0, l, to_column);
+  move_half(block.dmin, column, kQ4_KDmin, l, to_column);
   uint8_t sc[8], mn[8];
-  if (to_column) {
-    std::memcpy(d, &block.d, sizeof(Half));
-    std::memcpy(dmin, &block.dmin, sizeof(Half));
-    unpack_q4_k_scales(block.scales, sc, mn);
-    for (size_t j = 0; j < 8; ++j) {
-      scales[(j / 2 * kInterleave + l) * 2 + j % 2] = sc[j];
-      mins[(j / 2 * kInterleave + l) * 2 + j % 2] = mn[j];
+  if (to_column) unpack_q4_k_scales(block.scales, sc, mn);
+  for (size_t j = 0; j < 8; ++j) {
+    uint8_t& scale = pair_slot(column, kQ4_KScales, l, j);
+    uint8_t& min = pair_slot(column, kQ4_KMins, l, j);
+    if (to_column) {
+      scale = sc[j];
+      min = mn[j];
+    } else {
+      sc[j] = scale;
+      mn[j] = min;
     }
-  } else {
-    std::memcpy(&block.d, d, sizeof(Half));
-    std::memcpy(&block.dmin, dmin, sizeof(Half));
-    for (size_t j = 0; j < 8; ++j) {
-      sc[j] = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
-      mn[j] = mins[(j / 2 * kInterleave + l) * 2 + j % 2];
-    }
-    pack_q4_k_scales(sc, mn, block.scales);
   }
+  if (!to_column) pack_q4_k_scales(sc, mn, block.scales);
   copy_words(block.qs, column + kQ4_KQuants, sizeof block.qs / 4, lane, 0, to_column);
 }
 
@@ -111,17 +118,13 @@ void move_q5_k(BlockQ5_K& block, uint8_t* column, int64_t lane, bool to_column) 
 
 void move_iq4_xs(BlockIQ4_XS& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
-  uint8_t* d = column + l * sizeof(Half);
-  auto* scales = reinterpret_cast<int8_t*>(column + kIQ4_XSScales);
-  if (to_column) {
-    std::memcpy(d, &block.d, sizeof(Half));
-  } else {
-    std::memcpy(&block.d, d, sizeof(Half));
+  move_half(block.d, column, 0, l, to_column);
+  if (!to_column) {
     block.scales_h = 0;
     std::memset(block.scales_l, 0, sizeof block.scales_l);
   }
   for (size_t j = 0; j < 8; ++j) {
-    int8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    auto& s = reinterpret_cast<int8_t&>(pair_slot(column, kIQ4_XSScales, l, j));
     if (to_column) {
       const int ls = ((block.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((block.scales_h >> (2 * j)) & 3) << 4);
       s = static_cast<int8_t>(ls - 32);
@@ -136,15 +139,12 @@ void move_iq4_xs(BlockIQ4_XS& block, uint8_t* column, int64_t lane, bool to_colu
 
 void move_q3_k(BlockQ3_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
-  uint8_t* d = column + l * sizeof(Half);
-  auto* scales = reinterpret_cast<int8_t*>(column + kQ3_KScales);
-  if (to_column) {
-    std::memcpy(d, &block.d, sizeof(Half));
-    for (int j = 0; j < 16; ++j) scales[(j / 2 * kInterleave + l) * 2 + j % 2] = static_cast<int8_t>(q3_k_scale(block, j));
-  } else {
-    std::memcpy(&block.d, d, sizeof(Half));
-    std::memset(block.scales, 0, sizeof block.scales);
-    for (int j = 0; j < 16; ++j) set_q3_k_scale(block, j, scales[(j / 2 * kInterleave + l) * 2 + j % 2]);
+  move_half(block.d, column, 0, l, to_column);
+  if (!to_column) std::memset(block.scales, 0, sizeof block.scales);
+  for (size_t j = 0; j < 16; ++j) {
+    auto& s = reinterpret_cast<int8_t&>(pair_slot(column, kQ3_KScales, l, j));
+    if (to_column) s = static_cast<int8_t>(q3_k_scale(block, static_cast<int>(j)));
+    else set_q3_k_scale(block, static_cast<int>(j), s);
   }
   copy_words(block.qs, column + kQ3_KQuants, sizeof block.qs / 4, lane, 0, to_column);
   copy_words(block.hmask, column + kQ3_KHigh, sizeof block.hmask / 4, lane, 0, to_column);
@@ -152,18 +152,10 @@ void move_q3_k(BlockQ3_K& block, uint8_t* column, int64_t lane, bool to_column) 
 
 void move_q2_k(BlockQ2_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
-  uint8_t* d = column + l * sizeof(Half);
-  uint8_t* dmin = column + kQ2_KDmin + l * sizeof(Half);
-  uint8_t* scales = column + kQ2_KScales;
-  if (to_column) {
-    std::memcpy(d, &block.d, sizeof(Half));
-    std::memcpy(dmin, &block.dmin, sizeof(Half));
-  } else {
-    std::memcpy(&block.d, d, sizeof(Half));
-    std::memcpy(&block.dmin, dmin, sizeof(Half));
-  }
+  move_half(block.d, column, 0, l, to_column);
+  move_half(block.dmin, column, kQ2_KDmin, l, to_column);
   for (size_t j = 0; j < 16; ++j) {
-    uint8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    uint8_t& s = pair_slot(column, kQ2_KScales, l, j);
     if (to_column) s = block.scales[j];
     else block.scales[j] = s;
   }
@@ -173,9 +165,8 @@ void move_q2_k(BlockQ2_K& block, uint8_t* column, int64_t lane, bool to_column) 
 void move_q6_k(BlockQ6_K& block, uint8_t* column, int64_t lane, bool to_column) {
   const auto l = static_cast<size_t>(lane);
   float* d = reinterpret_cast<float*>(column) + l;  // a half widens to float exactly, and back
-  auto* scales = reinterpret_cast<int8_t*>(column + kQ6_KScales);
   for (size_t j = 0; j < 16; ++j) {
-    int8_t& s = scales[(j / 2 * kInterleave + l) * 2 + j % 2];
+    auto& s = reinterpret_cast<int8_t&>(pair_slot(column, kQ6_KScales, l, j));
     if (to_column) s = block.scales[j];
     else block.scales[j] = s;
   }

@@ -56,6 +56,15 @@ inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 // Four bytes of x broadcast to every lane, straight from memory (a load-port µop).
 inline __m512i broadcast4(const void* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
+// Each int32 lane's low (high) int16 copied into both its halves (vpshufb within 128-bit lanes),
+// so that vpdpwssd weighs both int16 of the other operand's lane by it.
+inline __m512i low_halves_doubled(__m512i v) {
+  return _mm512_shuffle_epi8(v, _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100));
+}
+inline __m512i high_halves_doubled(__m512i v) {
+  return _mm512_shuffle_epi8(v, _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302));
+}
+
 // Per-token int32 sums of vpdpbusd products over a run of quant words, kept in enough
 // independent chains that their latency stays hidden when few tokens share the weights (at
 // 4+ tokens the tokens' own chains suffice, and more would cost registers).
@@ -158,10 +167,6 @@ struct KMinInterleaved {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-    // vpshufb controls (byte indices within each 128-bit lane) copying the low (high) int16 of
-    // each int32 lane into both its halves.
-    const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
-    const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kColumn) {
       if constexpr (T <= kPrefetchTokens) prefetch_column<kColumn>(w);
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
@@ -171,7 +176,7 @@ struct KMinInterleaved {
       for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) {
         const __m512i mins = _mm512_cvtepu8_epi16(load256(w + kQ4_KMins + 32 * p));
-        const __m512i even = _mm512_shuffle_epi8(mins, dup_low), odd = _mm512_shuffle_epi8(mins, dup_high);
+        const __m512i even = low_halves_doubled(mins), odd = high_halves_doubled(mins);
         for (int t = 0; t < T; ++t) {
           sum[t] = _mm512_dpwssd_epi32(sum[t], even, broadcast4(x[t][b].bsums + 4 * p));
           sum[t] = _mm512_dpwssd_epi32(sum[t], odd, broadcast4(x[t][b].bsums + 4 * p + 2));
@@ -229,16 +234,13 @@ struct IQ4_XSInterleaved {
     const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values))),
                                            _mm512_set1_epi8(static_cast<char>(0x80)));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
-    // vpshufb controls copying the low (high) int16 of each int32 lane into both its halves.
-    const __m512i dup_low = _mm512_set4_epi32(0x0D0C0D0C, 0x09080908, 0x05040504, 0x01000100);
-    const __m512i dup_high = _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kIQ4_XSColumn) {
       if constexpr (T <= kPrefetchTokens) prefetch_column<kIQ4_XSColumn>(w);
       __m512i sum[T], offset[T];
       for (int t = 0; t < T; ++t) sum[t] = offset[t] = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) {
         const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kIQ4_XSScales + 32 * p));
-        const __m512i pair_scales[2] = {_mm512_shuffle_epi8(scales, dup_low), _mm512_shuffle_epi8(scales, dup_high)};
+        const __m512i pair_scales[2] = {low_halves_doubled(scales), high_halves_doubled(scales)};
         const __m512i row_scales[2] = {_mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16), _mm512_srai_epi32(scales, 16)};
         for (int i = 0; i < 2; ++i) {
           const int j = 2 * p + i;
