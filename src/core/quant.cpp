@@ -301,9 +301,7 @@ void quantize_iq4_xs(const float* x, BlockIQ4_XS* out, int64_t n_blocks) {
     std::memset(out[b].scales_l, 0, sizeof out[b].scales_l);
     for (int j = 0; j < 8; ++j) {
       const int ls = d != 0 ? std::clamp(nearest_int(scale[j] / d), -32, 31) : 0;
-      const int u = ls + 32;
-      out[b].scales_l[j / 2] = static_cast<uint8_t>(out[b].scales_l[j / 2] | (u & 0x0F) << (4 * (j % 2)));
-      out[b].scales_h = static_cast<uint16_t>(out[b].scales_h | (u >> 4) << (2 * j));
+      set_iq4_xs_scale(out[b], j, ls);
       uint8_t codes[32];
       for (int i = 0; i < 32; ++i) codes[i] = static_cast<uint8_t>(nearest_code(kIq4Values, d * static_cast<float>(ls), x[32 * j + i]));
       pack_nibbles32(codes, out[b].qs + 16 * j);
@@ -403,6 +401,12 @@ int iq4_xs_scale(const BlockIQ4_XS& block, int j) {
   const int low = block.scales_l[j / 2] >> (4 * (j % 2)) & 0x0F;
   const int high = block.scales_h >> (2 * j) & 3;
   return (low | high << 4) - 32;
+}
+
+void set_iq4_xs_scale(BlockIQ4_XS& block, int j, int scale) {
+  const int u = scale + 32;
+  block.scales_l[j / 2] = static_cast<uint8_t>(block.scales_l[j / 2] | (u & 0x0F) << (4 * (j % 2)));
+  block.scales_h = static_cast<uint16_t>(block.scales_h | (u >> 4) << (2 * j));
 }
 
 float half_to_float(Half h) {

@@ -187,6 +187,9 @@ void set_q3_k_scale(BlockQ3_K& block, int j, int scale);
 int q5_k_quant(const BlockQ5_K& block, int i);
 // IQ4_XS: the scale (-32..31) of sub-block j.
 int iq4_xs_scale(const BlockIQ4_XS& block, int j);
+// Stores sub-block j's scale (-32..31) into `block.scales_l` and `scales_h`, whose bits for it
+// must be clear.
+void set_iq4_xs_scale(BlockIQ4_XS& block, int j, int scale);
 // MXFP4: the block's scale 2^(e - 128), built from its bits (inline: kernels call it per
 // block). e ≥ 2 is a normal float of biased exponent e - 1; 2^-128 and 2^-127 are subnormal.
 inline float mxfp4_scale(uint8_t e) {

@@ -125,14 +125,8 @@ void move_iq4_xs(BlockIQ4_XS& block, uint8_t* column, int64_t lane, bool to_colu
   }
   for (size_t j = 0; j < 8; ++j) {
     auto& s = reinterpret_cast<int8_t&>(pair_slot(column, kIQ4_XSScales, l, j));
-    if (to_column) {
-      const int ls = ((block.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((block.scales_h >> (2 * j)) & 3) << 4);
-      s = static_cast<int8_t>(ls - 32);
-    } else {
-      const int ls = s + 32;
-      block.scales_l[j / 2] = static_cast<uint8_t>(block.scales_l[j / 2] | ((ls & 0x0F) << (4 * (j % 2))));
-      block.scales_h = static_cast<uint16_t>(block.scales_h | ((ls >> 4) << (2 * j)));
-    }
+    if (to_column) s = static_cast<int8_t>(iq4_xs_scale(block, static_cast<int>(j)));
+    else set_iq4_xs_scale(block, static_cast<int>(j), s);
   }
   copy_words(block.qs, column + kIQ4_XSQuants, sizeof block.qs / 4, lane, 0, to_column);
 }

@@ -65,6 +65,10 @@ inline __m512i high_halves_doubled(__m512i v) {
   return _mm512_shuffle_epi8(v, _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302));
 }
 
+// Each int32 lane's low (high) int16, sign-extended: a row's scale of a pair of sub-blocks.
+inline __m512i signed_low_halves(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
+inline __m512i signed_high_halves(__m512i v) { return _mm512_srai_epi32(v, 16); }
+
 // Per-token int32 sums of vpdpbusd products over a run of quant words, kept in enough
 // independent chains that their latency stays hidden when few tokens share the weights (at
 // 4+ tokens the tokens' own chains suffice, and more would cost registers).
@@ -241,7 +245,7 @@ struct IQ4_XSInterleaved {
       for (int p = 0; p < 4; ++p) {
         const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kIQ4_XSScales + 32 * p));
         const __m512i pair_scales[2] = {low_halves_doubled(scales), high_halves_doubled(scales)};
-        const __m512i row_scales[2] = {_mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16), _mm512_srai_epi32(scales, 16)};
+        const __m512i row_scales[2] = {signed_low_halves(scales), signed_high_halves(scales)};
         for (int i = 0; i < 2; ++i) {
           const int j = 2 * p + i;
           const uint8_t* q = w + kIQ4_XSQuants + 256 * j;
@@ -352,8 +356,8 @@ struct Q3_KPlanes {
   static void pair(const uint8_t* w, int pair, const BlockQ8_K& x, __m512i even, __m512i odd, __m512i& sum, __m512i& offset) {
     const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ3_KScales + 32 * pair));
     offset = _mm512_dpwssd_epi32(offset, scales, broadcast4(x.bsums + 2 * pair));
-    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even, _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16)));
-    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(odd, _mm512_srai_epi32(scales, 16)));
+    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even, signed_low_halves(scales)));
+    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(odd, signed_high_halves(scales)));
   }
   static __m512 result(const uint8_t* w, __m512i sum, __m512i offset, float xd, __m512 acc) {
     const __m512i total = _mm512_sub_epi32(sum, _mm512_slli_epi32(offset, 2));
@@ -410,8 +414,8 @@ struct Q6_KInterleaved {
     const __m512i scales = _mm512_cvtepi8_epi16(load256(w + kQ6_KScales + 32 * pair));
     const __m512i offset = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scales, 5));
     sum = _mm512_dpwssd_epi32(sum, offset, broadcast4(x.bsums + 2 * pair));
-    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even_dot, _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16)));
-    return _mm512_add_epi32(sum, _mm512_mullo_epi32(odd_dot, _mm512_srai_epi32(scales, 16)));
+    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even_dot, signed_low_halves(scales)));
+    return _mm512_add_epi32(sum, _mm512_mullo_epi32(odd_dot, signed_high_halves(scales)));
   }
 
   // One token (decode): each ql and qh word is loaded once for the runs that share it (a qh
@@ -462,7 +466,7 @@ struct Q6_KInterleaved {
             const __m512i offset = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scales, 5));
             for (int t = 0; t < T; ++t) sum[t] = _mm512_dpwssd_epi32(sum[t], offset, broadcast4(x[t][b].bsums + 2 * pair));
             for (int odd = 0; odd < 2; ++odd) {
-              const __m512i scale = odd ? _mm512_srai_epi32(scales, 16) : _mm512_srai_epi32(_mm512_slli_epi32(scales, 16), 16);
+              const __m512i scale = odd ? signed_high_halves(scales) : signed_low_halves(scales);
               DotChains<T> dots;
               for (int i = 0; i < 4; ++i) {
                 const int m = 4 * odd + i;
