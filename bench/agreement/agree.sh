@@ -8,6 +8,10 @@
 #   LLAMA_CPP_DIR=<a built llama.cpp checkout> bench/agreement/agree.sh [BUILD_DIR] ARCH SHAPE TYPE...
 #   e.g. ... agree.sh build qwen3moe tiny F32 Q8_0 Q4_K_M IQ4_XS MXFP4_MOE
 # TYPE is llama-quantize's name (F32 runs the float file itself). Needs python3 with numpy.
+# ORCHARD_AGREE_EVERY_EXPERT=1 rewrites a mixture of experts' float file so that every token
+# chooses every expert (expert_used_count = expert_count, no expert groups) before quantizing:
+# the routing then has no top-k left to tip at a near-tie, so what remains of a disagreement is
+# the kernels' and the mixing weights', not a route chosen differently (uses LLAMA_CPP_DIR's gguf-py).
 # Builds only the small reader next to this script (against LLAMA_CPP_DIR's headers and
 # libllama), never llama.cpp itself.
 set -euo pipefail
@@ -21,19 +25,42 @@ if [[ ! -x "$reader" || "$here/llama_logits.cpp" -nt "$reader" ]]; then
   "${CXX:-g++}" -O2 -std=c++17 "$here/llama_logits.cpp" -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" \
     -L"$LLAMA_CPP_DIR/build/bin" -lllama -Wl,-rpath,"$LLAMA_CPP_DIR/build/bin" -o "$reader"
 fi
-base="$work/$arch-$shape-F32.gguf"
-[[ -f "$base" ]] || "$build/orchard" make-model --arch "$arch" --shape "$shape" --type f32 -o "$base" > /dev/null
+variant=$shape
+[[ "${ORCHARD_AGREE_EVERY_EXPERT:-0}" == 1 ]] && variant=$shape-every-expert
+base="$work/$arch-$variant-F32.gguf"
+if [[ ! -f "$base" ]]; then
+  "$build/orchard" make-model --arch "$arch" --shape "$shape" --type f32 -o "$base.tmp" > /dev/null
+  if [[ "$variant" != "$shape" ]]; then
+    PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" "${PYTHON:-python3}" - "$base.tmp" <<'PY'
+import sys
+import gguf
+
+reader = gguf.GGUFReader(sys.argv[1], "r+")
+arch = reader.fields["general.architecture"].contents()
+def set_key(key, value):
+    field = reader.fields.get(f"{arch}.{key}")
+    if field is not None:
+        field.parts[field.data[0]][0] = value
+if f"{arch}.expert_count" not in reader.fields:
+    sys.exit(f"{sys.argv[1]}: {arch} has no experts to choose")
+set_key("expert_used_count", reader.fields[f"{arch}.expert_count"].contents())
+set_key("expert_group_count", 1)  # llama.cpp wants fewer groups used than there are
+set_key("expert_group_used_count", 1)
+PY
+  fi
+  mv "$base.tmp" "$base"
+fi
 prompt=${ORCHARD_AGREE_PROMPT:-"Once upon a time there was a little robot who wanted to see the sea"}
 ids=$("$build/orchard" tokenize -m "$base" "$prompt" | tr -cs '0-9' ' ')
 for type in "$@"; do
-  file="$work/$arch-$shape-$type.gguf"
+  file="$work/$arch-$variant-$type.gguf"
   [[ -f "$file" ]] || "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$base" "$file" "$type" > /dev/null 2>&1 ||
-    { echo "$arch $shape $type: llama-quantize refused"; continue; }
+    { echo "$arch $variant $type: llama-quantize refused"; continue; }
   "$build/orchard" run -m "$file" -p "$prompt" -n 1 -t 2 --logits "$work/orchard.bin" > /dev/null 2>&1 ||
-    { echo "$arch $shape $type: orchard failed"; continue; }
+    { echo "$arch $variant $type: orchard failed"; continue; }
   # shellcheck disable=SC2086  # ids are words on purpose
-  "$reader" "$file" "$work/llama.bin" $ids > /dev/null 2>&1 || { echo "$arch $shape $type: llama.cpp failed"; continue; }
-  "${PYTHON:-python3}" - "$arch $shape $type" "$work/orchard.bin" "$work/llama.bin" <<'PY'
+  "$reader" "$file" "$work/llama.bin" $ids > /dev/null 2>&1 || { echo "$arch $variant $type: llama.cpp failed"; continue; }
+  "${PYTHON:-python3}" - "$arch $variant $type" "$work/orchard.bin" "$work/llama.bin" <<'PY'
 import sys
 import numpy as np
 
