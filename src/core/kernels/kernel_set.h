@@ -146,8 +146,8 @@ size_t interleaved_bytes(Layout layout, int64_t rows, int64_t n_blocks);
 void repack(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst);
 // Groups [g0, g1) of 16 rows of that copy, so callers can split a repack their own way.
 void repack_groups(Layout layout, const void* src, int64_t rows, int64_t n_blocks, void* dst, int64_t g0, int64_t g1);
-// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ4_K, BlockQ2_K, BlockQ3_K, BlockQ5_K, BlockQ6_K or BlockIQ4_XS, or one F32/F16/BF16
-// value) of row r, block b from an interleaved copy.
+// Rebuilds the GGUF block (BlockQ4_0, BlockQ8_0, BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K,
+// BlockQ6_K or BlockIQ4_XS, or one F32/F16/BF16 value) of row r, block b from an interleaved copy.
 void extract_block(Layout layout, const void* data, int64_t n_blocks, int64_t r, int64_t b, void* block);
 
 }  // namespace orchard::core::kernels

@@ -65,9 +65,12 @@ inline __m512i high_halves_doubled(__m512i v) {
   return _mm512_shuffle_epi8(v, _mm512_set4_epi32(0x0F0E0F0E, 0x0B0A0B0A, 0x07060706, 0x03020302));
 }
 
-// Each int32 lane's low (high) int16, sign-extended: a row's scale of a pair of sub-blocks.
+// Each int32 lane's low (high) int16, sign- or zero-extended: a row's scale of a pair of
+// sub-blocks.
 inline __m512i signed_low_halves(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16); }
 inline __m512i signed_high_halves(__m512i v) { return _mm512_srai_epi32(v, 16); }
+inline __m512i unsigned_low_halves(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)); }
+inline __m512i unsigned_high_halves(__m512i v) { return _mm512_srli_epi32(v, 16); }
 
 // Per-token int32 sums of vpdpbusd products over a run of quant words, kept in enough
 // independent chains that their latency stays hidden when few tokens share the weights (at
@@ -170,7 +173,6 @@ struct KMinInterleaved {
     token_pointers(tile, t0, x);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     for (int64_t b = 0; b < tile.n_blocks; ++b, w += kColumn) {
       if constexpr (T <= kPrefetchTokens) prefetch_column<kColumn>(w);
       const __m512 d = _mm512_cvtph_ps(load256(w)), dmin = _mm512_cvtph_ps(load256(w + kQ4_KDmin));
@@ -210,7 +212,7 @@ struct KMinInterleaved {
           }
           for (int i = 0; i < kHalvesAtOnce; ++i) {
             const int half = first + i;
-            const __m512i scale = half ? _mm512_srli_epi32(scales, 16) : _mm512_and_si512(scales, low16);
+            const __m512i scale = half ? unsigned_high_halves(scales) : unsigned_low_halves(scales);
             for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dots[i].total(t), scale));
           }
         }
@@ -382,8 +384,8 @@ struct Q2_KPlanes {
     const __m512i bytes = _mm512_cvtepu8_epi16(load256(w + kQ2_KScales + 32 * pair));
     const __m512i scales = _mm512_and_si512(bytes, _mm512_set1_epi16(0x0F));
     mins = _mm512_dpwssd_epi32(mins, _mm512_srli_epi16(bytes, 4), broadcast4(x.bsums + 2 * pair));
-    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even, _mm512_and_si512(scales, _mm512_set1_epi32(0xFFFF))));
-    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(odd, _mm512_srli_epi32(scales, 16)));
+    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(even, unsigned_low_halves(scales)));
+    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(odd, unsigned_high_halves(scales)));
   }
   static __m512 result(const uint8_t* w, __m512i sum, __m512i mins, float xd, __m512 acc) {
     const __m512 x_scale = _mm512_set1_ps(xd);
