@@ -487,8 +487,10 @@ TEST(Chat, TheSecondTurnsPromptHoldsTheFirstReplyAndEndOfInputQuits) {
 // Ctrl-C while a reply is written stops that reply, not the program: the next turn runs with the
 // stopped reply in its history.
 TEST(Chat, InterruptStopsTheReplyNotTheProgram) {
-  const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
-  // No reply limit: a reply runs to the end of the context, far longer than the test waits.
+  // No reply limit: a reply runs to the end of the context. The small shape's 2,048 positions
+  // take a second or more; the tiny shape's 512 had come to ~70 ms, which a poll of 10 ms on a
+  // busy host could miss whole.
+  const std::string model = testing::synthetic_model("llama", "small", "q8_0");
   const testing::Finished f = interrupt_a_reply(
       orchard({"chat", "-m", model, "--temp", "0", "-t", "1", "--verbose", "--chat-template", "chatml"}), "chat-interrupt", 3000);
   EXPECT_EQ(f.exit_code, 0) << f.stderr_text;
