@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numbers>
 #include <type_traits>
 #include <vector>
@@ -218,6 +219,22 @@ struct CacheView {
   }
 };
 
+// Keys a block's tiles take at a time: every query tile of the block takes its scores, softmax
+// and outputs over one chunk before the next chunk starts, so a chunk's keys and values
+// come from memory once for the whole block (a decode step's 8 query heads of a KV head are two
+// tiles) and stay in L1 for the other tiles and the output's dimension tiles, rather than being
+// streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
+// 64 keys of 64 F32 dimensions are 16 KiB.
+constexpr int32_t kChunkKeys = 64;
+// Query tiles taken through the chunks together: a block of 8 rows of 8 query heads is one group.
+constexpr int32_t kTileGroup = 32;
+// Keys whose scores a tile group keeps at a time (attend_block_typed): at a prompt block's 64
+// query vectors, 256 KiB of scores.
+constexpr int32_t kSpanKeys = 1024;
+
+// A chunk's keys and values as a clone's products take them, shared by the block's tiles (x86).
+struct Q8Chunk;
+
 // Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
 // ones repeated where the block runs out, so every tile has kTileQueries of them.
 struct QueryTile {
@@ -229,12 +246,14 @@ struct QueryTile {
   int32_t first_key[kTileQueries];
   int32_t n_keys[kTileQueries];
   float sink[kTileQueries];
-  float* scores[kTileQueries];
+  float* scores[kTileQueries];  // one span's: key span + j at scores[i][j]
+  int32_t span;
   int32_t count, max_keys;
   int32_t min_first;  // the tile reads keys [min_first, max_keys)
 };
 
-[[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, int64_t score_stride) {
+// The tile's rows of scores, `span_keys` each, start at `scores`.
+[[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, float* scores, int32_t span_keys) {
   QueryTile tile{};
   const int32_t total = b.n_rows * b.group;
   tile.count = std::min(kTileQueries, total - first);
@@ -248,20 +267,13 @@ struct QueryTile {
     tile.first_key[i] = b.first_key ? b.first_key[row] : 0;
     tile.n_keys[i] = b.n_keys[row];
     tile.sink[i] = b.sinks ? b.sinks[head] : 0.0f;
-    tile.scores[i] = b.scores + static_cast<int64_t>(first + std::min(i, tile.count - 1)) * score_stride;
+    tile.scores[i] = scores + int64_t{std::min(i, tile.count - 1)} * span_keys;
     tile.max_keys = std::max(tile.max_keys, tile.n_keys[i]);
     tile.min_first = std::min(tile.min_first, tile.first_key[i]);
   }
   return tile;
 }
 
-// Keys a block's tiles take at a time: every query tile of the block takes its scores over one
-// chunk before the next chunk starts, and then its outputs likewise, so a chunk's keys and values
-// come from memory once for the whole block (a decode step's 8 query heads of a KV head are two
-// tiles) and stay in L1 for the other tiles and the output's dimension tiles, rather than being
-// streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
-// 64 keys of 64 F32 dimensions are 16 KiB.
-constexpr int32_t kChunkKeys = 64;
 // How many of the cache's key blocks ahead the score loop asks for its keys' cache lines.
 constexpr int32_t kKeysAheadBlocks = 2;
 
@@ -297,6 +309,111 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void column_quads(const int8
   u[3] = _mm512_unpackhi_epi16(ab_hi, cd_hi);
 }
 
+// Value widths q8_outputs takes (a latent attention's 512 among them): its codes' buffer.
+constexpr int32_t kMaxQ8OutputBlocks = 16;
+inline bool q8_outputs_suit(const AttentionBlock& b) {
+  const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
+  return dims % 64 == 0 && dims / kKvQ8Block <= kMaxQ8OutputBlocks && b.value_scale_stride == dims / kKvQ8Block;
+}
+
+// A chunk's Q8_0 keys and values as VNNI operands (column_quads), rearranged once for every
+// query tile of a block that has many (a prompt block's 16 tiles had each redone it, half of
+// their integer products' work), or by each tile from the cache where there are few (a decode
+// step's 2 tiles: storing and loading the operands cost more than rearranging them twice).
+struct Q8Chunk {
+  // One vector, as std::vector's elements keep their alignment.
+  struct alignas(64) Integers { __m512i v; };
+  struct alignas(64) Floats { __m512 v; };
+  bool rearranged = false;
+  const int8_t* block_keys = nullptr;  // the chunk's cache block of keys
+  const int8_t* values = nullptr;      // the chunk's first position's values
+  int64_t value_stride = 0;
+  int32_t last = 0;  // the chunk's last key counted from its first (rows past it are this one's again)
+  // Per 4 key dimensions d, the chunk's 64 keys at key_quads[d..d+3], unsigned (codes + 128) as
+  // VNNI's first operand is.
+  std::vector<Integers> key_quads;
+  // Per 64 value dimensions and 4 positions, the chunk's values.
+  std::vector<Integers> value_quads;
+  // The values' block scales, per 32-dimension block the chunk's 64 positions in 4 vectors (0
+  // past the chunk's last key).
+  std::vector<Floats> value_scales;
+
+  __attribute__((target(ORCHARD_VNNI_TARGET))) void take_keys(const AttentionBlock& b, const int8_t* keys, int32_t lo) {
+    block_keys = keys + key_element(b.head_dim, 0, lo);
+    const int64_t keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
+    for (int32_t d = 0; d < b.head_dim; ++d) __builtin_prefetch(block_keys + keys_ahead + int64_t{d} * kKeyBlock);
+    if (!rearranged) return;
+    key_quads.resize(static_cast<size_t>(b.head_dim));
+    for (int32_t d = 0; d < b.head_dim; d += 4) {
+      __m512i u[4];
+      keys_from_cache(d, u);
+      for (int32_t k = 0; k < 4; ++k) key_quads[static_cast<size_t>(d + k)].v = u[k];
+    }
+  }
+  __attribute__((target(ORCHARD_VNNI_TARGET))) void keys_from_cache(int32_t d, __m512i u[4]) const {
+    const int8_t* rows = block_keys + int64_t{d} * kKeyBlock;
+    column_quads(rows, rows + kKeyBlock, rows + 2 * kKeyBlock, rows + 3 * kKeyBlock, u);
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int32_t k = 0; k < 4; ++k) u[k] = _mm512_xor_si512(u[k], offset);
+  }
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void keys_at(int32_t d, __m512i u[4]) const {
+    if (!rearranged) return keys_from_cache(d, u);
+    for (int32_t k = 0; k < 4; ++k) u[k] = key_quads[static_cast<size_t>(d + k)].v;
+  }
+
+  __attribute__((target(ORCHARD_VNNI_TARGET))) void take_values(const AttentionBlock& b, const int8_t* cache_values,
+                                                               const core::Half* scales, int32_t lo, int32_t end) {
+    const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, blocks = dims / kKvQ8Block;
+    values = cache_values + int64_t{lo} * b.value_stride;
+    value_stride = b.value_stride;
+    last = std::min(kChunkKeys, end - lo) - 1;
+    // The next chunk's rows, asked for while this one's are used.
+    for (int32_t j = 0; j < kChunkKeys; ++j)
+      for (int32_t d0 = 0; d0 < dims; d0 += 64) __builtin_prefetch(values + int64_t{j + kChunkKeys} * value_stride + d0);
+    if (rearranged) {
+      value_quads.resize(static_cast<size_t>(dims / 64 * kChunkKeys));
+      for (int32_t d0 = 0; d0 < dims; d0 += 64)
+        for (int32_t quad = 0; quad < kChunkKeys / 4; ++quad) {
+          __m512i u[4];
+          values_from_cache(d0, quad, u);
+          for (int32_t k = 0; k < 4; ++k) value_quads[static_cast<size_t>((d0 / 64 * kChunkKeys / 4 + quad) * 4 + k)].v = u[k];
+        }
+    }
+    // The positions' scales as floats, [position - lo][block] (the cache's rows of them are
+    // contiguous), then each block's 16 positions at a time.
+    alignas(64) float row_scales[kChunkKeys * kMaxQ8OutputBlocks];
+    const int32_t n = last + 1;
+    const core::Half* first_scales = scales + int64_t{lo} * b.value_scale_stride;
+    for (int32_t e = 0; e < n * blocks; e += 16) {
+      const auto mask = static_cast<__mmask16>(n * blocks - e >= 16 ? 0xffff : (1u << (n * blocks - e)) - 1);
+      _mm512_store_ps(row_scales + e, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, first_scales + e)));
+    }
+    value_scales.resize(static_cast<size_t>(blocks * kChunkKeys / 16));
+    const __m512i positions = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int32_t blk = 0; blk < blocks; ++blk)
+      for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
+        const int32_t valid = std::clamp(n - 16 * v, 0, 16);
+        const auto in_range = static_cast<__mmask16>(valid == 16 ? 0xffff : (1u << valid) - 1);
+        const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(positions, _mm512_set1_epi32(16 * v)),
+                                                               _mm512_set1_epi32(blocks)),
+                                            _mm512_set1_epi32(blk));
+        value_scales[static_cast<size_t>(blk * kChunkKeys / 16 + v)].v =
+            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in_range, at, row_scales, 4);
+      }
+  }
+  __attribute__((target(ORCHARD_VNNI_TARGET))) void values_from_cache(int32_t d0, int32_t quad, __m512i u[4]) const {
+    const int32_t j = 4 * quad;
+    const int8_t* row = values + d0;
+    column_quads(row + int64_t{std::min(j, last)} * value_stride, row + int64_t{std::min(j + 1, last)} * value_stride,
+                 row + int64_t{std::min(j + 2, last)} * value_stride, row + int64_t{std::min(j + 3, last)} * value_stride, u);
+  }
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void values_at(int32_t d0, int32_t quad,
+                                                                                             __m512i u[4]) const {
+    if (!rearranged) return values_from_cache(d0, quad, u);
+    for (int32_t k = 0; k < 4; ++k) u[k] = value_quads[static_cast<size_t>((d0 / 64 * kChunkKeys / 4 + quad) * 4 + k)].v;
+  }
+};
+
 // The scores of a Q8_0 cache's block of 64 keys at lo (where the tile's float loops would write
 // them) as integer products: per 32 dimensions, Σ (k + 128)·q over the codes (one VNNI
 // instruction is 64 of them, against 16 multiply-adds of floats), less 128·Σq, times the key's
@@ -304,26 +421,20 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void column_quads(const int8
 // differs, as in llama.cpp's Q8_0 score products. Decode attention at depth had been bound by
 // its float multiply-adds (8 query heads per key), not by reading the cache.
 __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_scores(
-    const AttentionBlock& b, const int8_t* keys, const core::Half* key_scales, const QueryTile& t, int32_t lo, int32_t hi,
+    const AttentionBlock& b, const Q8Chunk& chunk, const core::Half* key_scales, const QueryTile& t, int32_t lo, int32_t hi,
     float scale) {
   hi = std::min(hi, t.max_keys);
   const int32_t start = std::max(lo, t.min_first) / kTileKeys * kTileKeys;
   if (start >= hi) return;
   const int32_t blocks = b.head_dim / kKvQ8Block;
-  const int8_t* block_keys = keys + key_element(b.head_dim, 0, lo);
-  const int64_t keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
   __m512 sums[kTileQueries][4];
   for (int32_t blk = 0; blk < blocks; ++blk) {
     __m512i acc[kTileQueries][4];
     for (int32_t i = 0; i < kTileQueries; ++i)
       for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_set1_epi32(-128 * t.codes[i][blk].sum);  // the 128 added to keys
     for (int32_t d = 0; d < kKvQ8Block; d += 4) {
-      const int8_t* rows = block_keys + int64_t{blk * kKvQ8Block + d} * kKeyBlock;
-      for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(rows + keys_ahead + r * kKeyBlock);
       __m512i u[4];
-      column_quads(rows, rows + kKeyBlock, rows + 2 * kKeyBlock, rows + 3 * kKeyBlock, u);
-      const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));  // unsigned, as VNNI's first operand is
-      for (int32_t k = 0; k < 4; ++k) u[k] = _mm512_xor_si512(u[k], offset);
+      chunk.keys_at(blk * kKvQ8Block + d, u);
       for (int32_t i = 0; i < kTileQueries; ++i) {
         int32_t quad;
         std::memcpy(&quad, t.codes[i][blk].qs + d, sizeof quad);
@@ -351,56 +462,41 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_scores(
     for (int32_t l = 0; l < 4; ++l) {
       const int32_t tile_first = lo + l / 2 * kTileKeys;
       if (tile_first >= start && tile_first < hi)
-        _mm512_storeu_ps(t.scores[i] + lo + 16 * l, _mm512_mul_ps(in_order[l], score_scale));
+        _mm512_storeu_ps(t.scores[i] + (lo - t.span) + 16 * l, _mm512_mul_ps(in_order[l], score_scale));
     }
   }
 }
 
-// Value widths q8_outputs takes (a latent attention's 512 among them): its codes' buffer.
-constexpr int32_t kMaxQ8OutputBlocks = 16;
-
-// out_i (+)= Σ_j p_ij · v_j over a Q8_0 cache's positions [lo, hi) as integer products, as
-// tile_output computes in floats: per query and 32-dimension block b, the weights p_ij · s_jb
-// (probability times the value block's scale) become 8-bit codes of their largest over these
-// keys (rounding each by at most 1/510 of it), and Σ_j code_ij · v_jd of 4 positions at a time
-// is one VNNI instruction over 16 dimensions. The float loops converted every value to float
-// and took 4 multiply-adds a value for a tile of 4 queries; these take a quarter of that.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const AttentionBlock& b, const int8_t* values,
-                                                                const core::Half* value_scales, const QueryTile& t,
-                                                                int32_t lo, int32_t hi, bool accumulate) {
+// out_i = out_i · rescale_i + Σ_j p_ij · v_j over a Q8_0 cache's positions [lo, hi) of the
+// chunk at `lo` as integer products, as tile_output computes in floats: per query and
+// 32-dimension block b, the weights p_ij · s_jb (probability times the value block's scale)
+// become 8-bit codes of their largest over these keys (rounding each by at most 1/510 of it),
+// and Σ_j code_ij · v_jd of 4 positions at a time is one VNNI instruction over 16 dimensions.
+// The float loops converted every value to float and took 4 multiply-adds a value for a tile of
+// 4 queries; these take a quarter of that.
+__attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const AttentionBlock& b, const Q8Chunk& chunk,
+                                                                const QueryTile& t, int32_t lo, int32_t hi,
+                                                                const float* rescale) {
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, blocks = dims / kKvQ8Block;
-  lo = std::max(lo, t.min_first);
-  hi = std::min(hi, t.max_keys);
-  const int32_t n = std::max(0, hi - lo), quads = (n + 3) / 4;
-  // The positions' value scales as floats, [position - lo][block] (the cache's rows of them are
-  // contiguous), then each block's 16 positions at a time.
-  alignas(64) float row_scales[kChunkKeys * kMaxQ8OutputBlocks];
-  const core::Half* first_scales = value_scales + int64_t{lo} * b.value_scale_stride;
-  for (int32_t e = 0; e < n * blocks; e += 16) {
-    const auto mask = static_cast<__mmask16>(n * blocks - e >= 16 ? 0xffff : (1u << (n * blocks - e)) - 1);
-    _mm512_store_ps(row_scales + e, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, first_scales + e)));
-  }
+  // The tile's keys in the chunk, [first, hi) counted from lo, in whole quads.
+  const int32_t first = std::max(lo, t.min_first) - lo;
+  hi = std::min(hi, t.max_keys) - lo;
+  const int32_t first_quad = first / 4, end_quad = (hi + 3) / 4;
   __mmask16 in_range[kChunkKeys / 16];
   for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-    const int32_t valid = std::clamp(n - 16 * v, 0, 16);
-    in_range[v] = static_cast<__mmask16>(valid == 16 ? 0xffff : (1u << valid) - 1);
+    const int32_t from = std::clamp(first - 16 * v, 0, 16), to = std::clamp(hi - 16 * v, 0, 16);
+    in_range[v] = static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
   }
-  // Weights as codes, [query][block][position - lo] (zero past n), and each code's worth.
+  // Weights as codes, [query][block][position - lo] (zero outside the tile's keys), and each
+  // code's worth.
   alignas(64) uint8_t codes[kTileQueries][kMaxQ8OutputBlocks][kChunkKeys];
   float unit[kTileQueries][kMaxQ8OutputBlocks];
-  const __m512i positions = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int32_t blk = 0; blk < blocks; ++blk) {
-    __m512 scale[kChunkKeys / 16];
-    for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-      const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(positions, _mm512_set1_epi32(16 * v)),
-                                                             _mm512_set1_epi32(blocks)),
-                                          _mm512_set1_epi32(blk));
-      scale[v] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in_range[v], at, row_scales, 4);
-    }
+    const Q8Chunk::Floats* scale = &chunk.value_scales[static_cast<size_t>(blk * kChunkKeys / 16)];
     for (int32_t i = 0; i < kTileQueries; ++i) {
       __m512 weight[kChunkKeys / 16], largest = _mm512_setzero_ps();
       for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-        weight[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(in_range[v], t.scores[i] + lo + 16 * v), scale[v]);
+        weight[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(in_range[v], t.scores[i] + (lo - t.span) + 16 * v), scale[v].v);
         largest = _mm512_max_ps(largest, weight[v]);
       }
       const float max = _mm512_reduce_max_ps(largest);
@@ -416,14 +512,9 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const Attent
   for (int32_t d0 = 0; d0 < dims; d0 += 64) {
     const int32_t blk = d0 / kKvQ8Block;
     __m512i acc[kTileQueries][4] = {};
-    for (int32_t quad = 0; quad < quads; ++quad) {
-      const int32_t j = lo + 4 * quad, last = hi - 1;  // past hi, the last row again (its codes are 0)
-      const int8_t* row = values + d0;
-      // The next chunk's rows, asked for while this one's are used (as tile_output does).
-      for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(row + int64_t{j + r + kChunkKeys} * b.value_stride);
+    for (int32_t quad = first_quad; quad < end_quad; ++quad) {
       __m512i u[4];
-      column_quads(row + int64_t{j} * b.value_stride, row + int64_t{std::min(j + 1, last)} * b.value_stride,
-                   row + int64_t{std::min(j + 2, last)} * b.value_stride, row + int64_t{std::min(j + 3, last)} * b.value_stride, u);
+      chunk.values_at(d0, quad, u);
       for (int32_t i = 0; i < kTileQueries; ++i) {
         int32_t pair[2];
         std::memcpy(&pair[0], &codes[i][blk][4 * quad], 4);
@@ -439,27 +530,28 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const Attent
       for (int32_t l = 0; l < 4; ++l) {
         float* o = t.out[i] + d0 + 16 * l;
         const __m512 part = _mm512_mul_ps(in_order[l], _mm512_set1_ps(unit[i][blk + l / 2]));
-        _mm512_storeu_ps(o, accumulate ? _mm512_add_ps(_mm512_loadu_ps(o), part) : part);
+        _mm512_storeu_ps(o, rescale ? _mm512_fmadd_ps(_mm512_loadu_ps(o), _mm512_set1_ps(rescale[i]), part) : part);
       }
     }
   }
 }
 #endif
 
-// scores[i][j] = q_i · k_j · scale for j in [lo, hi) within the tile's [min_first, max_keys), in
+// scores[i][j - span] = q_i · k_j · scale for j in the chunk [lo, hi) within the tile's
+// [min_first, max_keys), in
 // whole key tiles at multiples of their width, so each lies in one block of the cache (the scores
 // of the keys a tile covers outside those are never read: the cache holds whole blocks). Q8_0 keys are
 // scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded once per block.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
-                                               int32_t lo, int32_t hi) {
+                                               int32_t lo, int32_t hi, const Q8Chunk* chunk) {
   using V = typename L::V;
   constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
 #ifdef ORCHARD_X86_DISPATCH
   if constexpr (kQuantized && L::kInt8Products) {
-    q8_scores(b, c.keys, c.key_scales, t, lo, hi, scale);
+    q8_scores(b, *chunk, c.key_scales, t, lo, hi, scale);
     return;
   }
 #endif
@@ -491,21 +583,38 @@ template <class L, KvType kType>
       }
     }
     for (int32_t i = 0; i < kTileQueries; ++i)
-      for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + j0 + kLanes * v) = acc[i][v] * scale;
+      for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + (j0 - t.span) + kLanes * v) = acc[i][v] * scale;
   }
 }
 
-// Each of the tile's rows becomes the softmax of its own keys' scores (and its head's sink),
-// zero for the tile's other keys. The maximum and the sum run in the clone's vectors and e^x in a
-// loop of its own, so that all three vectorize (a float reduction into one running value stays
-// scalar: it was a fifth of decode attention's time at depth).
+// A query's softmax so far, over the spans of keys already taken (online softmax): the largest
+// score, the sum of e^(score - largest), and the factor by which the last span's new largest
+// rescales what the earlier spans left in its output.
+struct RunningSoftmax {
+  float max[kTileQueries];
+  float sum[kTileQueries];
+  float rescale[kTileQueries];
+};
+
+// Each of the tile's rows' scores over the span's keys [span, end) becomes e^(score - its
+// largest so far), zero for the tile's keys the row does not see, and the running softmax takes
+// the span in. The maximum and the sum run in the clone's vectors and e^x in a loop of its own,
+// so that all three vectorize (a float reduction into one running value stays scalar: it was a
+// fifth of decode attention's time at depth).
 template <class L>
-[[gnu::always_inline]] inline void tile_softmax(const AttentionBlock& b, const QueryTile& t) {
+[[gnu::always_inline]] inline void span_softmax(const QueryTile& t, int32_t end, RunningSoftmax& run) {
   using V = typename L::V;
   constexpr int32_t kLanes = sizeof(V) / sizeof(float);
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  const int32_t tile_first = std::max(t.min_first, t.span) - t.span, tile_end = std::min(t.max_keys, end) - t.span;
   for (int32_t i = 0; i < t.count; ++i) {
     float* s = t.scores[i];
-    const int32_t first = t.first_key[i], n = t.n_keys[i];
+    const int32_t first = std::max(t.first_key[i], t.span) - t.span, n = std::min(t.n_keys[i], end) - t.span;
+    run.rescale[i] = 1.0f;
+    if (first >= n) {
+      for (int32_t j = tile_first; j < tile_end; ++j) s[j] = 0.0f;
+      continue;
+    }
     float max = s[first];
     V lanes = V{} + max;
     int32_t j = first;
@@ -515,50 +624,49 @@ template <class L>
     }
     for (; j < n; ++j) max = std::max(max, s[j]);
     for (int32_t l = 0; l < kLanes; ++l) max = std::max(max, lanes[l]);
-    if (b.sinks) max = std::max(max, t.sink[i]);
-    for (j = first; j < n; ++j) s[j] = exp_approx(s[j] - max);
+    const float old_max = run.max[i], new_max = std::max(old_max, max);
+    for (j = first; j < n; ++j) s[j] = exp_approx(s[j] - new_max);
     lanes = V{};
     for (j = first; j + kLanes <= n; j += kLanes) lanes += at<V>(s + j);
     float sum = 0.0f;
     for (; j < n; ++j) sum += s[j];
     for (int32_t l = 0; l < kLanes; ++l) sum += lanes[l];
-    if (b.sinks) sum += exp_approx(t.sink[i] - max);
-    const float inv = 1.0f / sum;
-    for (j = first; j < n; ++j) s[j] *= inv;
-    for (j = t.min_first; j < first; ++j) s[j] = 0.0f;
-    for (j = n; j < t.max_keys; ++j) s[j] = 0.0f;
+    for (j = tile_first; j < first; ++j) s[j] = 0.0f;
+    for (j = n; j < tile_end; ++j) s[j] = 0.0f;
+    run.rescale[i] = old_max == kNone ? 0.0f : exp_approx(old_max - new_max);
+    run.sum[i] = run.sum[i] * run.rescale[i] + sum;
+    run.max[i] = new_max;
   }
 }
 
-// out_i (+)= Σ_j p_ij · v_j over keys [lo, hi) within the tile's; `accumulate` adds to what an
-// earlier chunk left. Q8_0 values scaled by their block's scale as they load.
+// out_i = out_i · rescale_i + Σ_j p_ij · v_j over the chunk's keys [lo, hi) within the tile's,
+// p_ij at scores[i][j - span]; a null `rescale` starts the output (the tile's first chunk).
+// Q8_0 values scaled by their block's scale as they load.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
-                                               int32_t lo, int32_t hi, bool accumulate) {
+                                               int32_t lo, int32_t hi, const float* rescale, const Q8Chunk* chunk) {
   using V = typename L::V;
   constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
-  lo = std::max(lo, t.min_first);
+  const int32_t first = std::max(lo, t.min_first);
   hi = std::min(hi, t.max_keys);
-  if (accumulate && lo >= hi) return;
 #ifdef ORCHARD_X86_DISPATCH
   if constexpr (CacheView<L, kType>::kQuantized && L::kInt8Products)
-    if (dims % 64 == 0 && dims / kKvQ8Block <= kMaxQ8OutputBlocks && b.value_scale_stride == dims / kKvQ8Block)
-      return q8_outputs(b, c.values, c.value_scales, t, lo, hi, accumulate);
+    if (q8_outputs_suit(b)) return q8_outputs(b, *chunk, t, lo, hi, rescale);
 #endif
   // The tile's probabilities for these keys, key by key: the loop below then reads each key's
   // four from one pointer. Read from their rows, the four row pointers did not stay in AVX2's
   // registers beside everything else (4 more loads for 8 FMAs, which made the loop load-bound).
   alignas(64) float probs[kChunkKeys][kTileQueries];
-  for (int32_t j = lo; j < hi; ++j)
-    for (int32_t i = 0; i < kTileQueries; ++i) probs[j - lo][i] = t.scores[i][j];
+  for (int32_t j = first; j < hi; ++j)
+    for (int32_t i = 0; i < kTileQueries; ++i) probs[j - lo][i] = t.scores[i][j - t.span];
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
     V acc[kTileQueries][kVecs] = {};
-    if (accumulate)
+    if (rescale)
       for (int32_t i = 0; i < kTileQueries; ++i)
-        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k);
-    for (int32_t j = lo; j < hi; ++j) {
+        for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k) * rescale[std::min(i, t.count - 1)];
+    for (int32_t j = first; j < hi; ++j) {
       const auto* v = c.values + j * b.value_stride + d0;
       // Positions are a whole KV row apart: the next chunk's values are asked for while this
       // one's are used (the dimension tiles of a row between them cover its cache lines).
@@ -580,34 +688,49 @@ template <class L, KvType kType>
   }
   for (int32_t i = 0; i < t.count; ++i) {
     float* o = t.out[i];
-    if (!accumulate)
-      for (int32_t d = d0; d < dims; ++d) o[d] = 0.0f;
-    for (int32_t j = lo; j < hi; ++j) {
-      const float p = t.scores[i][j];
+    for (int32_t d = d0; d < dims; ++d) o[d] = rescale ? o[d] * rescale[i] : 0.0f;
+    for (int32_t j = first; j < hi; ++j) {
+      const float p = t.scores[i][j - t.span];
       for (int32_t d = d0; d < dims; ++d) o[d] += p * c.value(b, j, d);
     }
   }
 }
 
+// Attention as FlashAttention takes it: the block's query tiles go through the keys a span at a
+// time (scores, their online softmax, outputs), each span chunk by chunk, so a chunk's keys and
+// values come from memory once for the whole block, and no row of scores over every position is
+// kept (at 16k positions a prompt block's rows had been 4 MiB, written and read four times). A
+// span is long (kSpanKeys) so that the softmax's bookkeeping per row and span stays small beside
+// its products, and so that decode streams long runs of keys, then of values.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void attend_block_typed(const AttentionBlock& b) {
   static_assert(kTileKeys % L::kKeys == 0, "score rows hold whole kTileKeys tiles");
-  static_assert(kChunkKeys % kTileKeys == 0, "chunks hold whole key tiles");
+  static_assert(kChunkKeys % kTileKeys == 0 && kSpanKeys % kChunkKeys == 0, "spans hold whole chunks, chunks whole key tiles");
   const CacheView<L, kType> cache(b);
   int32_t max_keys = 0, min_first = b.n_keys[0];
   for (int32_t r = 0; r < b.n_rows; ++r) {
     max_keys = std::max(max_keys, b.n_keys[r]);
     min_first = std::min(min_first, b.first_key ? b.first_key[r] : 0);
   }
-  const int64_t score_stride = round_up(max_keys, kTileKeys);
-  const int32_t vectors = b.n_rows * b.group;
+  const int32_t vectors = b.n_rows * b.group, first_span = min_first / kChunkKeys * kChunkKeys;
+  const auto span_keys = static_cast<int32_t>(std::min<int64_t>(kSpanKeys, round_up(max_keys - first_span, kChunkKeys)));
   // The tiles are set up once for all chunks (their divisions were a tenth of a decode step's
-  // attention when redone per chunk), up to kTileGroup of them at a time: a block of 8 rows of 8
-  // query heads is one group.
-  constexpr int32_t kTileGroup = 32;
+  // attention when redone per chunk), up to kTileGroup of them at a time.
   QueryTile tiles[kTileGroup];
+  RunningSoftmax running[kTileGroup];
+  const float no_rescale[kTileQueries] = {1.0f, 1.0f, 1.0f, 1.0f};
   // The tiles' queries rounded to 8 bits, where the scores are integer products.
   constexpr bool kCodes = CacheView<L, kType>::kQuantized && L::kInt8Products;
+  const Q8Chunk* shared = nullptr;
+#ifdef ORCHARD_X86_DISPATCH
+  thread_local Q8Chunk chunk;
+  if constexpr (kCodes) {
+    // Four tiles or more share one rearrangement of each chunk (a decode step's 8 query heads
+    // of a KV head are two).
+    chunk.rearranged = vectors > 2 * kTileQueries;
+    shared = &chunk;
+  }
+#endif
   thread_local std::vector<core::kernels::ActQ8_0> codes;
   const int32_t code_blocks = b.head_dim / kKvQ8Block;
   if constexpr (kCodes) codes.resize(size_t{kTileGroup} * kTileQueries * static_cast<size_t>(code_blocks));
@@ -615,7 +738,11 @@ template <class L, KvType kType>
     const int32_t n_tiles =
         std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
     for (int32_t i = 0; i < n_tiles; ++i) {
-      tiles[i] = query_tile(b, group_first + i * kTileQueries, score_stride);
+      tiles[i] = query_tile(b, group_first + i * kTileQueries, b.scores + int64_t{i} * kTileQueries * span_keys, span_keys);
+      for (int32_t s = 0; s < kTileQueries; ++s) {
+        running[i].max[s] = -std::numeric_limits<float>::infinity();
+        running[i].sum[s] = 0.0f;
+      }
       if constexpr (kCodes)
         for (int32_t s = 0; s < kTileQueries; ++s) {
           core::kernels::ActQ8_0* blocks = &codes[static_cast<size_t>((int64_t{i} * kTileQueries + s) * code_blocks)];
@@ -623,12 +750,46 @@ template <class L, KvType kType>
           tiles[i].codes[s] = blocks;
         }
     }
-    // Chunks are whole blocks of the cache's keys.
-    for (int32_t lo = min_first / kChunkKeys * kChunkKeys; lo < max_keys; lo += kChunkKeys)
-      for (int32_t i = 0; i < n_tiles; ++i) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys);
-    for (int32_t i = 0; i < n_tiles; ++i) tile_softmax<L>(b, tiles[i]);
-    for (int32_t lo = min_first; lo < max_keys; lo += kChunkKeys)
-      for (int32_t i = 0; i < n_tiles; ++i) tile_output(b, cache, tiles[i], lo, lo + kChunkKeys, lo > min_first);
+    // Spans and chunks are whole blocks of the cache's keys; a tile takes those holding keys it sees.
+    for (int32_t span = first_span; span < max_keys; span += span_keys) {
+      const int32_t span_end = std::min(span + span_keys, max_keys);
+      const auto sees = [](const QueryTile& t, int32_t lo, int32_t hi) { return t.min_first < hi && lo < t.max_keys; };
+      for (int32_t i = 0; i < n_tiles; ++i) tiles[i].span = span;
+      for (int32_t lo = span; lo < span_end; lo += kChunkKeys) {
+#ifdef ORCHARD_X86_DISPATCH
+        if constexpr (kCodes) chunk.take_keys(b, cache.keys, lo);
+#endif
+        for (int32_t i = 0; i < n_tiles; ++i)
+          if (sees(tiles[i], lo, lo + kChunkKeys)) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys, shared);
+      }
+      for (int32_t i = 0; i < n_tiles; ++i)
+        if (sees(tiles[i], span, span_end)) span_softmax<L>(tiles[i], span_end, running[i]);
+      for (int32_t lo = span; lo < span_end; lo += kChunkKeys) {
+#ifdef ORCHARD_X86_DISPATCH
+        if constexpr (kCodes)
+          if (q8_outputs_suit(b)) chunk.take_values(b, cache.values, cache.value_scales, lo, max_keys);
+#endif
+        for (int32_t i = 0; i < n_tiles; ++i) {
+          const QueryTile& t = tiles[i];
+          if (!sees(t, lo, lo + kChunkKeys)) continue;
+          // The span's first chunk for this tile rescales what earlier spans left; the tile's
+          // very first chunk starts its outputs.
+          const int32_t tile_first_chunk = std::max(span, t.min_first / kChunkKeys * kChunkKeys);
+          const float* rescale = lo <= t.min_first ? nullptr : lo == tile_first_chunk ? running[i].rescale : no_rescale;
+          tile_output(b, cache, t, lo, lo + kChunkKeys, rescale, shared);
+        }
+      }
+    }
+    for (int32_t i = 0; i < n_tiles; ++i) {
+      const QueryTile& t = tiles[i];
+      for (int32_t s = 0; s < t.count; ++s) {
+        float denominator = running[i].sum[s];
+        if (b.sinks) denominator += exp_approx(t.sink[s] - running[i].max[s]);
+        const float inverse = 1.0f / denominator;
+        float* o = t.out[s];
+        for (int32_t d = 0, dims = b.value_dim ? b.value_dim : b.head_dim; d < dims; ++d) o[d] *= inverse;
+      }
+    }
   }
 }
 
@@ -680,8 +841,10 @@ void attend_block(const AttentionBlock& block) {
 }
 
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {
-  // One row of whole key tiles per query vector (a tile's padding vectors reuse the last row).
-  return static_cast<int64_t>(n_rows) * group * round_up(max_keys, kTileKeys);
+  // One span's row of scores per query vector of a tile group (a tile's padding vectors reuse
+  // the last row).
+  const int64_t vectors = std::min<int64_t>(round_up(int64_t{n_rows} * group, kTileQueries), int64_t{kTileGroup} * kTileQueries);
+  return vectors * std::min<int64_t>(kSpanKeys, round_up(max_keys, kChunkKeys));
 }
 
 void add(float* y, const float* x, int64_t n) {
