@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "comm/bootstrap.h"
@@ -196,8 +198,9 @@ std::vector<RankExit> exec_local_ranks(int world, const Config& base, const std:
       prepare_child(listeners, r, options);
       ::unsetenv("ORCHARD_HOSTFILE");
       for (const auto& [k, v] : config_to_env(configs[static_cast<size_t>(r)])) ::setenv(k.c_str(), v.c_str(), 1);
-      ::execv(args[0], args.data());
-      std::fprintf(stderr, "rank %d: cannot exec %s\n", r, args[0]);
+      // A command named without a slash is looked up on PATH, as mpirun and mlx.launch do.
+      ::execvp(args[0], args.data());
+      std::fprintf(stderr, "rank %d: cannot exec %s: %s\n", r, args[0], std::strerror(errno));
       ::_exit(127);
     }
     pids.push_back(pid);

@@ -269,6 +269,19 @@ TEST(Messages, SplitFlagsSayWhichFlagToGive) {
       << r.err;
 }
 
+// Ranks run any command, found on PATH as mpirun and mlx.launch find it (not only `orchard`,
+// which means this very binary); a command that is not there is named with the reason.
+TEST(Launch, LocalRanksRunACommandFoundOnPath) {
+  Ran r = run_to_end(orchard({"launch", "-n", "2", "--", "sh", "-c", "echo rank $ORCHARD_RANK of $ORCHARD_WORLD"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 0 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 of 2"), std::string::npos) << r.out;
+  r = run_to_end(orchard({"launch", "-n", "2", "--", "orchard-no-such-command"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("rank 0: cannot exec orchard-no-such-command: No such file or directory"), std::string::npos)
+      << r.err;
+}
+
 TEST(Messages, PlanForMoreMachinesThanItKnowsSaysHowToGiveThem) {
   const std::string model = testing::synthetic_model("llama", "tiny", "q8_0");
   Ran r = run_to_end(orchard({"plan", "-m", model, "--world", "2"}));
