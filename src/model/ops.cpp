@@ -326,6 +326,7 @@ struct Q8Chunk {
   struct alignas(64) Floats { __m512 v; };
   bool rearranged = false;
   const int8_t* block_keys = nullptr;  // the chunk's cache block of keys
+  int64_t keys_ahead = 0;              // elements from a key to the one kKeysAheadBlocks blocks on
   const int8_t* values = nullptr;      // the chunk's first position's values
   int64_t value_stride = 0;
   int32_t last = 0;  // the chunk's last key counted from its first (rows past it are this one's again)
@@ -340,8 +341,7 @@ struct Q8Chunk {
 
   __attribute__((target(ORCHARD_VNNI_TARGET))) void take_keys(const AttentionBlock& b, const int8_t* keys, int32_t lo) {
     block_keys = keys + key_element(b.head_dim, 0, lo);
-    const int64_t keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
-    for (int32_t d = 0; d < b.head_dim; ++d) __builtin_prefetch(block_keys + keys_ahead + int64_t{d} * kKeyBlock);
+    keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
     if (!rearranged) return;
     key_quads.resize(static_cast<size_t>(b.head_dim));
     for (int32_t d = 0; d < b.head_dim; d += 4) {
@@ -350,8 +350,10 @@ struct Q8Chunk {
       for (int32_t k = 0; k < 4; ++k) key_quads[static_cast<size_t>(d + k)].v = u[k];
     }
   }
-  __attribute__((target(ORCHARD_VNNI_TARGET))) void keys_from_cache(int32_t d, __m512i u[4]) const {
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void keys_from_cache(int32_t d, __m512i u[4]) const {
     const int8_t* rows = block_keys + int64_t{d} * kKeyBlock;
+    // Asked for as they are used, a few lines at a time: a chunk's worth at once stalled decode.
+    for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(rows + keys_ahead + r * kKeyBlock);
     column_quads(rows, rows + kKeyBlock, rows + 2 * kKeyBlock, rows + 3 * kKeyBlock, u);
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int32_t k = 0; k < 4; ++k) u[k] = _mm512_xor_si512(u[k], offset);
@@ -367,9 +369,6 @@ struct Q8Chunk {
     values = cache_values + int64_t{lo} * b.value_stride;
     value_stride = b.value_stride;
     last = std::min(kChunkKeys, end - lo) - 1;
-    // The next chunk's rows, asked for while this one's are used.
-    for (int32_t j = 0; j < kChunkKeys; ++j)
-      for (int32_t d0 = 0; d0 < dims; d0 += 64) __builtin_prefetch(values + int64_t{j + kChunkKeys} * value_stride + d0);
     if (rearranged) {
       value_quads.resize(static_cast<size_t>(dims / 64 * kChunkKeys));
       for (int32_t d0 = 0; d0 < dims; d0 += 64)
@@ -401,9 +400,11 @@ struct Q8Chunk {
             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in_range, at, row_scales, 4);
       }
   }
-  __attribute__((target(ORCHARD_VNNI_TARGET))) void values_from_cache(int32_t d0, int32_t quad, __m512i u[4]) const {
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void values_from_cache(int32_t d0, int32_t quad, __m512i u[4]) const {
     const int32_t j = 4 * quad;
     const int8_t* row = values + d0;
+    // The next chunk's rows, asked for while this one's are used.
+    for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(row + int64_t{j + r + kChunkKeys} * value_stride);
     column_quads(row + int64_t{std::min(j, last)} * value_stride, row + int64_t{std::min(j + 1, last)} * value_stride,
                  row + int64_t{std::min(j + 2, last)} * value_stride, row + int64_t{std::min(j + 3, last)} * value_stride, u);
   }
