@@ -3,6 +3,7 @@
 #include "apps/orchard/cluster_launch.h"
 #include "apps/orchard/commands.h"
 #include "apps/orchard/flag_ranges.h"
+#include "apps/orchard/split_flags.h"
 #include "comm/bootstrap.h"
 #include "parallel/launch.h"
 
@@ -17,6 +18,7 @@ void add_launch_command(CLI::App& app) {
     double timeout_s = 10;
     double link_latency_us = 0;
     double link_gbps = 0;
+    bool busy_poll = false;
     std::string ssh = "ssh";
     ClusterFlags agents;
     std::vector<std::string> command;
@@ -39,6 +41,7 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--link-latency-us", o->link_latency_us, "Emulated link latency per message, microseconds")
       ->check(at_least(0));
   add_renamed_option(cmd, "--link-gbit-s", "--link-gbps", o->link_gbps, "Emulated link bandwidth cap, gigabits/s", at_least(0));
+  cmd->add_flag("--busy-poll", o->busy_poll, kBusyPollHelp);
   cmd->add_option("--ssh", o->ssh, "ssh client to use")->capture_default_str();
   add_cluster_identity_flags(cmd, o->agents);
   cmd->add_option("--agent-port", o->agents.agent_port, "TCP port of the agents of \"agent\": true hosts")
@@ -53,6 +56,7 @@ void add_launch_command(CLI::App& app) {
     options.base.timeout = std::chrono::milliseconds(static_cast<int64_t>(o->timeout_s * 1000));
     options.base.link.latency_us = o->link_latency_us;
     options.base.link.gbps = o->link_gbps;
+    options.base.busy_poll = o->busy_poll || comm::busy_poll_from_env();
     options.command = o->command;
     options.ssh_command = o->ssh;
     int code = 0;

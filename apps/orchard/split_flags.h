@@ -11,6 +11,11 @@
 
 namespace orchard::app {
 
+inline constexpr const char* kBusyPollHelp =
+    "Ranks spin while they wait for each other instead of sleeping (ORCHARD_BUSY_POLL=1 does the same): for ranks "
+    "with a core each, above all on virtual machines, where waking a sleeping rank is slow; not where ranks share "
+    "cores";
+
 inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
   cmd->add_option("--world", o.world, "Start this many local ranks and split the model over them")
       ->capture_default_str()
@@ -47,6 +52,7 @@ inline void add_split_flags(CLI::App* cmd, parallel::SplitOptions& o) {
       ->capture_default_str()
       ->check(above(0));
   cmd->add_flag("--pin-cpus", o.pin_cpus, "Pin local rank r to CPU r");
+  cmd->add_flag("--busy-poll", o.busy_poll, kBusyPollHelp);
 }
 
 // Flags that contradict each other or the strategy, said before any rank starts: --tp/--pp

@@ -107,11 +107,13 @@ Config config_from_env() {
   if (const char* v = env("ORCHARD_JOB_SECRET")) c.secret = v;
   if (const char* v = env("ORCHARD_TIMEOUT_S")) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(v) * 1000));
   c.sockets_per_link = env_int("ORCHARD_SOCKETS_PER_LINK", c.sockets_per_link);
-  c.busy_poll = env_int("ORCHARD_BUSY_POLL", 0) != 0;
+  c.busy_poll = busy_poll_from_env();
   c.link = link_emulation_from_env();
   c.listen_fd = env_int("ORCHARD_LISTEN_FD", -1);
   return c;
 }
+
+bool busy_poll_from_env() { return env_int("ORCHARD_BUSY_POLL", 0) != 0; }
 
 std::vector<std::pair<std::string, std::string>> config_to_env(const Config& c) {
   std::vector<std::pair<std::string, std::string>> out = {

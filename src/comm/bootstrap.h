@@ -37,6 +37,10 @@ std::vector<std::vector<std::string>> parse_hostfile(const std::string& json_tex
 // A Config from the environment above; unset variables keep Config's defaults.
 Config config_from_env();
 
+// ORCHARD_BUSY_POLL=1 in this process's environment: what a launcher (`orchard launch`, `--world
+// N`) gives its ranks unless its --busy-poll flag asks for it anyway.
+bool busy_poll_from_env();
+
 // The environment that makes config_from_env() return `config` in a child process.
 std::vector<std::pair<std::string, std::string>> config_to_env(const Config& config);
 

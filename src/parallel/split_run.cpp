@@ -65,6 +65,7 @@ void run_split(const SplitOptions& o, const std::function<void(comm::Group*, con
   base.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   base.link.latency_us = o.link_latency_us;
   base.link.gbps = o.link_gbps;
+  base.busy_poll = o.busy_poll || comm::busy_poll_from_env();
   comm::LocalLaunchOptions launch;
   launch.pin_cpus = o.pin_cpus;
   launch.ranks_take_interrupt = o.ranks_take_interrupt;

@@ -26,6 +26,7 @@ struct SplitOptions {
   double link_gbps = 0;
   double timeout_s = 10;
   bool pin_cpus = false;
+  bool busy_poll = false;  // local ranks spin while they wait (comm::Config::busy_poll)
   // Local ranks (--world): Ctrl-C is the program's to handle (comm::LocalLaunchOptions).
   bool ranks_take_interrupt = false;
 };

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -280,6 +281,30 @@ TEST(Launch, LocalRanksRunACommandFoundOnPath) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("rank 0: cannot exec orchard-no-such-command: No such file or directory"), std::string::npos)
       << r.err;
+}
+
+// Spinning instead of sleeping is asked of the launcher, by flag or by ORCHARD_BUSY_POLL=1 in its
+// environment, and every rank gets it (the launcher once passed on a 0 whatever it was given).
+TEST(Launch, BusyPollReachesEveryRank) {
+  const std::vector<std::string> show = {"--", "sh", "-c", "echo rank $ORCHARD_RANK spins $ORCHARD_BUSY_POLL"};
+  auto launch = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"launch", "-n", "2"});
+    flags.insert(flags.end(), show.begin(), show.end());
+    Ran r = run_to_end(orchard(flags));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  std::string out = launch({});
+  EXPECT_NE(out.find("rank 0 spins 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 spins 0"), std::string::npos) << out;
+  out = launch({"--busy-poll"});
+  EXPECT_NE(out.find("rank 0 spins 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 spins 1"), std::string::npos) << out;
+  ::setenv("ORCHARD_BUSY_POLL", "1", 1);
+  out = launch({});
+  ::unsetenv("ORCHARD_BUSY_POLL");
+  EXPECT_NE(out.find("rank 0 spins 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 spins 1"), std::string::npos) << out;
 }
 
 TEST(Messages, PlanForMoreMachinesThanItKnowsSaysHowToGiveThem) {
