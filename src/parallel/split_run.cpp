@@ -52,7 +52,9 @@ void run_as_rank(const SplitOptions& o, const comm::Config& config, const std::f
 void run_split(const SplitOptions& o, const std::function<void(comm::Group*, const Layout&)>& fn) {
   const Strategy strategy = parse_strategy(o.strategy);
   if (std::getenv("ORCHARD_WORLD") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
-    run_as_rank(o, comm::config_from_env(), fn);
+    comm::Config config = comm::config_from_env();
+    config.busy_poll = config.busy_poll || o.busy_poll;  // asked of the launcher or of this rank's command
+    run_as_rank(o, config, fn);
     return;
   }
   if (o.world == 1 && strategy == Strategy::Single) {
