@@ -309,6 +309,15 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void column_quads(const int8
   u[3] = _mm512_unpackhi_epi16(ab_hi, cd_hi);
 }
 
+// acc + Σ a·b over each 32-bit element's 4 byte pairs (vpdpbusd). In inline assembly because
+// through the intrinsic GCC 12 moved q8_scores' and q8_outputs' accumulators between registers
+// and the stack around the products (two copies and a spill for some of them): 10% of a
+// prompt's Q8_0 attention at 16k positions (docs/BENCHMARKS.md).
+[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
 // Value widths q8_outputs takes (a latent attention's 512 among them): its codes' buffer.
 constexpr int32_t kMaxQ8OutputBlocks = 16;
 inline bool q8_outputs_suit(const AttentionBlock& b) {
@@ -440,7 +449,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_scores(
         int32_t quad;
         std::memcpy(&quad, t.codes[i][blk].qs + d, sizeof quad);
         const __m512i q = _mm512_set1_epi32(quad);
-        for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_dpbusd_epi32(acc[i][k], u[k], q);
+        for (int32_t k = 0; k < 4; ++k) acc[i][k] = dpbusd(acc[i][k], u[k], q);
       }
     }
     __m512 key_scale[4], key_scale_quads[4];
@@ -521,7 +530,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const Attent
         std::memcpy(&pair[0], &codes[i][blk][4 * quad], 4);
         std::memcpy(&pair[1], &codes[i][blk + 1][4 * quad], 4);
         const __m512i w = _mm512_permutexvar_epi32(lane_block, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair))));
-        for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_dpbusd_epi32(acc[i][k], w, u[k]);
+        for (int32_t k = 0; k < 4; ++k) acc[i][k] = dpbusd(acc[i][k], w, u[k]);
       }
     }
     for (int32_t i = 0; i < t.count; ++i) {
