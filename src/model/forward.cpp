@@ -303,13 +303,14 @@ void Forward::attend(int32_t local, int32_t n) {
   const int32_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
   const LayerWeights& w = weights_.layer(s.layer_begin + local);
   const bool sliding = c.sliding_layer(s.layer_begin + local);
-  // Larger blocks where AMX takes them (a ring holds a window plus a whole batch, so any block
-  // of a batch's rows fits in it).
+  // Larger blocks where the scores scratch is not used (a ring holds a window plus a whole
+  // batch, so any block of a batch's rows fits in it).
   ops::AttentionBlock shape;
   shape.n_rows = kAttentionBlockRows;
   shape.head_dim = hd;
   shape.type = caches_.front().type();
-  const int32_t n_blocks = attention_blocks(n, ops::amx_suits(shape) ? kAmxBlockRows : kAttentionBlockRows);
+  shape.value_scale_stride = caches_.front().value_scale_stride();
+  const int32_t n_blocks = attention_blocks(n, ops::attention_takes_wide_blocks(shape) ? kWideBlockRows : kAttentionBlockRows);
   if (sliding)
     for (int32_t t = 0; t < n; ++t) first_keys_[t] = std::max(0, row_pos_[t] + 1 - c.sliding_window);
   // A ring (every sequence's cache has the same): a block's keys are the `ring` slots from its
@@ -324,15 +325,17 @@ void Forward::attend(int32_t local, int32_t n) {
         ring_keys_[t] = key_counts_[t] - shift;
       }
     }
-  // One task per (KV head, block). When that leaves threads idle (a decode step has only as
-  // many tasks as KV heads), each KV head's query heads are spread over `parts` tasks; every
-  // query head is computed on its own either way, so results are the same.
+  // One task per (KV head, block), a KV head's blocks consecutive: the threads that take tasks
+  // at once then write different rows of attn_out_ (two threads writing the same rows' heads
+  // at once made a 16k prompt's attention ~1.2× slower). When that leaves threads idle (a
+  // decode step has only as many tasks as KV heads), each KV head's query heads are spread over
+  // `parts` tasks; every query head is computed on its own either way, so results are the same.
   const int64_t pairs = static_cast<int64_t>(s.n_kv_heads()) * n_blocks;
   const int64_t parts = std::clamp<int64_t>((pool_.size() + pairs - 1) / pairs, 1, group);
   pool_.parallel_for(pairs * parts, [&](int64_t task, int thread) {
     const int64_t part = task % parts, pair = task / parts;
-    const int32_t kv = static_cast<int32_t>(pair % s.n_kv_heads());
-    const int32_t block = static_cast<int32_t>(pair / s.n_kv_heads());
+    const int32_t kv = static_cast<int32_t>(pair / n_blocks);
+    const int32_t block = static_cast<int32_t>(pair % n_blocks);
     // This rank's query heads that read KV head kv (a split may hold only some of them), then
     // this task's share of them.
     const int32_t kv_global = s.kv_head_begin + kv;
@@ -362,8 +365,8 @@ void Forward::attend(int32_t local, int32_t n) {
     b.scores = &scores_[static_cast<size_t>(thread) * scores_per_thread_];
     if (sliding) b.first_key = ring > 0 ? &ring_first_[static_cast<size_t>(t0)] : &first_keys_[static_cast<size_t>(t0)];
     if (!w.attn_sinks.empty()) b.sinks = &w.attn_sinks[static_cast<size_t>(h0)];
-    // A block of more than kAttentionBlockRows rows (more than the scores scratch holds) suits
-    // AMX as `shape` did: the same type and widths decide.
+    // A block of more than kAttentionBlockRows rows (more than the scores scratch holds) takes
+    // the path `shape` did: the same type and widths decide.
     ops::attend_block(b);
   });
 }

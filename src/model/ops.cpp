@@ -14,6 +14,7 @@
 #include "core/kernels/kernel_set.h"
 #include "core/quant.h"
 #include "model/attention_amx.h"
+#include "model/attention_vnni.h"
 #include "model/exp_approx.h"
 
 #if defined(__x86_64__)
@@ -128,7 +129,6 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 struct PortableLoads {
   using V = Vec16;
   static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
-  static constexpr bool kInt8Products = false;
   static inline void load(V& out, const float* p) { out = at16(p); }
   static inline void load(V& out, const core::Half* p) {
 #if defined(__aarch64__)
@@ -164,8 +164,6 @@ struct PortableLoads {
 struct Avx512Loads {
   using V = Vec16;
   static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
-  // A Q8_0 cache's scores and outputs are integer products (VNNI): q8_scores, q8_outputs.
-  static constexpr bool kInt8Products = true;
   __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const float* p) { out = at16(p); }
   __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const core::Half* p) {
     out = reinterpret_cast<V>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
@@ -179,7 +177,6 @@ struct Avx512Loads {
 struct Avx2Loads {
   using V = Vec8;
   static constexpr int32_t kKeys = kNarrowTileKeys, kDims = kNarrowTileDims;
-  static constexpr bool kInt8Products = false;
   __attribute__((target("avx2,fma,f16c"))) static inline void load(V& out, const float* p) {
     out = *reinterpret_cast<const UnalignedVec8*>(p);
   }
@@ -232,16 +229,10 @@ constexpr int32_t kTileGroup = 32;
 // query vectors, 256 KiB of scores.
 constexpr int32_t kSpanKeys = 1024;
 
-// A chunk's keys and values as a clone's products take them, shared by the block's tiles (x86).
-struct Q8Chunk;
-
 // Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
 // ones repeated where the block runs out, so every tile has kTileQueries of them.
 struct QueryTile {
   const float* q[kTileQueries];
-  // Where the scores are integer products (q8_scores): the queries in blocks of 32 codes, as a
-  // matrix product's activations are quantized.
-  const core::kernels::ActQ8_0* codes[kTileQueries];
   float* out[kTileQueries];
   int32_t first_key[kTileQueries];
   int32_t n_keys[kTileQueries];
@@ -277,275 +268,6 @@ struct QueryTile {
 // How many of the cache's key blocks ahead the score loop asks for its keys' cache lines.
 constexpr int32_t kKeysAheadBlocks = 2;
 
-#ifdef ORCHARD_X86_DISPATCH
-#define ORCHARD_VNNI_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,f16c"
-
-// out[L] = (in[0]'s 128-bit lane L, in[1]'s, in[2]'s, in[3]'s): 4 × 4 lanes transposed (its own
-// inverse).
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void lanes_transposed(const __m512 in[4], __m512 out[4]) {
-  const __m512 a = _mm512_shuffle_f32x4(in[0], in[1], _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512 b = _mm512_shuffle_f32x4(in[2], in[3], _MM_SHUFFLE(1, 0, 1, 0));
-  const __m512 c = _mm512_shuffle_f32x4(in[0], in[1], _MM_SHUFFLE(3, 2, 3, 2));
-  const __m512 d = _mm512_shuffle_f32x4(in[2], in[3], _MM_SHUFFLE(3, 2, 3, 2));
-  out[0] = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-  out[1] = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-  out[2] = _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0));
-  out[3] = _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1));
-}
-
-// Four rows of 64 codes (a block's 64 keys at dimensions d..d+3, or 64 dimensions of positions
-// j..j+3) as 4 vectors of 16 columns' 4 codes each: vector k's lane L, 32-bit element m, is column
-// 16L + 4k + m, its bytes the 4 rows'. Byte and word interleaves within lanes, so no column
-// crosses a lane.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void column_quads(const int8_t* r0, const int8_t* r1, const int8_t* r2,
-                                                                  const int8_t* r3, __m512i u[4]) {
-  const __m512i a = _mm512_loadu_si512(r0), b = _mm512_loadu_si512(r1);
-  const __m512i c = _mm512_loadu_si512(r2), d = _mm512_loadu_si512(r3);
-  const __m512i ab_lo = _mm512_unpacklo_epi8(a, b), ab_hi = _mm512_unpackhi_epi8(a, b);
-  const __m512i cd_lo = _mm512_unpacklo_epi8(c, d), cd_hi = _mm512_unpackhi_epi8(c, d);
-  u[0] = _mm512_unpacklo_epi16(ab_lo, cd_lo);
-  u[1] = _mm512_unpackhi_epi16(ab_lo, cd_lo);
-  u[2] = _mm512_unpacklo_epi16(ab_hi, cd_hi);
-  u[3] = _mm512_unpackhi_epi16(ab_hi, cd_hi);
-}
-
-// acc + Σ a·b over each 32-bit element's 4 byte pairs (vpdpbusd). In inline assembly because
-// through the intrinsic GCC 12 moved q8_scores' and q8_outputs' accumulators between registers
-// and the stack around the products (two copies and a spill for some of them): 10% of a
-// prompt's Q8_0 attention at 16k positions (docs/BENCHMARKS.md).
-[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-  return acc;
-}
-
-// Value widths q8_outputs takes (a latent attention's 512 among them): its codes' buffer.
-constexpr int32_t kMaxQ8OutputBlocks = 16;
-inline bool q8_outputs_suit(const AttentionBlock& b) {
-  const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
-  return dims % 64 == 0 && dims / kKvQ8Block <= kMaxQ8OutputBlocks && b.value_scale_stride == dims / kKvQ8Block;
-}
-
-// A chunk's Q8_0 keys and values as VNNI operands (column_quads), rearranged once for every
-// query tile of a block that has many (a prompt block's 16 tiles had each redone it, half of
-// their integer products' work), or by each tile from the cache where there are few (a decode
-// step's 2 tiles: storing and loading the operands cost more than rearranging them twice).
-struct Q8Chunk {
-  // One vector, as std::vector's elements keep their alignment.
-  struct alignas(64) Integers { __m512i v; };
-  struct alignas(64) Floats { __m512 v; };
-  bool rearranged = false;
-  const int8_t* block_keys = nullptr;  // the chunk's cache block of keys
-  int64_t keys_ahead = 0;              // elements from a key to the one kKeysAheadBlocks blocks on
-  const int8_t* values = nullptr;      // the chunk's first position's values
-  int64_t value_stride = 0;
-  int32_t last = 0;  // the chunk's last key counted from its first (rows past it are this one's again)
-  // Per 4 key dimensions d, the chunk's 64 keys at key_quads[d..d+3], unsigned (codes + 128) as
-  // VNNI's first operand is.
-  std::vector<Integers> key_quads;
-  // Per 64 value dimensions and 4 positions, the chunk's values.
-  std::vector<Integers> value_quads;
-  // The values' block scales, per 32-dimension block the chunk's 64 positions in 4 vectors (0
-  // past the chunk's last key).
-  std::vector<Floats> value_scales;
-
-  __attribute__((target(ORCHARD_VNNI_TARGET))) void take_keys(const AttentionBlock& b, const int8_t* keys, int32_t lo) {
-    block_keys = keys + key_element(b.head_dim, 0, lo);
-    keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
-    if (!rearranged) return;
-    key_quads.resize(static_cast<size_t>(b.head_dim));
-    for (int32_t d = 0; d < b.head_dim; d += 4) {
-      __m512i u[4];
-      keys_from_cache(d, u);
-      for (int32_t k = 0; k < 4; ++k) key_quads[static_cast<size_t>(d + k)].v = u[k];
-    }
-  }
-  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void keys_from_cache(int32_t d, __m512i u[4]) const {
-    const int8_t* rows = block_keys + int64_t{d} * kKeyBlock;
-    // Asked for as they are used, a few lines at a time: a chunk's worth at once stalled decode.
-    for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(rows + keys_ahead + r * kKeyBlock);
-    column_quads(rows, rows + kKeyBlock, rows + 2 * kKeyBlock, rows + 3 * kKeyBlock, u);
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int32_t k = 0; k < 4; ++k) u[k] = _mm512_xor_si512(u[k], offset);
-  }
-  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void keys_at(int32_t d, __m512i u[4]) const {
-    if (!rearranged) return keys_from_cache(d, u);
-    for (int32_t k = 0; k < 4; ++k) u[k] = key_quads[static_cast<size_t>(d + k)].v;
-  }
-
-  __attribute__((target(ORCHARD_VNNI_TARGET))) void take_values(const AttentionBlock& b, const int8_t* cache_values,
-                                                               const core::Half* scales, int32_t lo, int32_t end) {
-    const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, blocks = dims / kKvQ8Block;
-    values = cache_values + int64_t{lo} * b.value_stride;
-    value_stride = b.value_stride;
-    last = std::min(kChunkKeys, end - lo) - 1;
-    if (rearranged) {
-      value_quads.resize(static_cast<size_t>(dims / 64 * kChunkKeys));
-      for (int32_t d0 = 0; d0 < dims; d0 += 64)
-        for (int32_t quad = 0; quad < kChunkKeys / 4; ++quad) {
-          __m512i u[4];
-          values_from_cache(d0, quad, u);
-          for (int32_t k = 0; k < 4; ++k) value_quads[static_cast<size_t>((d0 / 64 * kChunkKeys / 4 + quad) * 4 + k)].v = u[k];
-        }
-    }
-    // The positions' scales as floats, [position - lo][block] (the cache's rows of them are
-    // contiguous), then each block's 16 positions at a time.
-    alignas(64) float row_scales[kChunkKeys * kMaxQ8OutputBlocks];
-    const int32_t n = last + 1;
-    const core::Half* first_scales = scales + int64_t{lo} * b.value_scale_stride;
-    for (int32_t e = 0; e < n * blocks; e += 16) {
-      const auto mask = static_cast<__mmask16>(n * blocks - e >= 16 ? 0xffff : (1u << (n * blocks - e)) - 1);
-      _mm512_store_ps(row_scales + e, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, first_scales + e)));
-    }
-    value_scales.resize(static_cast<size_t>(blocks * kChunkKeys / 16));
-    const __m512i positions = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int32_t blk = 0; blk < blocks; ++blk)
-      for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-        const int32_t valid = std::clamp(n - 16 * v, 0, 16);
-        const auto in_range = static_cast<__mmask16>(valid == 16 ? 0xffff : (1u << valid) - 1);
-        const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(positions, _mm512_set1_epi32(16 * v)),
-                                                               _mm512_set1_epi32(blocks)),
-                                            _mm512_set1_epi32(blk));
-        value_scales[static_cast<size_t>(blk * kChunkKeys / 16 + v)].v =
-            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in_range, at, row_scales, 4);
-      }
-  }
-  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void values_from_cache(int32_t d0, int32_t quad, __m512i u[4]) const {
-    const int32_t j = 4 * quad;
-    const int8_t* row = values + d0;
-    // The next chunk's rows, asked for while this one's are used.
-    for (int32_t r = 0; r < 4; ++r) __builtin_prefetch(row + int64_t{j + r + kChunkKeys} * value_stride);
-    column_quads(row + int64_t{std::min(j, last)} * value_stride, row + int64_t{std::min(j + 1, last)} * value_stride,
-                 row + int64_t{std::min(j + 2, last)} * value_stride, row + int64_t{std::min(j + 3, last)} * value_stride, u);
-  }
-  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline void values_at(int32_t d0, int32_t quad,
-                                                                                             __m512i u[4]) const {
-    if (!rearranged) return values_from_cache(d0, quad, u);
-    for (int32_t k = 0; k < 4; ++k) u[k] = value_quads[static_cast<size_t>((d0 / 64 * kChunkKeys / 4 + quad) * 4 + k)].v;
-  }
-};
-
-// The scores of a Q8_0 cache's block of 64 keys at lo (where the tile's float loops would write
-// them) as integer products: per 32 dimensions, Σ (k + 128)·q over the codes (one VNNI
-// instruction is 64 of them, against 16 multiply-adds of floats), less 128·Σq, times the key's
-// and the query's block scales. Against the float loops only the query's rounding to 8 bits
-// differs, as in llama.cpp's Q8_0 score products. Decode attention at depth had been bound by
-// its float multiply-adds (8 query heads per key), not by reading the cache.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_scores(
-    const AttentionBlock& b, const Q8Chunk& chunk, const core::Half* key_scales, const QueryTile& t, int32_t lo, int32_t hi,
-    float scale) {
-  hi = std::min(hi, t.max_keys);
-  const int32_t start = std::max(lo, t.min_first) / kTileKeys * kTileKeys;
-  if (start >= hi) return;
-  const int32_t blocks = b.head_dim / kKvQ8Block;
-  __m512 sums[kTileQueries][4];
-  for (int32_t blk = 0; blk < blocks; ++blk) {
-    __m512i acc[kTileQueries][4];
-    for (int32_t i = 0; i < kTileQueries; ++i)
-      for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_set1_epi32(-128 * t.codes[i][blk].sum);  // the 128 added to keys
-    for (int32_t d = 0; d < kKvQ8Block; d += 4) {
-      __m512i u[4];
-      chunk.keys_at(blk * kKvQ8Block + d, u);
-      for (int32_t i = 0; i < kTileQueries; ++i) {
-        int32_t quad;
-        std::memcpy(&quad, t.codes[i][blk].qs + d, sizeof quad);
-        const __m512i q = _mm512_set1_epi32(quad);
-        for (int32_t k = 0; k < 4; ++k) acc[i][k] = dpbusd(acc[i][k], u[k], q);
-      }
-    }
-    __m512 key_scale[4], key_scale_quads[4];
-    const core::Half* block_scales = key_scales + key_element(blocks, blk, lo);
-    for (int32_t l = 0; l < 4; ++l)
-      key_scale[l] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block_scales + 16 * l)));
-    lanes_transposed(key_scale, key_scale_quads);
-    for (int32_t i = 0; i < kTileQueries; ++i) {
-      const __m512 query_scale = _mm512_set1_ps(t.codes[i][blk].d);
-      for (int32_t k = 0; k < 4; ++k) {
-        const __m512 product = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][k]), _mm512_mul_ps(key_scale_quads[k], query_scale));
-        sums[i][k] = blk == 0 ? product : _mm512_add_ps(sums[i][k], product);
-      }
-    }
-  }
-  const __m512 score_scale = _mm512_set1_ps(scale);
-  for (int32_t i = 0; i < kTileQueries; ++i) {
-    __m512 in_order[4];
-    lanes_transposed(sums[i], in_order);
-    for (int32_t l = 0; l < 4; ++l) {
-      const int32_t tile_first = lo + l / 2 * kTileKeys;
-      if (tile_first >= start && tile_first < hi)
-        _mm512_storeu_ps(t.scores[i] + (lo - t.span) + 16 * l, _mm512_mul_ps(in_order[l], score_scale));
-    }
-  }
-}
-
-// out_i = out_i · rescale_i + Σ_j p_ij · v_j over a Q8_0 cache's positions [lo, hi) of the
-// chunk at `lo` as integer products, as tile_output computes in floats: per query and
-// 32-dimension block b, the weights p_ij · s_jb (probability times the value block's scale)
-// become 8-bit codes of their largest over these keys (rounding each by at most 1/510 of it),
-// and Σ_j code_ij · v_jd of 4 positions at a time is one VNNI instruction over 16 dimensions.
-// The float loops converted every value to float and took 4 multiply-adds a value for a tile of
-// 4 queries; these take a quarter of that.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const AttentionBlock& b, const Q8Chunk& chunk,
-                                                                const QueryTile& t, int32_t lo, int32_t hi,
-                                                                const float* rescale) {
-  const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, blocks = dims / kKvQ8Block;
-  // The tile's keys in the chunk, [first, hi) counted from lo, in whole quads.
-  const int32_t first = std::max(lo, t.min_first) - lo;
-  hi = std::min(hi, t.max_keys) - lo;
-  const int32_t first_quad = first / 4, end_quad = (hi + 3) / 4;
-  __mmask16 in_range[kChunkKeys / 16];
-  for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-    const int32_t from = std::clamp(first - 16 * v, 0, 16), to = std::clamp(hi - 16 * v, 0, 16);
-    in_range[v] = static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
-  }
-  // Weights as codes, [query][block][position - lo] (zero outside the tile's keys), and each
-  // code's worth.
-  alignas(64) uint8_t codes[kTileQueries][kMaxQ8OutputBlocks][kChunkKeys];
-  float unit[kTileQueries][kMaxQ8OutputBlocks];
-  for (int32_t blk = 0; blk < blocks; ++blk) {
-    const Q8Chunk::Floats* scale = &chunk.value_scales[static_cast<size_t>(blk * kChunkKeys / 16)];
-    for (int32_t i = 0; i < kTileQueries; ++i) {
-      __m512 weight[kChunkKeys / 16], largest = _mm512_setzero_ps();
-      for (int32_t v = 0; v < kChunkKeys / 16; ++v) {
-        weight[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(in_range[v], t.scores[i] + (lo - t.span) + 16 * v), scale[v].v);
-        largest = _mm512_max_ps(largest, weight[v]);
-      }
-      const float max = _mm512_reduce_max_ps(largest);
-      const __m512 inverse = _mm512_set1_ps(max > 0.0f ? 255.0f / max : 0.0f);
-      for (int32_t v = 0; v < kChunkKeys / 16; ++v)  // rounded to nearest, as the rounding mode is
-        _mm_store_si128(reinterpret_cast<__m128i*>(&codes[i][blk][16 * v]),
-                        _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(weight[v], inverse))));
-      unit[i][blk] = max / 255.0f;
-    }
-  }
-  // A lane's 4 codes: block 2L/4's for dimension tile lanes 0-1, the next block's for 2-3.
-  const __m512i lane_block = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int32_t d0 = 0; d0 < dims; d0 += 64) {
-    const int32_t blk = d0 / kKvQ8Block;
-    __m512i acc[kTileQueries][4] = {};
-    for (int32_t quad = first_quad; quad < end_quad; ++quad) {
-      __m512i u[4];
-      chunk.values_at(d0, quad, u);
-      for (int32_t i = 0; i < kTileQueries; ++i) {
-        int32_t pair[2];
-        std::memcpy(&pair[0], &codes[i][blk][4 * quad], 4);
-        std::memcpy(&pair[1], &codes[i][blk + 1][4 * quad], 4);
-        const __m512i w = _mm512_permutexvar_epi32(lane_block, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pair))));
-        for (int32_t k = 0; k < 4; ++k) acc[i][k] = dpbusd(acc[i][k], w, u[k]);
-      }
-    }
-    for (int32_t i = 0; i < t.count; ++i) {
-      __m512 sums[4], in_order[4];
-      for (int32_t k = 0; k < 4; ++k) sums[k] = _mm512_cvtepi32_ps(acc[i][k]);
-      lanes_transposed(sums, in_order);
-      for (int32_t l = 0; l < 4; ++l) {
-        float* o = t.out[i] + d0 + 16 * l;
-        const __m512 part = _mm512_mul_ps(in_order[l], _mm512_set1_ps(unit[i][blk + l / 2]));
-        _mm512_storeu_ps(o, rescale ? _mm512_fmadd_ps(_mm512_loadu_ps(o), _mm512_set1_ps(rescale[i]), part) : part);
-      }
-    }
-  }
-}
-#endif
 
 // scores[i][j - span] = q_i · k_j · scale for j in the chunk [lo, hi) within the tile's
 // [min_first, max_keys), in
@@ -554,17 +276,11 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void q8_outputs(const Attent
 // scaled as they load, their 32-dimension blocks' scales for the tile's keys loaded once per block.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
-                                               int32_t lo, int32_t hi, const Q8Chunk* chunk) {
+                                               int32_t lo, int32_t hi) {
   using V = typename L::V;
   constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
-#ifdef ORCHARD_X86_DISPATCH
-  if constexpr (kQuantized && L::kInt8Products) {
-    q8_scores(b, *chunk, c.key_scales, t, lo, hi, scale);
-    return;
-  }
-#endif
   const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
   hi = std::min(hi, t.max_keys);
   int32_t j0 = std::max(lo, t.min_first) / kKeys * kKeys;
@@ -654,16 +370,12 @@ template <class L>
 // Q8_0 values scaled by their block's scale as they load.
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
-                                               int32_t lo, int32_t hi, const float* rescale, const Q8Chunk* chunk) {
+                                               int32_t lo, int32_t hi, const float* rescale) {
   using V = typename L::V;
   constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   const int32_t first = std::max(lo, t.min_first);
   hi = std::min(hi, t.max_keys);
-#ifdef ORCHARD_X86_DISPATCH
-  if constexpr (CacheView<L, kType>::kQuantized && L::kInt8Products)
-    if (q8_outputs_suit(b)) return q8_outputs(b, *chunk, t, lo, hi, rescale);
-#endif
   // The tile's probabilities for these keys, key by key: the loop below then reads each key's
   // four from one pointer. Read from their rows, the four row pointers did not stay in AVX2's
   // registers beside everything else (4 more loads for 8 FMAs, which made the loop load-bound).
@@ -729,21 +441,6 @@ template <class L, KvType kType>
   QueryTile tiles[kTileGroup];
   RunningSoftmax running[kTileGroup];
   const float no_rescale[kTileQueries] = {1.0f, 1.0f, 1.0f, 1.0f};
-  // The tiles' queries rounded to 8 bits, where the scores are integer products.
-  constexpr bool kCodes = CacheView<L, kType>::kQuantized && L::kInt8Products;
-  const Q8Chunk* shared = nullptr;
-#ifdef ORCHARD_X86_DISPATCH
-  thread_local Q8Chunk chunk;
-  if constexpr (kCodes) {
-    // Four tiles or more share one rearrangement of each chunk (a decode step's 8 query heads
-    // of a KV head are two).
-    chunk.rearranged = vectors > 2 * kTileQueries;
-    shared = &chunk;
-  }
-#endif
-  thread_local std::vector<core::kernels::ActQ8_0> codes;
-  const int32_t code_blocks = b.head_dim / kKvQ8Block;
-  if constexpr (kCodes) codes.resize(size_t{kTileGroup} * kTileQueries * static_cast<size_t>(code_blocks));
   for (int32_t group_first = 0; group_first < vectors; group_first += kTileGroup * kTileQueries) {
     const int32_t n_tiles =
         std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
@@ -753,32 +450,18 @@ template <class L, KvType kType>
         running[i].max[s] = -std::numeric_limits<float>::infinity();
         running[i].sum[s] = 0.0f;
       }
-      if constexpr (kCodes)
-        for (int32_t s = 0; s < kTileQueries; ++s) {
-          core::kernels::ActQ8_0* blocks = &codes[static_cast<size_t>((int64_t{i} * kTileQueries + s) * code_blocks)];
-          core::kernels::quantize_act_q8_0(tiles[i].q[s], blocks, code_blocks);
-          tiles[i].codes[s] = blocks;
-        }
     }
     // Spans and chunks are whole blocks of the cache's keys; a tile takes those holding keys it sees.
     for (int32_t span = first_span; span < max_keys; span += span_keys) {
       const int32_t span_end = std::min(span + span_keys, max_keys);
       const auto sees = [](const QueryTile& t, int32_t lo, int32_t hi) { return t.min_first < hi && lo < t.max_keys; };
       for (int32_t i = 0; i < n_tiles; ++i) tiles[i].span = span;
-      for (int32_t lo = span; lo < span_end; lo += kChunkKeys) {
-#ifdef ORCHARD_X86_DISPATCH
-        if constexpr (kCodes) chunk.take_keys(b, cache.keys, lo);
-#endif
+      for (int32_t lo = span; lo < span_end; lo += kChunkKeys)
         for (int32_t i = 0; i < n_tiles; ++i)
-          if (sees(tiles[i], lo, lo + kChunkKeys)) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys, shared);
-      }
+          if (sees(tiles[i], lo, lo + kChunkKeys)) tile_scores(b, cache, tiles[i], lo, lo + kChunkKeys);
       for (int32_t i = 0; i < n_tiles; ++i)
         if (sees(tiles[i], span, span_end)) span_softmax<L>(tiles[i], span_end, running[i]);
       for (int32_t lo = span; lo < span_end; lo += kChunkKeys) {
-#ifdef ORCHARD_X86_DISPATCH
-        if constexpr (kCodes)
-          if (q8_outputs_suit(b)) chunk.take_values(b, cache.values, cache.value_scales, lo, max_keys);
-#endif
         for (int32_t i = 0; i < n_tiles; ++i) {
           const QueryTile& t = tiles[i];
           if (!sees(t, lo, lo + kChunkKeys)) continue;
@@ -786,7 +469,7 @@ template <class L, KvType kType>
           // very first chunk starts its outputs.
           const int32_t tile_first_chunk = std::max(span, t.min_first / kChunkKeys * kChunkKeys);
           const float* rescale = lo <= t.min_first ? nullptr : lo == tile_first_chunk ? running[i].rescale : no_rescale;
-          tile_output(b, cache, t, lo, lo + kChunkKeys, rescale, shared);
+          tile_output(b, cache, t, lo, lo + kChunkKeys, rescale);
         }
       }
     }
@@ -813,7 +496,9 @@ template <class L>
 }
 
 #ifdef ORCHARD_X86_DISPATCH
-__attribute__((target(ORCHARD_VNNI_TARGET))) void attend_block_avx512(const AttentionBlock& block) {
+// The AVX-512 set's whole target (VNNI among it, unused here): GCC's code for these loops, and
+// with it the last bits of their results, changed under a narrower one.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void attend_block_avx512(const AttentionBlock& block) {
   attend_block_loops<Avx512Loads>(block);
 }
 __attribute__((target("avx2,fma,f16c"))) void attend_block_avx2(const AttentionBlock& block) {
@@ -844,10 +529,18 @@ __attribute__((target("avx2,fma"))) void swiglu_clamped_avx2(float* gate, const 
 void attend_block(const AttentionBlock& block) {
 #ifdef ORCHARD_X86_DISPATCH
   if (amx_suits(block)) return attend_block_amx(block);
-  if (use_avx512()) return attend_block_avx512(block);
+  if (use_avx512()) return vnni_attention_suits(block) ? attend_block_vnni(block) : attend_block_avx512(block);
   if (use_avx2()) return attend_block_avx2(block);
 #endif
   attend_block_loops<PortableLoads>(block);
+}
+
+bool attention_takes_wide_blocks(const AttentionBlock& shape) {
+#ifdef ORCHARD_X86_DISPATCH
+  return amx_suits(shape) || (use_avx512() && vnni_attention_suits(shape));
+#else
+  return amx_suits(shape);
+#endif
 }
 
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {

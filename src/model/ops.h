@@ -54,6 +54,11 @@ struct AttentionBlock {
 void attend_block(const AttentionBlock& block);
 // Floats of scratch that attend_block needs for a block of this size.
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys);
+// Whether attend_block takes blocks of this shape (type and widths, with value_scale_stride)
+// without the scores scratch, on AMX tiles or VNNI integer products: such blocks may hold more
+// rows than attention_scratch_floats was asked for, so that each chunk of keys and values is
+// rearranged once for more query vectors.
+bool attention_takes_wide_blocks(const AttentionBlock& shape);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 // gpt-oss's clamped SwiGLU: with g = min(gate[i], 7) and u = clamp(up[i], -7, 7),

@@ -333,11 +333,12 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       const int64_t row_stride = static_cast<int64_t>(c.group) * kd;
       std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride));
       for (float& x : q) x = normal(rng);
-      // AVX-512's loops take a Q8_0 cache's scores as integer products of its codes and the
-      // query's, rounded to 8 bits per 32 dimensions as a matrix product's activations are: the
-      // reference scores that query. Its outputs round each weight p_j · s_j (probability times
-      // the value block's scale) to 8 bits of the largest over a chunk of keys: off by at most
-      // max_j(p_j · s_j) / 510 per key, times the value's code |v_jd| / s_j.
+      // AVX-512 takes a Q8_0 cache's scores as integer products (attention_vnni.h) of its codes
+      // and the query's, rounded to 8 bits per 32 dimensions as a matrix product's activations
+      // are: the reference scores that query. Its outputs round each weight p_j · s_j
+      // (probability times the value block's scale) to 8 bits of the query's largest over a
+      // chunk of keys: off by at most max_j(p_j · s_j) / 510 per key, times the value's code
+      // |v_jd| / s_j.
       const bool integer_products = type == KvType::Q8_0 && GetParam() == "avx512-vnni";
       std::vector<float> q_scored = q;
       if (integer_products) {
