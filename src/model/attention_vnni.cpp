@@ -107,21 +107,21 @@ template <class V>
 }
 
 // Four queries' vectors reduced at once: lane i (all 4 of its elements) of the result is the
-// largest (or the sum) of v[i]'s 16 elements. One transposition for the four, not four
+// largest (kLargest) or the sum of v[i]'s 16 elements. One transposition for the four, not four
 // reductions.
-[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512 lanes_max(const __m512 v[4]) {
-  __m512 t[4];
-  lanes_transposed(v, t);
-  __m512 m = _mm512_max_ps(_mm512_max_ps(t[0], t[1]), _mm512_max_ps(t[2], t[3]));
-  m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+enum class Reduction { kLargest, kSum };
+template <Reduction kHow>
+[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512 combined(__m512 a, __m512 b) {
+  if constexpr (kHow == Reduction::kLargest) return _mm512_max_ps(a, b);
+  else return _mm512_add_ps(a, b);
 }
-[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512 lanes_sum(const __m512 v[4]) {
+template <Reduction kHow>
+[[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512 lanes_reduced(const __m512 v[4]) {
   __m512 t[4];
   lanes_transposed(v, t);
-  __m512 s = _mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3]));
-  s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m512 r = combined<kHow>(combined<kHow>(t[0], t[1]), combined<kHow>(t[2], t[3]));
+  r = combined<kHow>(r, _mm512_permute_ps(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return combined<kHow>(r, _mm512_permute_ps(r, _MM_SHUFFLE(1, 0, 3, 2)));
 }
 // Lane i of v in all 16 elements.
 [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) inline __m512 lane_everywhere(__m512 v, int32_t i) {
@@ -305,7 +305,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const Att
     }
     row_max[i] = _mm512_max_ps(_mm512_max_ps(s[i][0], s[i][1]), _mm512_max_ps(s[i][2], s[i][3]));
   }
-  const __m512 old_max = _mm512_load_ps(t.max), chunk_max = lanes_max(row_max);
+  const __m512 old_max = _mm512_load_ps(t.max), chunk_max = lanes_reduced<Reduction::kLargest>(row_max);
   const __m512 new_max = _mm512_max_ps(old_max, chunk_max);
   const __m512 rescale = exp2_ps(_mm512_sub_ps(old_max, new_max));
   const __m512 to_running = exp2_ps(_mm512_sub_ps(chunk_max, new_max));
@@ -315,7 +315,8 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const Att
     for (int32_t k = 0; k < 4; ++k) p[i][k] = exp2_ps(_mm512_sub_ps(s[i][k], largest));
     row_sum[i] = _mm512_add_ps(_mm512_add_ps(p[i][0], p[i][1]), _mm512_add_ps(p[i][2], p[i][3]));
   }
-  _mm512_store_ps(t.sum, _mm512_fmadd_ps(_mm512_load_ps(t.sum), rescale, _mm512_mul_ps(to_running, lanes_sum(row_sum))));
+  const __m512 chunk_sum = lanes_reduced<Reduction::kSum>(row_sum);
+  _mm512_store_ps(t.sum, _mm512_fmadd_ps(_mm512_load_ps(t.sum), rescale, _mm512_mul_ps(to_running, chunk_sum)));
   _mm512_store_ps(t.max, new_max);
   for (int32_t i = 0; i < kQueries; ++i) {
     w.rescale[i] = rescale[4 * i];
@@ -330,7 +331,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const Att
       row_largest[i] = _mm512_mul_ps(p[i][0], scales[0].v);
       for (int32_t k = 1; k < 4; ++k) row_largest[i] = _mm512_max_ps(row_largest[i], _mm512_mul_ps(p[i][k], scales[k].v));
     }
-    const __m512 largest = lanes_max(row_largest);
+    const __m512 largest = lanes_reduced<Reduction::kLargest>(row_largest);
     const __m512 to_code =
         _mm512_maskz_div_ps(_mm512_cmp_ps_mask(largest, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(255.0f), largest);
     for (int32_t i = 0; i < kQueries; ++i) {
