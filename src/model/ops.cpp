@@ -8,10 +8,8 @@
 #include <limits>
 #include <numbers>
 #include <type_traits>
-#include <vector>
 
 #include "core/kernels.h"
-#include "core/kernels/kernel_set.h"
 #include "core/quant.h"
 #include "model/attention_amx.h"
 #include "model/attention_vnni.h"
