@@ -39,8 +39,9 @@ namespace {
 constexpr int32_t kChunk = kKeyBlock;  // keys per pass: one block of the cache's keys
 static_assert(kChunk == 64, "a chunk's positions are 4 vectors of 16");
 constexpr int32_t kQueries = 4;        // query vectors per tile
-// Tiles taken through the chunks together: their outputs (4 × 512 floats each at most) stay in
-// L2 while every chunk passes.
+// Tiles taken through the chunks together, each chunk rearranged once for them: a 32-row prompt
+// block of 8 query heads is one group, and the group's outputs (up to 64 × 4 × 512 floats, 512
+// KiB) stay in L2 while every chunk passes.
 constexpr int32_t kTileGroup = 64;
 // How many of the cache's key blocks ahead a chunk's rearrangement asks for its keys.
 constexpr int32_t kKeysAhead = 2;
@@ -138,7 +139,6 @@ struct alignas(64) Floats {
 // One chunk of a KV head's keys and values as the tiles' products take them, rearranged once for
 // every tile of the block (a decode step's 2 tiles included: rearranging per tile cost more).
 struct Chunk {
-  int32_t positions = 0;  // keys of the chunk in the cache, ≤ kChunk
   // Per key dimension d (in 4s), the chunk's 64 keys at dimensions d..d+3 as 4 vectors in quad
   // order, unsigned (codes + 128) as VNNI's first operand is: keys[d + k].
   std::vector<Integers> keys;
@@ -153,7 +153,7 @@ struct Chunk {
   __attribute__((target(ORCHARD_VNNI_TARGET))) void take(const AttentionBlock& b, int32_t lo, int32_t end, float score_scale) {
     const int32_t key_blocks = b.head_dim / kKvQ8Block;
     const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, value_blocks = dims / kKvQ8Block;
-    positions = std::min(kChunk, end - lo);
+    const int32_t positions = std::min(kChunk, end - lo);  // keys of the chunk in the cache
     const int32_t last = positions - 1;
 
     const auto* block_keys = static_cast<const int8_t*>(b.keys) + key_element(b.head_dim, 0, lo);
