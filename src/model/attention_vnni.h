@@ -3,8 +3,8 @@
 // vector loops. Both products are 8-bit: a score is Σ (key code + 128)·(query code) per 32
 // dimensions (the query rounded to 8 bits per 32, as a matrix product's activations are), and
 // an output is Σ (weight code)·(value code) over 4 positions at a time, each weight p_j · s_j
-// (probability times the value block's scale) rounded to 8 bits of the chunk's largest
-// probability times its largest value scale. One VNNI instruction is 64 multiply-adds.
+// (probability times the value block's scale) rounded to 8 bits of the query's largest such
+// weight in the chunk. One VNNI instruction is 64 multiply-adds.
 //
 // A tile of 4 query vectors takes a 64-key chunk in one pass with everything in registers:
 // scores, their online softmax (base 2, a running largest score and sum per query), the
