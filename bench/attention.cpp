@@ -9,10 +9,15 @@
 // vector loops (blocks of 8 rows) and, where the CPU has them, AMX tiles (attention_amx.h;
 // blocks of 32); GFLOP/s
 // counts Q·K and P·V (4 × visible keys × 64 × 32 heads per row) per second of wall time.
+//
+// Latent attention (DeepSeek's shape): a decode step and an 8-row prompt block at depth 4096,
+// over an F16 cache as a latent block (16-bit integer products, attention_vnni.h) and, for
+// comparison in the same run, as a dense model's block (the float loops).
 // Run: bench_attention [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -26,6 +31,10 @@ namespace orchard::model {
 namespace {
 
 constexpr int32_t kLayers = 22, kKvHeads = 4, kGroup = 8, kHeadDim = 64;
+// Latent attention as DeepSeek V3 keeps it (one latent of 512 and a rotated part of 64 per
+// position, read by every head; Forward gives a task 16 heads), 32 heads over 8 layers at depth 4096.
+constexpr int32_t kLatentLayers = 8, kLatentHeads = 32, kLatentHeadsPerTask = 16, kLatentKeyDim = 576, kLatentValueDim = 512,
+                  kLatentDepth = 4096;
 
 double bandwidth(int threads) {
   static double cached[3] = {};
@@ -170,6 +179,74 @@ void prefill_attention(benchmark::State& state) {
 BENCHMARK(prefill_attention)
     ->ArgsProduct({{1, 2}, {0, 4096, 15872}, {static_cast<int64_t>(KvType::F16), static_cast<int64_t>(KvType::Q8_0)}, {0, 1}})
     ->ArgNames({"threads", "P", "type", "amx"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// range 0: threads, range 1: rows (1: a decode step; 8: a prompt block), range 2: KvType,
+// range 3: latent (AttentionBlock::latent: 0 takes the float loops, as a dense model's block).
+void latent_attention(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto rows = static_cast<int32_t>(state.range(1));
+  const auto type = static_cast<KvType>(state.range(2));
+  const bool latent = state.range(3) != 0;
+  const int32_t n_ctx = kLatentDepth + rows;
+  KvCache cache(kLatentLayers, n_ctx, 1, kLatentKeyDim, kLatentValueDim, type);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(kLatentKeyDim), v(kLatentValueDim);
+  for (int32_t layer = 0; layer < kLatentLayers; ++layer)
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      for (auto& x : k) x = dist(rng);
+      for (auto& x : v) x = dist(rng);
+      cache.store(layer, pos, k.data(), v.data());
+    }
+  const int64_t row_stride = int64_t{kLatentHeads} * kLatentKeyDim, out_stride = int64_t{kLatentHeads} * kLatentValueDim;
+  std::vector<float> q(static_cast<size_t>(rows * row_stride)), out(static_cast<size_t>(rows * out_stride));
+  for (auto& x : q) x = dist(rng);
+  std::vector<int32_t> n_keys(static_cast<size_t>(rows));
+  for (int32_t t = 0; t < rows; ++t) n_keys[static_cast<size_t>(t)] = kLatentDepth + t + 1;
+  core::ThreadPool pool(threads);
+  const int64_t scratch = ops::attention_scratch_floats(rows, kLatentHeadsPerTask, n_ctx);
+  std::vector<float> scores(static_cast<size_t>(scratch * threads));
+  constexpr int32_t kParts = kLatentHeads / kLatentHeadsPerTask;
+  for (auto _ : state) {
+    for (int32_t layer = 0; layer < kLatentLayers; ++layer)
+      pool.parallel_for(kParts, [&](int64_t part, int thread) {
+        const auto h0 = static_cast<int32_t>(part) * kLatentHeadsPerTask;
+        ops::AttentionBlock b;
+        b.q = &q[static_cast<size_t>(h0 * kLatentKeyDim)];
+        b.out = &out[static_cast<size_t>(h0 * kLatentValueDim)];
+        b.row_stride = row_stride;
+        b.out_row_stride = out_stride;
+        b.n_rows = rows;
+        b.group = kLatentHeadsPerTask;
+        b.head_dim = kLatentKeyDim;
+        b.value_dim = kLatentValueDim;
+        b.scale = 1.0f / std::sqrt(192.0f);
+        b.latent = latent;
+        b.n_keys = n_keys.data();
+        b.keys = cache.keys(layer, 0);
+        b.values = cache.values(layer, 0);
+        b.value_stride = cache.value_stride();
+        b.type = type;
+        b.key_scales = cache.key_scales(layer, 0);
+        b.value_scales = cache.value_scales(layer, 0);
+        b.value_scale_stride = cache.value_scale_stride();
+        b.scores = &scores[static_cast<size_t>(thread * scratch)];
+        ops::attend_block(b);
+      });
+    benchmark::DoNotOptimize(out.data());
+  }
+  double keys_seen = 0;
+  for (int32_t n : n_keys) keys_seen += n;
+  const double flops = 2.0 * keys_seen * (kLatentKeyDim + kLatentValueDim) * kLatentHeads * kLatentLayers;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kv_type_name(type)) + (latent && type == KvType::F16 ? ", 16-bit products" : ""));
+}
+
+BENCHMARK(latent_attention)
+    ->ArgsProduct({{1, 2}, {1, 8}, {static_cast<int64_t>(KvType::F16)}, {0, 1}})
+    ->ArgNames({"threads", "rows", "type", "latent"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

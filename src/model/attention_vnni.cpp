@@ -28,8 +28,8 @@ constexpr int32_t kMaxValueBlocks = 16;  // value widths up to 512: the weights'
 
 bool vnni_attention_suits(const AttentionBlock& b) {
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
-  return b.type == KvType::Q8_0 && b.head_dim % kKvQ8Block == 0 && dims % 64 == 0 && dims / kKvQ8Block <= kMaxValueBlocks &&
-         b.value_scale_stride == dims / kKvQ8Block;
+  const bool widths = b.head_dim % kKvQ8Block == 0 && dims % 64 == 0 && dims / kKvQ8Block <= kMaxValueBlocks;
+  return widths && ((b.type == KvType::F16 && b.latent) || (b.type == KvType::Q8_0 && b.value_scale_stride == dims / kKvQ8Block));
 }
 
 #ifdef ORCHARD_VNNI_ATTENTION
@@ -46,7 +46,7 @@ constexpr int32_t kTileGroup = 64;
 // How many of the cache's key blocks ahead a chunk's rearrangement asks for its keys.
 constexpr int32_t kKeysAhead = 2;
 
-// Positions within a chunk are kept in "quad order" from the keys' rearrangement on: vector k,
+// A ByteChunk keeps positions in "quad order" from the keys' rearrangement on: vector k,
 // 128-bit lane L, element m holds position 16L + 4k + m, so lane L of vector k is the 4
 // consecutive positions of quad 4L + k. A weight vector's 8-bit codes (one byte per element)
 // are then 4 dwords, each one quad's weights, as the values' products take them.
@@ -138,7 +138,36 @@ struct alignas(64) Floats {
 
 // One chunk of a KV head's keys and values as the tiles' products take them, rearranged once for
 // every tile of the block (a decode step's 2 tiles included: rearranging per tile cost more).
-struct Chunk {
+// Each kind of chunk (ByteChunk: a Q8_0 cache, WordChunk: an F16 cache) says how its codes are
+// laid out and multiplied; the softmax between the products is shared.
+//
+// ByteChunk: the cache's own 8-bit codes, positions in quad order.
+struct ByteChunk {
+  using Query = core::kernels::ActQ8_0;  // the query's codes per key block
+  using WeightCode = uint8_t;
+  // A weight's code: p·s rounded to this many steps of the query's largest in the chunk.
+  static constexpr float kWeightSteps = 255.0f;
+  // Dimensions (scores) or positions (outputs) one element of a product sums.
+  static constexpr int32_t kPerProduct = 4;
+
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i product(__m512i acc, __m512i a, __m512i b) {
+    return dpbusd(acc, a, b);
+  }
+  // A score's sum before the products: the keys' +128 times the query's codes taken back.
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i score_start(const Query& q) {
+    return _mm512_set1_epi32(-128 * q.sum);
+  }
+  // Where in a weight block's codes the quad of positions the values' product `group` takes
+  // starts (values[group] is quad 4L + k: byte 16k + 4L).
+  static constexpr int32_t weights_at(int32_t group) { return 16 * (group % 4) + 4 * (group / 4); }
+
+  static void quantize_query(const float* q, Query* codes, int32_t blocks) { core::kernels::quantize_act_q8_0(q, codes, blocks); }
+  // Vector k of a weight block's codes (16 positions) stored where the products read them.
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline void store_weights(__m512i rounded, int32_t k,
+                                                                                                    WeightCode* block) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(block + 16 * k), _mm512_cvtusepi32_epi8(rounded));
+  }
+
   // Per key dimension d (in 4s), the chunk's 64 keys at dimensions d..d+3 as 4 vectors in quad
   // order, unsigned (codes + 128) as VNNI's first operand is: keys[d + k].
   std::vector<Integers> keys;
@@ -153,8 +182,8 @@ struct Chunk {
   __attribute__((target(ORCHARD_VNNI_TARGET))) void take(const AttentionBlock& b, int32_t lo, int32_t end, float score_scale) {
     const int32_t key_blocks = b.head_dim / kKvQ8Block;
     const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, value_blocks = dims / kKvQ8Block;
-    const int32_t positions = std::min(kChunk, end - lo);  // keys of the chunk in the cache
-    const int32_t last = positions - 1;
+    const int32_t stored_keys = std::min(kChunk, end - lo);  // keys of the chunk in the cache
+    const int32_t last = stored_keys - 1;
 
     const auto* block_keys = static_cast<const int8_t*>(b.keys) + key_element(b.head_dim, 0, lo);
     const int64_t keys_ahead = int64_t{kKeysAhead} * kKeyBlock * b.head_dim;
@@ -198,33 +227,199 @@ struct Chunk {
     // are contiguous), then each block's in quad order.
     alignas(64) float row_scales[kChunk * kMaxValueBlocks];
     const core::Half* first_scales = b.value_scales + int64_t{lo} * b.value_scale_stride;
-    for (int32_t e = 0; e < positions * value_blocks; e += 16) {
-      const int32_t left = positions * value_blocks - e;
+    for (int32_t e = 0; e < stored_keys * value_blocks; e += 16) {
+      const int32_t left = stored_keys * value_blocks - e;
       const auto mask = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
       _mm512_store_ps(row_scales + e, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, first_scales + e)));
     }
     value_scales.resize(static_cast<size_t>(value_blocks) * 4);
     for (int32_t blk = 0; blk < value_blocks; ++blk)
       for (int32_t k = 0; k < 4; ++k) {
-        const __m512i position = quad_order_positions(k);
-        const __mmask16 stored = _mm512_cmplt_epi32_mask(position, _mm512_set1_epi32(positions));
+        const __m512i position = positions(k);
+        const __mmask16 stored = _mm512_cmplt_epi32_mask(position, _mm512_set1_epi32(stored_keys));
         const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(position, _mm512_set1_epi32(value_blocks)), _mm512_set1_epi32(blk));
         value_scales[static_cast<size_t>(blk * 4 + k)].v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), stored, at, row_scales, 4);
       }
   }
 
-  // The chunk positions of vector k in quad order.
-  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i quad_order_positions(int32_t k) {
+  // The chunk positions of vector k, in quad order.
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i positions(int32_t k) {
     const __m512i element = _mm512_set_epi32(51, 50, 49, 48, 35, 34, 33, 32, 19, 18, 17, 16, 3, 2, 1, 0);
     return _mm512_add_epi32(element, _mm512_set1_epi32(4 * k));
+  }
+};
+
+// An F16 cache's elements as 16-bit integer codes, made per chunk: each position's keys and
+// values per 32-dimension block rounded to kCodeSteps steps of the block's largest magnitude,
+// the query's likewise, the weights to kWeightSteps of the query's largest in the chunk.
+// 8191 steps (14 bits) for elements of 11: a code's rounding, at most 2^-14 of its block's
+// largest, is below the F16 element's own (2^-11 of itself) wherever the element is within 8×
+// of its block's largest, and a dot product is ruled by its largest terms. The step counts keep
+// the products' int32 sums exact: 32 of 8191 · 8191 per key block, 64 of 4095 · 8191 per value
+// block and chunk.
+//
+// Positions in natural order: vector k is positions 16k..16k+15, so a weight vector's codes are
+// one dword per pair of positions, as the values' products take them.
+struct WordChunk {
+  struct Query {
+    float d;  // a code's worth
+    int16_t qs[kKvQ8Block];
+  };
+  using WeightCode = int16_t;
+  static constexpr float kCodeSteps = 8191.0f;
+  static constexpr float kWeightSteps = 4095.0f;
+  static constexpr int32_t kPerProduct = 2;
+
+  // acc + Σ a·b over each 32-bit element's 2 signed 16-bit pairs (vpdpwssd). Here the
+  // intrinsic: GCC 12 moved these accumulators between registers half as often through it as
+  // through inline assembly (34 moves in the kernel against 68, at the same speed).
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i product(__m512i acc, __m512i a, __m512i b) {
+    return _mm512_dpwssd_epi32(acc, a, b);
+  }
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i score_start(const Query&) {
+    return _mm512_setzero_si512();
+  }
+  static constexpr int32_t weights_at(int32_t group) { return 2 * group; }
+
+  // Per pair of key dimensions d, d+1, the chunk's 64 keys as 4 vectors of 16 positions, each
+  // element the two dimensions' codes: keys[d / 2 * 4 + k].
+  std::vector<Integers> keys;
+  // Per key block, the positions' code worth times the score scale (log2 units): [block * 4 + k].
+  std::vector<Floats> key_scales;
+  // Per 64 value dimensions and pair of positions j, j+1, 4 vectors of 16 dimensions, each
+  // element the two positions' codes: values[(tile * 32 + j / 2) * 4 + k].
+  std::vector<Integers> values;
+  // Per value block, the positions' code worth (0 past the chunk's keys): [block * 4 + k].
+  std::vector<Floats> value_scales;
+
+  __attribute__((target(ORCHARD_VNNI_TARGET))) static void quantize_query(const float* q, Query* codes, int32_t blocks) {
+    for (int32_t blk = 0; blk < blocks; ++blk) {
+      const __m512 x0 = _mm512_loadu_ps(q + blk * kKvQ8Block), x1 = _mm512_loadu_ps(q + blk * kKvQ8Block + 16);
+      const float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      const __m512 to_code = _mm512_set1_ps(largest > 0 ? kCodeSteps / largest : 0.0f);
+      codes[blk].d = largest / kCodeSteps;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[blk].qs), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x0, to_code))));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes[blk].qs + 16),
+                          _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x1, to_code))));
+    }
+  }
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i positions(int32_t k) {
+    return _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16 * k));
+  }
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline void store_weights(__m512i rounded, int32_t k,
+                                                                                                    WeightCode* block) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(block + 16 * k), _mm512_cvtsepi32_epi16(rounded));
+  }
+
+  // 16 F16 elements as int32 codes: round(x · to_code).
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i codes_of(const core::Half* x,
+                                                                                                 __m512 to_code) {
+    return _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), to_code));
+  }
+  // Each element the low 16 bits of `even`'s and of `odd`'s.
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512i word_pairs(__m512i even, __m512i odd) {
+    return _mm512_mask_blend_epi16(0xAAAAAAAA, even, _mm512_slli_epi32(odd, 16));
+  }
+  // The largest of each of 16 vectors' 32 magnitudes (F16 bits, sign cleared, which order as
+  // the magnitudes do), as floats in the vectors' order: halves, quarters, qwords, dwords and
+  // words of pairs of vectors folded together, a transposition that reduces as it goes.
+  [[gnu::always_inline]] __attribute__((target(ORCHARD_VNNI_TARGET))) static inline __m512 largest_of_each(const __m512i v[16]) {
+    __m512i halves[8], quarters[4], qwords[2];
+    for (int32_t i = 0; i < 8; ++i)  // low 256 bits: vector 2i's halves folded; high: 2i+1's
+      halves[i] = _mm512_max_epu16(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int32_t i = 0; i < 4; ++i)  // lane L: vector 4i + L
+      quarters[i] = _mm512_max_epu16(_mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                                     _mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
+    for (int32_t i = 0; i < 2; ++i)  // lane L's qwords: vectors 8i + L and 8i + 4 + L
+      qwords[i] = _mm512_max_epu16(_mm512_unpacklo_epi64(quarters[2 * i], quarters[2 * i + 1]),
+                                   _mm512_unpackhi_epi64(quarters[2 * i], quarters[2 * i + 1]));
+    // lane L's dwords: vectors L, 8 + L, 4 + L, 12 + L
+    __m512i dwords = _mm512_max_epu16(_mm512_unpacklo_epi32(qwords[0], qwords[1]), _mm512_unpackhi_epi32(qwords[0], qwords[1]));
+    dwords = _mm512_max_epu16(dwords, _mm512_srli_epi32(dwords, 16));
+    const __m512i in_order = _mm512_permutexvar_epi32(_mm512_set_epi32(15, 11, 7, 3, 13, 9, 5, 1, 14, 10, 6, 2, 12, 8, 4, 0), dwords);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(in_order));
+  }
+
+  __attribute__((target(ORCHARD_VNNI_TARGET))) void take(const AttentionBlock& b, int32_t lo, int32_t end, float score_scale) {
+    const int32_t key_blocks = b.head_dim / kKvQ8Block;
+    const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, value_blocks = dims / kKvQ8Block;
+    const int32_t stored_keys = std::min(kChunk, end - lo);
+    const int32_t last = stored_keys - 1;
+    const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+    const __m512 code_steps = _mm512_set1_ps(kCodeSteps);
+
+    const auto* block_keys = static_cast<const core::Half*>(b.keys) + key_element(b.head_dim, 0, lo);
+    const int64_t keys_ahead = int64_t{kKeysAhead} * kKeyBlock * b.head_dim;
+    keys.resize(static_cast<size_t>(b.head_dim / 2) * 4);
+    key_scales.resize(static_cast<size_t>(key_blocks) * 4);
+    const __m512 key_worth = _mm512_set1_ps(score_scale / kCodeSteps);
+    for (int32_t blk = 0; blk < key_blocks; ++blk) {
+      const core::Half* rows = block_keys + int64_t{blk} * kKvQ8Block * kKeyBlock;  // a row: one dimension's 64 keys
+      __m512i largest_bits[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int32_t d = 0; d < kKvQ8Block; ++d) {
+        const core::Half* row = rows + int64_t{d} * kKeyBlock;
+        __builtin_prefetch(row + keys_ahead);
+        __builtin_prefetch(row + keys_ahead + 32);
+        for (int32_t h = 0; h < 2; ++h)
+          largest_bits[h] = _mm512_max_epu16(largest_bits[h], _mm512_and_si512(_mm512_loadu_si512(row + 32 * h), magnitude));
+      }
+      __m512 to_code[4];
+      for (int32_t k = 0; k < 4; ++k) {
+        const __m512i bits = largest_bits[k / 2];
+        const __m512 largest = _mm512_cvtph_ps(k % 2 ? _mm512_extracti64x4_epi64(bits, 1) : _mm512_castsi512_si256(bits));
+        to_code[k] = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(largest, _mm512_setzero_ps(), _CMP_GT_OQ), code_steps, largest);
+        key_scales[static_cast<size_t>(blk * 4 + k)].v = _mm512_mul_ps(largest, key_worth);
+      }
+      for (int32_t d = 0; d < kKvQ8Block; d += 2) {
+        const core::Half* row = rows + int64_t{d} * kKeyBlock;
+        for (int32_t k = 0; k < 4; ++k)
+          keys[static_cast<size_t>((blk * kKvQ8Block + d) / 2 * 4 + k)].v =
+              word_pairs(codes_of(row + 16 * k, to_code[k]), codes_of(row + kKeyBlock + 16 * k, to_code[k]));
+      }
+    }
+
+    // Rows past the chunk's last key repeat it (their weights are 0): nothing past the cache's
+    // last stored position is read.
+    const auto* first_values = static_cast<const core::Half*>(b.values) + int64_t{lo} * b.value_stride;
+    auto value_row = [&](int32_t j) { return first_values + int64_t{std::min(j, last)} * b.value_stride; };
+    alignas(64) float to_code[kMaxValueBlocks][kChunk];
+    value_scales.resize(static_cast<size_t>(value_blocks) * 4);
+    const __m512 value_worth = _mm512_set1_ps(1.0f / kCodeSteps);
+    for (int32_t blk = 0; blk < value_blocks; ++blk)
+      for (int32_t k = 0; k < 4; ++k) {
+        __m512i bits[16];
+        for (int32_t e = 0; e < 16; ++e)
+          bits[e] = _mm512_and_si512(_mm512_loadu_si512(value_row(16 * k + e) + blk * kKvQ8Block), magnitude);
+        const __m512 largest = largest_of_each(bits);
+        _mm512_store_ps(&to_code[blk][16 * k],
+                        _mm512_maskz_div_ps(_mm512_cmp_ps_mask(largest, _mm512_setzero_ps(), _CMP_GT_OQ), code_steps, largest));
+        const __mmask16 stored = _mm512_cmplt_epi32_mask(positions(k), _mm512_set1_epi32(stored_keys));
+        value_scales[static_cast<size_t>(blk * 4 + k)].v = _mm512_maskz_mul_ps(stored, largest, value_worth);
+      }
+    values.resize(static_cast<size_t>(dims / 64) * (kChunk / 2) * 4);
+    for (int32_t tile = 0; tile < dims / 64; ++tile)
+      for (int32_t j = 0; j < kChunk; j += 2) {
+        const core::Half* even = value_row(j) + tile * 64;
+        const core::Half* odd = value_row(j + 1) + tile * 64;
+        __builtin_prefetch(even + int64_t{kChunk} * b.value_stride);
+        __builtin_prefetch(even + int64_t{kChunk} * b.value_stride + 32);
+        __builtin_prefetch(odd + int64_t{kChunk} * b.value_stride);
+        __builtin_prefetch(odd + int64_t{kChunk} * b.value_stride + 32);
+        for (int32_t k = 0; k < 4; ++k) {
+          const int32_t blk = 2 * tile + k / 2;
+          values[static_cast<size_t>((tile * (kChunk / 2) + j / 2) * 4 + k)].v =
+              word_pairs(codes_of(even + 16 * k, _mm512_set1_ps(to_code[blk][j])), codes_of(odd + 16 * k, _mm512_set1_ps(to_code[blk][j + 1])));
+        }
+      }
   }
 };
 
 // A tile's 4 query vectors (the block's last one repeated where it runs out) and their running
 // softmax, in lanes: lane i of `max` and `sum` (all 4 elements) is query i's largest score so
 // far and Σ 2^(score − largest), base 2.
+template <class C>
 struct Tile {
-  const core::kernels::ActQ8_0* codes[kQueries];
+  const typename C::Query* codes[kQueries];
   float* out[kQueries];
   int32_t first_key[kQueries], n_keys[kQueries];
   float sink[kQueries];
@@ -233,25 +428,27 @@ struct Tile {
   alignas(64) float sum[16];
 };
 
-// What a tile's pass over a chunk hands from one step to the next: its scores in quad order
-// (log2 units), then its weights' codes per value block, [query][block][quad order] (byte
-// 16k + 4L + m is position 16L + 4k + m, so quad 4L + k's 4 codes are one dword), and per query
-// the factor that brings the earlier outputs to the new running largest M' (2^(M − M')) and the
+// What a tile's pass over a chunk hands from one step to the next: its scores in the chunk's
+// order (log2 units), then its weights' codes per value block, [query][block][the chunk's
+// order] (so the codes of the positions one product takes are one dword), and per query the
+// factor that brings the earlier outputs to the new running largest M' (2^(M − M')) and the
 // worth of a code in each value block (its unit times 2^(C − M')).
 struct TileScores {
   __m512 s[kQueries][4];
 };
+template <class C>
 struct TileWeights {
-  alignas(64) uint8_t codes[kQueries][kMaxValueBlocks][kChunk];
+  alignas(64) typename C::WeightCode codes[kQueries][kMaxValueBlocks][kChunk];
   float rescale[kQueries];
   float unit[kQueries][kMaxValueBlocks];
   bool written[kQueries];  // whether earlier chunks wrote the query's output
 };
 
 // The chunk's scores, two queries at a time so that their 8 accumulators, 8 sums and the keys'
-// 4 vectors stay in registers: Σ (k + 128)·q less 128·Σq, per block times the key's and the
-// query's scales.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_scores(const AttentionBlock& b, const Chunk& c, const Tile& t,
+// 4 vectors stay in registers: per key block Σ key code · query code (less what a ByteChunk's
+// +128 added), times the key's and the query's scales.
+template <class C>
+__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_scores(const AttentionBlock& b, const C& c, const Tile<C>& t,
                                                                   TileScores& out) {
   const int32_t key_blocks = b.head_dim / kKvQ8Block;
   for (int32_t i0 = 0; i0 < kQueries; i0 += 2) {
@@ -259,14 +456,16 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_scores(const Atte
     for (int32_t blk = 0; blk < key_blocks; ++blk) {
       __m512i acc[2][4];
       for (int32_t i = 0; i < 2; ++i)
-        for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_set1_epi32(-128 * t.codes[i0 + i][blk].sum);
-      for (int32_t d = 0; d < kKvQ8Block; d += 4) {
-        const Integers* u = &c.keys[static_cast<size_t>(blk * kKvQ8Block + d)];
+        for (int32_t k = 0; k < 4; ++k) acc[i][k] = C::score_start(t.codes[i0 + i][blk]);
+      const Integers* block_keys = &c.keys[static_cast<size_t>(blk * kKvQ8Block / C::kPerProduct * 4)];
+#pragma GCC unroll 16
+      for (int32_t e = 0; e < kKvQ8Block / C::kPerProduct; ++e) {
+        const Integers* u = block_keys + 4 * e;
         for (int32_t i = 0; i < 2; ++i) {
-          int32_t quad;
-          std::memcpy(&quad, t.codes[i0 + i][blk].qs + d, sizeof quad);
-          const __m512i q = _mm512_set1_epi32(quad);
-          for (int32_t k = 0; k < 4; ++k) acc[i][k] = dpbusd(acc[i][k], u[k].v, q);
+          int32_t codes;
+          std::memcpy(&codes, t.codes[i0 + i][blk].qs + e * C::kPerProduct, sizeof codes);
+          const __m512i q = _mm512_set1_epi32(codes);
+          for (int32_t k = 0; k < 4; ++k) acc[i][k] = C::product(acc[i][k], u[k].v, q);
         }
       }
       for (int32_t i = 0; i < 2; ++i) {
@@ -286,9 +485,10 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_scores(const Atte
 // The running softmax over the chunk at `lo`, four queries in the four lanes: the chunk's
 // largest score C, the new largest M' = max(M, C), the sum rescaled by 2^(M − M'), this chunk's
 // weights taken as 2^(score − C), then each weight times its value block's scale rounded to
-// 8 bits of the query's largest (≤ 1/510 of it off).
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const AttentionBlock& b, const Chunk& c, Tile& t,
-                                                                   int32_t lo, const TileScores& scores, TileWeights& w) {
+// kWeightSteps of the query's largest (≤ half a step off).
+template <class C>
+__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const AttentionBlock& b, const C& c, Tile<C>& t, int32_t lo,
+                                                                   const TileScores& scores, TileWeights<C>& w) {
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim, value_blocks = dims / kKvQ8Block;
   // Keys a query does not see (its window's start, its own end, the cache's end) score −∞.
   const __m512 minus_infinity = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -298,7 +498,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const Att
     if (lo < t.first_key[i] || lo + kChunk > t.n_keys[i]) {
       const __m512i from = _mm512_set1_epi32(t.first_key[i] - lo), to = _mm512_set1_epi32(t.n_keys[i] - lo);
       for (int32_t k = 0; k < 4; ++k) {
-        const __m512i position = Chunk::quad_order_positions(k);
+        const __m512i position = C::positions(k);
         const __mmask16 seen = _mm512_cmpge_epi32_mask(position, from) & _mm512_cmplt_epi32_mask(position, to);
         s[i][k] = _mm512_mask_blend_ps(seen, minus_infinity, s[i][k]);
       }
@@ -332,41 +532,43 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_softmax(const Att
       for (int32_t k = 1; k < 4; ++k) row_largest[i] = _mm512_max_ps(row_largest[i], _mm512_mul_ps(p[i][k], scales[k].v));
     }
     const __m512 largest = lanes_reduced<Reduction::kLargest>(row_largest);
-    const __m512 to_code =
-        _mm512_maskz_div_ps(_mm512_cmp_ps_mask(largest, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(255.0f), largest);
+    const __m512 to_code = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(largest, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                               _mm512_set1_ps(C::kWeightSteps), largest);
     for (int32_t i = 0; i < kQueries; ++i) {
-      w.unit[i][blk] = largest[4 * i] / 255.0f * to_running[4 * i];
+      w.unit[i][blk] = largest[4 * i] / C::kWeightSteps * to_running[4 * i];
       const __m512 query_to_code = lane_everywhere(to_code, i);
-      for (int32_t k = 0; k < 4; ++k) {
-        const __m512i rounded = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(p[i][k], scales[k].v), query_to_code));
-        _mm_store_si128(reinterpret_cast<__m128i*>(&w.codes[i][blk][16 * k]), _mm512_cvtusepi32_epi8(rounded));
-      }
+      for (int32_t k = 0; k < 4; ++k)
+        C::store_weights(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(p[i][k], scales[k].v), query_to_code)), k, w.codes[i][blk]);
     }
   }
 }
 
 // The outputs, 64 dimensions (two value blocks) at a time: out · 2^(M − M') + 2^(C − M') ·
 // Σ code·value · (the block's code worth).
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_outputs(const AttentionBlock& b, const Chunk& c, const Tile& t,
-                                                                   const TileWeights& w) {
+template <class C>
+__attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_outputs(const AttentionBlock& b, const C& c, const Tile<C>& t,
+                                                                   const TileWeights<C>& w) {
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
+  constexpr int32_t kGroups = kChunk / C::kPerProduct;  // runs of positions one product takes
   for (int32_t tile = 0; tile < dims / 64; ++tile) {
     const int32_t blk = 2 * tile;
     __m512i acc[kQueries][4];
     for (int32_t i = 0; i < kQueries; ++i)
       for (int32_t k = 0; k < 4; ++k) acc[i][k] = _mm512_setzero_si512();
-    for (int32_t k = 0; k < 4; ++k)
-      for (int32_t lane = 0; lane < 4; ++lane) {
-        const Integers* v = &c.values[static_cast<size_t>((tile * (kChunk / 4) + 4 * lane + k) * 4)];
+    // Four groups a step: GCC unrolls the inner loop whole, as it does not a 16- or 32-step one.
+    for (int32_t g0 = 0; g0 < kGroups; g0 += 4)
+      for (int32_t g = g0; g < g0 + 4; ++g) {
+        const Integers* v = &c.values[static_cast<size_t>((tile * kGroups + g) * 4)];
+        const int32_t at = C::weights_at(g);
         for (int32_t i = 0; i < kQueries; ++i) {
           int32_t low, high;
-          std::memcpy(&low, &w.codes[i][blk][16 * k + 4 * lane], sizeof low);
-          std::memcpy(&high, &w.codes[i][blk + 1][16 * k + 4 * lane], sizeof high);
+          std::memcpy(&low, &w.codes[i][blk][at], sizeof low);
+          std::memcpy(&high, &w.codes[i][blk + 1][at], sizeof high);
           const __m512i w_low = _mm512_set1_epi32(low), w_high = _mm512_set1_epi32(high);
-          acc[i][0] = dpbusd(acc[i][0], w_low, v[0].v);
-          acc[i][1] = dpbusd(acc[i][1], w_low, v[1].v);
-          acc[i][2] = dpbusd(acc[i][2], w_high, v[2].v);
-          acc[i][3] = dpbusd(acc[i][3], w_high, v[3].v);
+          acc[i][0] = C::product(acc[i][0], w_low, v[0].v);
+          acc[i][1] = C::product(acc[i][1], w_low, v[1].v);
+          acc[i][2] = C::product(acc[i][2], w_high, v[2].v);
+          acc[i][3] = C::product(acc[i][3], w_high, v[3].v);
         }
       }
     for (int32_t i = 0; i < t.count; ++i) {
@@ -386,10 +588,11 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void chunk_outputs(const Att
 constexpr int32_t kStepTiles = 4;
 
 // The tiles' passes over the chunk at `lo`, for those that see keys in it.
-__attribute__((target(ORCHARD_VNNI_TARGET))) inline void take_chunk(const AttentionBlock& b, const Chunk& c, Tile* tiles,
+template <class C>
+__attribute__((target(ORCHARD_VNNI_TARGET))) inline void take_chunk(const AttentionBlock& b, const C& c, Tile<C>* tiles,
                                                                 int32_t n_tiles, int32_t lo) {
   TileScores scores[kStepTiles];
-  TileWeights weights[kStepTiles];
+  TileWeights<C> weights[kStepTiles];
   int32_t taking[kStepTiles];
   for (int32_t next = 0; next < n_tiles;) {
     int32_t n = 0;
@@ -401,21 +604,22 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) inline void take_chunk(const Attent
   }
 }
 
+template <class C>
 __attribute__((target(ORCHARD_VNNI_TARGET))) void attend(const AttentionBlock& b) {
   const int32_t key_blocks = b.head_dim / kKvQ8Block;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   const float score_scale =
       (b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim))) * std::numbers::log2e_v<float>;
   const int32_t vectors = b.n_rows * b.group;
-  thread_local Chunk chunk;
-  thread_local std::vector<core::kernels::ActQ8_0> query_codes;
+  thread_local C chunk;
+  thread_local std::vector<typename C::Query> query_codes;
   query_codes.resize(static_cast<size_t>(kTileGroup) * kQueries * static_cast<size_t>(key_blocks));
-  Tile tiles[kTileGroup];
+  Tile<C> tiles[kTileGroup];
   for (int32_t group_first = 0; group_first < vectors; group_first += kTileGroup * kQueries) {
     const int32_t n_tiles = std::min(kTileGroup, (vectors - group_first + kQueries - 1) / kQueries);
     int32_t min_first = std::numeric_limits<int32_t>::max(), max_keys = 0;
     for (int32_t ti = 0; ti < n_tiles; ++ti) {
-      Tile& t = tiles[ti];
+      Tile<C>& t = tiles[ti];
       const int32_t first = group_first + ti * kQueries;
       t.count = std::min(kQueries, vectors - first);
       t.min_first = std::numeric_limits<int32_t>::max();
@@ -427,8 +631,8 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) void attend(const AttentionBlock& b
         t.first_key[i] = b.first_key ? b.first_key[row] : 0;
         t.n_keys[i] = b.n_keys[row];
         t.sink[i] = b.sinks ? b.sinks[head] : 0.0f;
-        core::kernels::ActQ8_0* codes = &query_codes[static_cast<size_t>((ti * kQueries + i) * key_blocks)];
-        core::kernels::quantize_act_q8_0(q, codes, key_blocks);
+        typename C::Query* codes = &query_codes[static_cast<size_t>((ti * kQueries + i) * key_blocks)];
+        C::quantize_query(q, codes, key_blocks);
         t.codes[i] = codes;
         t.min_first = std::min(t.min_first, t.first_key[i]);
         t.max_keys = std::max(t.max_keys, t.n_keys[i]);
@@ -446,7 +650,7 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) void attend(const AttentionBlock& b
       take_chunk(b, chunk, tiles, n_tiles, lo);
     }
     for (int32_t ti = 0; ti < n_tiles; ++ti) {
-      const Tile& t = tiles[ti];
+      const Tile<C>& t = tiles[ti];
       for (int32_t i = 0; i < t.count; ++i) {
         float denominator = t.sum[4 * i];
         // A sink's logit joins the denominator only (base e, the running largest base 2).
@@ -460,7 +664,10 @@ __attribute__((target(ORCHARD_VNNI_TARGET))) void attend(const AttentionBlock& b
 
 }  // namespace
 
-void attend_block_vnni(const AttentionBlock& block) { attend(block); }
+void attend_block_vnni(const AttentionBlock& block) {
+  if (block.type == KvType::F16) return attend<WordChunk>(block);
+  attend<ByteChunk>(block);
+}
 
 #else
 

@@ -455,6 +455,7 @@ void Forward::attend_latent(int32_t local, int32_t n) {
     b.n_rows = block_start_[block + 1] - t0;
     b.group = h1 - h0;
     b.head_dim = width;
+    b.latent = true;
     b.n_keys = &key_counts_[static_cast<size_t>(t0)];
     b.keys = cache.keys(local, 0);
     b.values = cache.values(local, 0);

@@ -50,6 +50,11 @@ struct AttentionBlock {
   const core::Half* key_scales = nullptr;
   const core::Half* value_scales = nullptr;
   int64_t value_scale_stride = 0;
+  // Latent attention's blocks (Forward::attend_latent): every query head reads the one latent,
+  // so a chunk of the cache serves many query vectors even in a decode step. Where the AVX-512
+  // set runs, an F16 cache then takes integer products (attention_vnni.h). Set per model, never
+  // per block, so that a row's path does not depend on its batch.
+  bool latent = false;
 };
 void attend_block(const AttentionBlock& block);
 // Floats of scratch that attend_block needs for a block of this size.

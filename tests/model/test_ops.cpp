@@ -289,27 +289,50 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       {1, 8, 64, 64, 2100, {2049}, {}},
       {1, 8, 64, 64, 2100, {2100}, {1500}},
       {4, 8, 64, 64, 1100, {1097, 1098, 1099, 1100}, {33, 100, 700, 1090}},
+      // DeepSeek V3's latent widths: keys of 576, values of 512.
+      {2, 4, 576, 512, 150, {129, 150}, {}},
   };
   int32_t amx_blocks = 0;
-  for (const KvType type : {KvType::F16, KvType::Q8_0}) {
+  // An F16 cache both as a dense model's (float loops everywhere) and as latent attention's
+  // (integer products under AVX-512).
+  int32_t blocks = 0;
+  for (const auto& [type, latent] : {std::pair{KvType::F16, false}, std::pair{KvType::F16, true}, std::pair{KvType::Q8_0, false}}) {
     for (const Shape& c : shapes) {
+      ++blocks;
       const int32_t kd = c.key_dim, vd = c.value_dim, heads = 2, layer = 1, head = 1;
       KvCache cache(2, c.n_ctx, heads, kd, vd, type);
       std::mt19937 rng(11);
       std::normal_distribution<float> normal(0.0f, 1.0f);
+      // AVX-512 takes a cache's scores and outputs as integer products (attention_vnni.h). A
+      // Q8_0 cache's codes are its own; an F16 cache's elements, and the query, are rounded to
+      // 8191 steps of their 32-element block's largest magnitude (as float arithmetic rounds
+      // them: x · (8191 / largest) to the nearest integer), which the reference takes as stored.
+      const bool vnni = GetParam() == "avx512-vnni";
+      const bool word_codes = type == KvType::F16 && latent && vnni;
+      auto word_rounded = [](std::vector<float>& x, std::vector<float>* block_scales) {
+        for (size_t b = 0; b < x.size() / 32; ++b) {
+          float largest = 0;
+          for (size_t i = 32 * b; i < 32 * b + 32; ++i) largest = std::max(largest, std::fabs(x[i]));
+          const float to_code = largest > 0 ? 8191.0f / largest : 0.0f;
+          for (size_t i = 32 * b; i < 32 * b + 32; ++i) x[i] = static_cast<float>(std::nearbyint(x[i] * to_code) * (largest / 8191.0));
+          if (block_scales) (*block_scales)[b] = largest / 8191.0f;
+        }
+      };
       // What each stored element reads back as, by the reference (de)quantizers.
-      // block_scales: each 32 elements' Q8_0 scale (1 for F16).
+      // block_scales: each 32 elements' Q8_0 scale or code worth (1 for F16 read as floats).
       auto as_stored = [&](std::vector<float> x, std::vector<float>* block_scales = nullptr) {
         std::vector<float> back(x.size());
-        if (block_scales) block_scales->assign(x.size() / 32, 1.0f);
+        std::vector<float> scales(x.size() / 32, 1.0f);
+        if (!block_scales) block_scales = &scales;
+        block_scales->assign(x.size() / 32, 1.0f);
         if (type == KvType::F16) {
           for (size_t i = 0; i < x.size(); ++i) back[i] = core::half_to_float(core::float_to_half(x[i]));
+          if (word_codes) word_rounded(back, block_scales);
         } else {
           std::vector<core::BlockQ8_0> blocks(x.size() / 32);
           core::quantize_row_reference(core::TensorType::Q8_0, x.data(), blocks.data(), static_cast<int64_t>(x.size()));
           core::dequantize_row_reference(core::TensorType::Q8_0, blocks.data(), back.data(), static_cast<int64_t>(x.size()));
-          if (block_scales)
-            for (size_t b = 0; b < blocks.size(); ++b) (*block_scales)[b] = core::half_to_float(blocks[b].d);
+          for (size_t b = 0; b < blocks.size(); ++b) (*block_scales)[b] = core::half_to_float(blocks[b].d);
         }
         return back;
       };
@@ -333,15 +356,17 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       const int64_t row_stride = static_cast<int64_t>(c.group) * kd;
       std::vector<float> q(static_cast<size_t>(c.n_rows * row_stride));
       for (float& x : q) x = normal(rng);
-      // AVX-512 takes a Q8_0 cache's scores as integer products (attention_vnni.h) of its codes
-      // and the query's, rounded to 8 bits per 32 dimensions as a matrix product's activations
-      // are: the reference scores that query. Its outputs round each weight p_j · s_j
-      // (probability times the value block's scale) to 8 bits of the query's largest over a
-      // chunk of keys: off by at most max_j(p_j · s_j) / 510 per key, times the value's code
-      // |v_jd| / s_j.
-      const bool integer_products = type == KvType::Q8_0 && GetParam() == "avx512-vnni";
+      // Against a Q8_0 cache the query is rounded to 8 bits per 32 dimensions, as a matrix
+      // product's activations are; against an F16 cache to 8191 steps as the keys: the
+      // reference scores that query. The outputs round each weight p_j · s_j (probability times
+      // the value block's scale) to 255 (Q8_0) or 4095 (F16) steps of the query's largest over
+      // a chunk of keys: off by at most half a step per key, times the value's code |v_jd| / s_j.
+      const bool integer_products = vnni && (type == KvType::Q8_0 || word_codes);
+      const double weight_steps = word_codes ? 4095 : 255;
       std::vector<float> q_scored = q;
-      if (integer_products) {
+      if (word_codes) {
+        word_rounded(q_scored, nullptr);
+      } else if (integer_products) {
         std::vector<core::kernels::ActQ8_0> blocks(q.size() / 32);
         core::kernels::quantize_act_q8_0(q.data(), blocks.data(), static_cast<int64_t>(blocks.size()));
         for (size_t i = 0; i < q.size(); ++i) q_scored[i] = blocks[i / 32].d * blocks[i / 32].qs[i % 32];
@@ -360,6 +385,7 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
       b.key_scales = cache.key_scales(layer, head);
       b.value_scales = cache.value_scales(layer, head);
       b.value_scale_stride = cache.value_scale_stride();
+      b.latent = latent;
       amx_blocks += ops::amx_suits(b);
       ops::attend_block(b);
       for (int32_t r = 0; r < c.n_rows; ++r)
@@ -387,19 +413,19 @@ TEST_P(OpsOnEachSet, AttentionReadsF16AndQ8_0CachesAsStored) {
               largest_weight = std::max(largest_weight, p[j] / sum * value_scales[j][d / 32]);
               codes += std::fabs(values[j][d]) / value_scales[j][d / 32];
             }
-            const double weight_rounding = integer_products ? largest_weight / 510 * codes * (1 + 1e-5) : 0;
+            const double weight_rounding = integer_products ? largest_weight / (2 * weight_steps) * codes * (1 + 1e-5) : 0;
             // Measured worst: 3.3e-6 of the magnitude, on every kernel set's clone (an online
             // softmax over 64-key chunks measured 2.2e-6).
             ASSERT_NEAR(out[static_cast<size_t>(r * out_stride + g * vd + d)], expected,
                         (1e-5 + amx_error) * magnitude + 1e-6 + weight_rounding)
-                << kv_type_name(type) << ": rows " << c.n_rows << " group " << c.group << " key " << kd << ": row " << r
+                << kv_type_name(type) << (latent ? " latent" : "") << ": rows " << c.n_rows << " group " << c.group << " key " << kd << ": row " << r
                 << " head " << g << " dim " << d;
           }
         }
     }
   }
   // Under the AMX parameter, every block of both types (decode steps too) takes the tiles.
-  EXPECT_EQ(amx_blocks, GetParam().ends_with(kAmx) ? 16 : 0);
+  EXPECT_EQ(amx_blocks, GetParam().ends_with(kAmx) ? blocks : 0);
 }
 
 TEST(Ops, KvCacheTypesAreNamedAndQ8_0WantsBlocksOf32) {
