@@ -107,15 +107,20 @@ template <class V>
   else return *reinterpret_cast<UnalignedVec8*>(p);
 }
 
-// Tile sizes: 4 query vectors × 32 keys of scores (8 accumulators; per head dimension, 2 key
-// loads and 4 broadcasts for 8 FMAs), 4 query vectors × 64 dimensions of output (16
-// accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs). Those are AVX-512's 32
-// registers; AVX2 has 16 of half the width, where the same tiles in 16-float vectors went
+// Tile sizes, per clone (its Loads' kQueries, kKeys, kDims). AVX-512 has 32 registers: a
+// prompt's tiles are 4 query vectors × 32 keys of scores (8 accumulators; per head dimension, 2
+// key loads and 4 broadcasts for 8 FMAs) and 4 query vectors × 64 dimensions of output (16
+// accumulators; per key, 4 value loads and 4 broadcasts for 16 FMAs); over an F16 cache a decode
+// step's 8 query heads of a KV head are one tile of 8 vectors × 32 keys and × 32 dimensions
+// (`Avx512DecodeLoads`, 16 accumulators each), so each key and value is loaded and converted
+// once a step rather than once per 4 heads (decode steps at depth 1.1-1.4x faster; prompt
+// blocks were ~1.1x slower on two threads in such tiles, so they keep 4). The portable clone takes the prompt's tiles (NEON's 32 registers of a quarter the
+// width). AVX2 has 16 registers of half the width, where the same tiles in 16-float vectors went
 // through memory on every FMA (attention was 35% of a TinyLlama pp512), so its clone takes
-// 8-float vectors, 16 keys and 16 dimensions (8 ymm accumulators each). Scores keep rows of
-// whole 32-key tiles either way.
-constexpr int32_t kTileQueries = 4, kTileKeys = 32, kTileDims = 64;
-constexpr int32_t kNarrowTileKeys = 16, kNarrowTileDims = 16;
+// 8-float vectors, 4 queries, 16 keys and 16 dimensions (8 ymm accumulators each). Scores keep
+// rows of whole 32-key tiles in every clone. A query's sums run in the same order whatever its
+// tile, so its result does not depend on the vectors sharing the tile.
+constexpr int32_t kMaxTileQueries = 8, kTileKeys = 32;
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
@@ -126,7 +131,7 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 // the clone); 16-float vectors of GCC's __builtin_convertvector came out one element at a time.
 struct PortableLoads {
   using V = Vec16;
-  static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
+  static constexpr int32_t kQueries = 4, kKeys = kTileKeys, kDims = 64;
   static inline void load(V& out, const float* p) { out = at16(p); }
   static inline void load(V& out, const core::Half* p) {
 #if defined(__aarch64__)
@@ -161,7 +166,7 @@ struct PortableLoads {
 #ifdef ORCHARD_X86_DISPATCH
 struct Avx512Loads {
   using V = Vec16;
-  static constexpr int32_t kKeys = kTileKeys, kDims = kTileDims;
+  static constexpr int32_t kQueries = 4, kKeys = kTileKeys, kDims = 64;
   __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const float* p) { out = at16(p); }
   __attribute__((target("avx512f,f16c"))) static inline void load(V& out, const core::Half* p) {
     out = reinterpret_cast<V>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
@@ -172,9 +177,17 @@ struct Avx512Loads {
   __attribute__((target("avx512f,f16c"))) static inline float scalar(core::Half h) { return _cvtsh_ss(h); }
 };
 
+// A decode step's tiles over an F16 cache (one row, whole groups of 8 query heads). An F32
+// cache's decode steps measured slower in them (bench_attention decode_attention, depth 4096
+// and 16384: 1.1-1.3x), so it keeps the prompt's.
+struct Avx512DecodeLoads : Avx512Loads {
+  static constexpr int32_t kQueries = 8, kDims = 32;
+  static bool suits(const AttentionBlock& b) { return b.type == KvType::F16 && b.n_rows == 1 && b.group % kQueries == 0; }
+};
+
 struct Avx2Loads {
   using V = Vec8;
-  static constexpr int32_t kKeys = kNarrowTileKeys, kDims = kNarrowTileDims;
+  static constexpr int32_t kQueries = 4, kKeys = 16, kDims = 16;
   __attribute__((target("avx2,fma,f16c"))) static inline void load(V& out, const float* p) {
     out = *reinterpret_cast<const UnalignedVec8*>(p);
   }
@@ -221,33 +234,35 @@ struct CacheView {
 // streamed again per tile and per 16 dimensions (which made decode at 4k depth half its speed).
 // 64 keys of 64 F32 dimensions are 16 KiB.
 constexpr int32_t kChunkKeys = 64;
-// Query tiles taken through the chunks together: a block of 8 rows of 8 query heads is one group.
-constexpr int32_t kTileGroup = 32;
+// Query vectors whose tiles are taken through the chunks together: a block of 8 rows of 8 query
+// heads is one group.
+constexpr int32_t kGroupVectors = 128;
 // Keys whose scores a tile group keeps at a time (attend_block_typed): at a prompt block's 64
 // query vectors, 256 KiB of scores.
 constexpr int32_t kSpanKeys = 1024;
 
 // Pointers to the block's query vectors (row-major over rows, then heads), the tile's last
-// ones repeated where the block runs out, so every tile has kTileQueries of them.
+// ones repeated where the block runs out, so every tile has its clone's kQueries of them.
 struct QueryTile {
-  const float* q[kTileQueries];
-  float* out[kTileQueries];
-  int32_t first_key[kTileQueries];
-  int32_t n_keys[kTileQueries];
-  float sink[kTileQueries];
-  float* scores[kTileQueries];  // one span's: key span + j at scores[i][j]
+  const float* q[kMaxTileQueries];
+  float* out[kMaxTileQueries];
+  int32_t first_key[kMaxTileQueries];
+  int32_t n_keys[kMaxTileQueries];
+  float sink[kMaxTileQueries];
+  float* scores[kMaxTileQueries];  // one span's: key span + j at scores[i][j]
   int32_t span;
   int32_t count, max_keys;
   int32_t min_first;  // the tile reads keys [min_first, max_keys)
 };
 
 // The tile's rows of scores, `span_keys` each, start at `scores`.
+template <int32_t kQueries>
 [[gnu::always_inline]] inline QueryTile query_tile(const AttentionBlock& b, int32_t first, float* scores, int32_t span_keys) {
   QueryTile tile{};
   const int32_t total = b.n_rows * b.group;
-  tile.count = std::min(kTileQueries, total - first);
+  tile.count = std::min(kQueries, total - first);
   tile.min_first = b.n_keys[0];
-  for (int32_t i = 0; i < kTileQueries; ++i) {
+  for (int32_t i = 0; i < kQueries; ++i) {
     const int32_t v = first + std::min(i, tile.count - 1);
     const int32_t row = v / b.group, head = v % b.group;
     tile.q[i] = b.q + row * b.row_stride + static_cast<int64_t>(head) * b.head_dim;
@@ -276,7 +291,7 @@ template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_scores(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
                                                int32_t lo, int32_t hi) {
   using V = typename L::V;
-  constexpr int32_t kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
+  constexpr int32_t kQueries = L::kQueries, kKeys = L::kKeys, kLanes = sizeof(V) / sizeof(float), kVecs = kKeys / kLanes;
   constexpr bool kQuantized = CacheView<L, kType>::kQuantized;
   const float scale = b.scale != 0 ? b.scale : 1.0f / std::sqrt(static_cast<float>(b.head_dim));
   const int32_t block = kQuantized ? kKvQ8Block : b.head_dim;
@@ -284,7 +299,7 @@ template <class L, KvType kType>
   int32_t j0 = std::max(lo, t.min_first) / kKeys * kKeys;
   const int64_t keys_ahead = int64_t{kKeysAheadBlocks} * kKeyBlock * b.head_dim;
   for (; j0 < hi; j0 += kKeys) {
-    V acc[kTileQueries][kVecs] = {};
+    V acc[kQueries][kVecs] = {};
     const auto* tile_keys = c.keys + key_element(b.head_dim, 0, j0);
     for (int32_t d0 = 0; d0 < b.head_dim; d0 += block) {
       V block_scale[kVecs];
@@ -300,13 +315,13 @@ template <class L, KvType kType>
           L::load(kv[v], k + kLanes * v);
           if constexpr (kQuantized) kv[v] *= block_scale[v];
         }
-        for (int32_t i = 0; i < kTileQueries; ++i) {
+        for (int32_t i = 0; i < kQueries; ++i) {
           const float qd = t.q[i][d];
           for (int32_t v = 0; v < kVecs; ++v) acc[i][v] += qd * kv[v];
         }
       }
     }
-    for (int32_t i = 0; i < kTileQueries; ++i)
+    for (int32_t i = 0; i < kQueries; ++i)
       for (int32_t v = 0; v < kVecs; ++v) at<V>(t.scores[i] + (j0 - t.span) + kLanes * v) = acc[i][v] * scale;
   }
 }
@@ -315,9 +330,9 @@ template <class L, KvType kType>
 // score, the sum of e^(score - largest), and the factor by which the last span's new largest
 // rescales what the earlier spans left in its output.
 struct RunningSoftmax {
-  float max[kTileQueries];
-  float sum[kTileQueries];
-  float rescale[kTileQueries];
+  float max[kMaxTileQueries];
+  float sum[kMaxTileQueries];
+  float rescale[kMaxTileQueries];
 };
 
 // Each of the tile's rows' scores over the span's keys [span, end) becomes e^(score - its
@@ -370,21 +385,21 @@ template <class L, KvType kType>
 [[gnu::always_inline]] inline void tile_output(const AttentionBlock& b, const CacheView<L, kType>& c, const QueryTile& t,
                                                int32_t lo, int32_t hi, const float* rescale) {
   using V = typename L::V;
-  constexpr int32_t kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
+  constexpr int32_t kQueries = L::kQueries, kDims = L::kDims, kLanes = sizeof(V) / sizeof(float), kVecs = kDims / kLanes;
   const int32_t dims = b.value_dim ? b.value_dim : b.head_dim;
   const int32_t first = std::max(lo, t.min_first);
   hi = std::min(hi, t.max_keys);
   // The tile's probabilities for these keys, key by key: the loop below then reads each key's
-  // four from one pointer. Read from their rows, the four row pointers did not stay in AVX2's
+  // kQueries from one pointer. Read from their rows, the row pointers did not stay in AVX2's
   // registers beside everything else (4 more loads for 8 FMAs, which made the loop load-bound).
-  alignas(64) float probs[kChunkKeys][kTileQueries];
+  alignas(64) float probs[kChunkKeys][kQueries];
   for (int32_t j = first; j < hi; ++j)
-    for (int32_t i = 0; i < kTileQueries; ++i) probs[j - lo][i] = t.scores[i][j - t.span];
+    for (int32_t i = 0; i < kQueries; ++i) probs[j - lo][i] = t.scores[i][j - t.span];
   int32_t d0 = 0;
   for (; d0 + kDims <= dims; d0 += kDims) {
-    V acc[kTileQueries][kVecs] = {};
+    V acc[kQueries][kVecs] = {};
     if (rescale)
-      for (int32_t i = 0; i < kTileQueries; ++i)
+      for (int32_t i = 0; i < kQueries; ++i)
         for (int32_t k = 0; k < kVecs; ++k) acc[i][k] = at<V>(t.out[i] + d0 + kLanes * k) * rescale[std::min(i, t.count - 1)];
     for (int32_t j = first; j < hi; ++j) {
       const auto* v = c.values + j * b.value_stride + d0;
@@ -398,7 +413,7 @@ template <class L, KvType kType>
         if constexpr (CacheView<L, kType>::kQuantized)
           vv[k] *= L::scalar(c.value_scales[j * b.value_scale_stride + (d0 + kLanes * k) / kKvQ8Block]);
       }
-      for (int32_t i = 0; i < kTileQueries; ++i) {
+      for (int32_t i = 0; i < kQueries; ++i) {
         const float p = probs[j - lo][i];
         for (int32_t k = 0; k < kVecs; ++k) acc[i][k] += p * vv[k];
       }
@@ -425,6 +440,7 @@ template <class L, KvType kType>
 template <class L, KvType kType>
 [[gnu::always_inline]] inline void attend_block_typed(const AttentionBlock& b) {
   static_assert(kTileKeys % L::kKeys == 0, "score rows hold whole kTileKeys tiles");
+  static_assert(L::kQueries <= kMaxTileQueries && kGroupVectors % L::kQueries == 0, "a group holds whole tiles");
   static_assert(kChunkKeys % kTileKeys == 0 && kSpanKeys % kChunkKeys == 0, "spans hold whole chunks, chunks whole key tiles");
   const CacheView<L, kType> cache(b);
   int32_t max_keys = 0, min_first = b.n_keys[0];
@@ -435,16 +451,18 @@ template <class L, KvType kType>
   const int32_t vectors = b.n_rows * b.group, first_span = min_first / kChunkKeys * kChunkKeys;
   const auto span_keys = static_cast<int32_t>(std::min<int64_t>(kSpanKeys, round_up(max_keys - first_span, kChunkKeys)));
   // The tiles are set up once for all chunks (their divisions were a tenth of a decode step's
-  // attention when redone per chunk), up to kTileGroup of them at a time.
+  // attention when redone per chunk), up to kGroupVectors' tiles at a time.
+  constexpr int32_t kQueries = L::kQueries, kTileGroup = kGroupVectors / kQueries;
   QueryTile tiles[kTileGroup];
   RunningSoftmax running[kTileGroup];
-  const float no_rescale[kTileQueries] = {1.0f, 1.0f, 1.0f, 1.0f};
-  for (int32_t group_first = 0; group_first < vectors; group_first += kTileGroup * kTileQueries) {
+  float no_rescale[kQueries];
+  std::fill_n(no_rescale, kQueries, 1.0f);
+  for (int32_t group_first = 0; group_first < vectors; group_first += kGroupVectors) {
     const int32_t n_tiles =
-        std::min(kTileGroup, (vectors - group_first + kTileQueries - 1) / kTileQueries);
+        std::min(kTileGroup, (vectors - group_first + kQueries - 1) / kQueries);
     for (int32_t i = 0; i < n_tiles; ++i) {
-      tiles[i] = query_tile(b, group_first + i * kTileQueries, b.scores + int64_t{i} * kTileQueries * span_keys, span_keys);
-      for (int32_t s = 0; s < kTileQueries; ++s) {
+      tiles[i] = query_tile<kQueries>(b, group_first + i * kQueries, b.scores + int64_t{i} * kQueries * span_keys, span_keys);
+      for (int32_t s = 0; s < kQueries; ++s) {
         running[i].max[s] = -std::numeric_limits<float>::infinity();
         running[i].sum[s] = 0.0f;
       }
@@ -497,6 +515,7 @@ template <class L>
 // The AVX-512 set's whole target (VNNI among it, unused here): GCC's code for these loops, and
 // with it the last bits of their results, changed under a narrower one.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) void attend_block_avx512(const AttentionBlock& block) {
+  if (Avx512DecodeLoads::suits(block)) return attend_block_typed<Avx512DecodeLoads, KvType::F16>(block);
   attend_block_loops<Avx512Loads>(block);
 }
 __attribute__((target("avx2,fma,f16c"))) void attend_block_avx2(const AttentionBlock& block) {
@@ -544,7 +563,7 @@ bool attention_takes_wide_blocks(const AttentionBlock& shape) {
 int64_t attention_scratch_floats(int32_t n_rows, int32_t group, int32_t max_keys) {
   // One span's row of scores per query vector of a tile group (a tile's padding vectors reuse
   // the last row).
-  const int64_t vectors = std::min<int64_t>(round_up(int64_t{n_rows} * group, kTileQueries), int64_t{kTileGroup} * kTileQueries);
+  const int64_t vectors = std::min<int64_t>(round_up(int64_t{n_rows} * group, kMaxTileQueries), kGroupVectors);
   return vectors * std::min<int64_t>(kSpanKeys, round_up(max_keys, kChunkKeys));
 }
 

@@ -145,6 +145,9 @@ TEST_P(OpsOnEachSet, AttentionBlockMatchesFloat64Softmax) {
       {1, 8, 64, 4200, {4097}},   {1, 8, 64, 1000, {1000}, {301}},  {1, 7, 80, 2100, {2050}},
       {8, 8, 64, 700, {693, 694, 695, 696, 697, 698, 699, 700}, {100, 131, 200, 263, 264, 300, 450, 690}},
       {2, 8, 64, 3000, {2999, 3000}, {}, {1.0f, -2.0f, 0.5f, 8.0f, -8.0f, 0.0f, 3.0f, 2.0f}},
+      // Decode steps in AVX-512's tiles of 8 query vectors × 32 dimensions: two tiles (16 query
+      // heads of a KV head), head sizes with a tail past whole 32-dimension tiles and with none.
+      {1, 16, 80, 300, {290}},    {1, 8, 24, 100, {99}, {20}},  {1, 8, 96, 70, {70}, {}, {0.5f, -1.0f, 2.0f, 0.0f, 4.0f, -3.0f, 1.0f, 0.25f}},
       // More query vectors than one group of tiles takes at a time (32 tiles of 4): 160 vectors
       // with windows, and 130 (latent attention's many heads) ending in a part tile.
       {8, 20, 32, 150, {143, 144, 145, 146, 147, 148, 149, 150}, {10, 70, 71, 100, 101, 102, 140, 149}},
