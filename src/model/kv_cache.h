@@ -16,7 +16,8 @@
 // (key_element); a value's scales are [layer][kv_head][slot][value_dim / 32]. Attention reads every type
 // as stored (ops::attend_block), so a smaller cache is less memory read per decoded token.
 //
-// The memory is reserved zeroed and untouched (calloc): pages become resident as positions are
+// The memory is reserved zeroed and untouched (an anonymous mapping, page-aligned so that rows of
+// 64 bytes are whole cache lines): pages become resident as positions are
 // stored, so a context sized for the model's trained length costs what is used of it, to a
 // block of keys per KV head.
 //
@@ -26,7 +27,6 @@
 // below ring) and attention reads them as one run. Its memory is then 2 × ring slots whatever the
 // context. What the ring still holds is the caller's to know (Forward tracks it).
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -106,10 +106,11 @@ class KvCache {
   size_t bytes() const;
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
+  struct Unmap {
+    size_t bytes;  // the mapping's length
+    void operator()(uint8_t* p) const;
   };
-  using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
+  using Buffer = std::unique_ptr<uint8_t[], Unmap>;
   static Buffer reserve(size_t bytes);
   size_t element_bytes() const;
   // Bytes of keys and values (scales included) of one slot of one layer.

@@ -281,6 +281,16 @@ template <int32_t kQueries>
 // How many of the cache's key blocks ahead the score loop asks for its keys' cache lines.
 constexpr int32_t kKeysAheadBlocks = 2;
 
+// The two cache lines from `p` on (the cache's rows start on lines): a tile of 128 bytes whole,
+// and a narrower tile's line with the one beside it, which the row's other tile reads next. A
+// decode step's F16 tiles are 64 bytes of a 128-byte row and read a row's lines in two strided
+// passes; asking for only their own line, the other came late (bench_attention decode_attention,
+// depth 4096, one thread: 6.1-6.6 ms against 5.1-5.3 with the neighbour asked for too).
+[[gnu::always_inline]] inline void ask_for_two_lines(const void* p) {
+  __builtin_prefetch(p);
+  __builtin_prefetch(static_cast<const char*>(p) + 64);
+}
+
 
 // scores[i][j - span] = q_i · k_j · scale for j in the chunk [lo, hi) within the tile's
 // [min_first, max_keys), in
@@ -308,8 +318,7 @@ template <class L, KvType kType>
           L::load(block_scale[v], c.key_scales + key_element(b.head_dim / kKvQ8Block, d0 / kKvQ8Block, j0) + kLanes * v);
       for (int32_t d = d0; d < d0 + block; ++d) {
         const auto* k = tile_keys + int64_t{d} * kKeyBlock;
-        __builtin_prefetch(k + keys_ahead);
-        __builtin_prefetch(k + keys_ahead + kKeys - 1);
+        ask_for_two_lines(k + keys_ahead);
         V kv[kVecs];
         for (int32_t v = 0; v < kVecs; ++v) {
           L::load(kv[v], k + kLanes * v);
@@ -405,8 +414,7 @@ template <class L, KvType kType>
       const auto* v = c.values + j * b.value_stride + d0;
       // Positions are a whole KV row apart: the next chunk's values are asked for while this
       // one's are used (the dimension tiles of a row between them cover its cache lines).
-      __builtin_prefetch(v + kChunkKeys * b.value_stride);
-      __builtin_prefetch(v + kChunkKeys * b.value_stride + kDims - 1);
+      ask_for_two_lines(v + kChunkKeys * b.value_stride);
       V vv[kVecs];
       for (int32_t k = 0; k < kVecs; ++k) {
         L::load(vv[k], v + kLanes * k);
