@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "core/line_aligned.h"
 #include "core/thread_pool.h"
 #include "membw.h"
 #include "model/attention_amx.h"
@@ -61,11 +62,11 @@ void decode_attention(benchmark::State& state) {
       for (auto& x : v) x = dist(rng);
       cache.store(layer, pos, k.data(), v.data());
     }
-  std::vector<float> q(kKvHeads * kGroup * kHeadDim), out(q.size());
+  core::LineAlignedVector<float> q(kKvHeads * kGroup * kHeadDim), out(q.size());
   for (auto& x : q) x = dist(rng);
   core::ThreadPool pool(threads);
   const int64_t scratch = ops::attention_scratch_floats(1, kGroup, depth);
-  std::vector<float> scores(static_cast<size_t>(scratch * threads));
+  core::LineAlignedVector<float> scores(static_cast<size_t>(scratch * threads));
   const int32_t n_keys = depth;
   const int64_t parts = std::clamp<int64_t>((threads + kKvHeads - 1) / kKvHeads, 1, kGroup);
   for (auto _ : state) {
@@ -134,13 +135,13 @@ void prefill_attention(benchmark::State& state) {
     cache.store(0, pos, k.data(), v.data());
   }
   constexpr int64_t kRowStride = kKvHeads * kGroup * kHeadDim;
-  std::vector<float> q(static_cast<size_t>(kPrompt * kRowStride)), out(q.size());
+  core::LineAlignedVector<float> q(static_cast<size_t>(kPrompt * kRowStride)), out(q.size());
   for (auto& x : q) x = dist(rng);
   std::vector<int32_t> n_keys(kPrompt);
   for (int32_t t = 0; t < kPrompt; ++t) n_keys[static_cast<size_t>(t)] = depth + t + 1;
   core::ThreadPool pool(threads);
   const int64_t scratch = ops::attention_scratch_floats(block_rows, kGroup, n_ctx);
-  std::vector<float> scores(static_cast<size_t>(scratch * threads));
+  core::LineAlignedVector<float> scores(static_cast<size_t>(scratch * threads));
   for (auto _ : state) {
     // A KV head's blocks consecutive, as Forward orders them.
     pool.parallel_for(int64_t{kKvHeads} * (kPrompt / block_rows), [&](int64_t task, int thread) {
@@ -201,13 +202,13 @@ void latent_attention(benchmark::State& state) {
       cache.store(layer, pos, k.data(), v.data());
     }
   const int64_t row_stride = int64_t{kLatentHeads} * kLatentKeyDim, out_stride = int64_t{kLatentHeads} * kLatentValueDim;
-  std::vector<float> q(static_cast<size_t>(rows * row_stride)), out(static_cast<size_t>(rows * out_stride));
+  core::LineAlignedVector<float> q(static_cast<size_t>(rows * row_stride)), out(static_cast<size_t>(rows * out_stride));
   for (auto& x : q) x = dist(rng);
   std::vector<int32_t> n_keys(static_cast<size_t>(rows));
   for (int32_t t = 0; t < rows; ++t) n_keys[static_cast<size_t>(t)] = kLatentDepth + t + 1;
   core::ThreadPool pool(threads);
   const int64_t scratch = ops::attention_scratch_floats(rows, kLatentHeadsPerTask, n_ctx);
-  std::vector<float> scores(static_cast<size_t>(scratch * threads));
+  core::LineAlignedVector<float> scores(static_cast<size_t>(scratch * threads));
   constexpr int32_t kParts = kLatentHeads / kLatentHeadsPerTask;
   for (auto _ : state) {
     for (int32_t layer = 0; layer < kLatentLayers; ++layer)

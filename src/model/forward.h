@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "core/line_aligned.h"
 #include "core/thread_pool.h"
 #include "model/kv_cache.h"
 #include "model/shard.h"
@@ -152,39 +153,41 @@ class Forward {
   std::vector<int32_t> row_sequence_;
   std::vector<int32_t> row_pos_;
   std::vector<int32_t> logit_rows_;  // rows whose logits are computed, in output order
-  // Activation buffers, sized for max_batch positions.
-  std::vector<float> residual_;   // F32 [n, n_embd]
-  std::vector<float> normed_;     // F32 [n, n_embd]
-  std::vector<float> q_;          // F32 [n, shard q_dim]
-  std::vector<float> k_;          // F32 [n, shard kv_dim]
-  std::vector<float> v_;          // F32 [n, shard kv_dim]
-  std::vector<float> attn_out_;   // F32 [n, shard q_dim] (latent attention: [n, shard heads × value_head_dim])
+  // Activation buffers, sized for max_batch positions, each on whole cache lines
+  // (core/line_aligned.h): the threads of a step write neighbouring parts of them at once.
+  using Floats = core::LineAlignedVector<float>;
+  Floats residual_;   // F32 [n, n_embd]
+  Floats normed_;     // F32 [n, n_embd]
+  Floats q_;          // F32 [n, shard q_dim]
+  Floats k_;          // F32 [n, shard kv_dim]
+  Floats v_;          // F32 [n, shard kv_dim]
+  Floats attn_out_;   // F32 [n, shard q_dim] (latent attention: [n, shard heads × value_head_dim])
   // Latent attention: the query and KV latents, each head's query in latent space
   // [latent | rope part], each head's output in latent space, and one head's rows gathered.
-  std::vector<float> q_a_;        // F32 [n, q_lora_rank]
-  std::vector<float> kv_a_;       // F32 [n, kv_lora_rank + rope_dims]
-  std::vector<float> q_latent_;   // F32 [n, shard heads, kv_lora_rank + rope_dims]
-  std::vector<float> latent_out_; // F32 [n, shard heads, kv_lora_rank]
-  std::vector<float> proj_;       // F32 [n, n_embd]
-  std::vector<float> gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
-  std::vector<float> up_;         // F32, as gate_
+  Floats q_a_;        // F32 [n, q_lora_rank]
+  Floats kv_a_;       // F32 [n, kv_lora_rank + rope_dims]
+  Floats q_latent_;   // F32 [n, shard heads, kv_lora_rank + rope_dims]
+  Floats latent_out_; // F32 [n, shard heads, kv_lora_rank]
+  Floats proj_;       // F32 [n, n_embd]
+  Floats gate_;       // F32 [n, shard n_ff]; MoE: [n, shard n_ff_exp] or, decoding, [used, ...]
+  Floats up_;         // F32, as gate_
   // Mixture of experts: router logits, each row's chosen experts and their weights, and the
   // rows grouped by expert (rows of expert e at expert_rows_[expert_start_[e] ..
   // expert_start_[e + 1]), with the slot of the row's choice in route_*).
-  std::vector<float> router_logits_;   // F32 [n, n_expert]
-  std::vector<float> router_choice_;   // F32 [n, n_expert + n_expert_groups]: biased scores, group worths
+  Floats router_logits_;   // F32 [n, n_expert]
+  Floats router_choice_;   // F32 [n, n_expert + n_expert_groups]: biased scores, group worths
   std::vector<int32_t> group_choice_;  // [n, n_expert_groups]: each row's kept groups
   std::vector<int32_t> route_expert_;  // [n, n_expert_used]
-  std::vector<float> route_weight_;    // [n, n_expert_used]
+  Floats route_weight_;    // [n, n_expert_used]
   std::vector<int32_t> route_member_;  // [n, n_expert_used]: expert split: who computes each choice
   std::vector<int32_t> expert_start_;  // [n_expert + 1]
   std::vector<int32_t> expert_cursor_; // [n_expert]: where the grouping writes each expert's next row
   std::vector<int32_t> expert_rows_;   // [n * n_expert_used]: route slots, grouped by expert
   std::vector<int32_t> held_choices_;  // [n_expert_used]: a decode step's choices this shard holds
   RoutingObserver routing_observer_;
-  std::vector<float> gathered_;        // F32 [n, n_embd]: one expert's input rows
-  std::vector<float> expert_out_;      // F32 [n, n_embd]: one expert's output rows
-  std::vector<float> slot_out_;        // F32 [n * n_expert_used, n_embd]: each choice's expert output
+  Floats gathered_;        // F32 [n, n_embd]: one expert's input rows
+  Floats expert_out_;      // F32 [n, n_embd]: one expert's output rows
+  Floats slot_out_;        // F32 [n * n_expert_used, n_embd]: each choice's expert output
   // Attention: where each block of rows starts (and n after the last), each row's key count,
   // and each thread's scores scratch.
   static constexpr int32_t kAttentionBlockRows = 8;
@@ -197,10 +200,10 @@ class Forward {
   std::vector<int32_t> key_counts_;
   std::vector<int32_t> first_keys_;  // in a sliding-window layer, each row's first visible position
   size_t scores_per_thread_ = 0;
-  std::vector<float> scores_;
-  std::vector<float> rope_cos_;   // F32 [n, rope_dims / 2]
-  std::vector<float> rope_sin_;   // F32 [n, rope_dims / 2]
-  std::vector<float> logits_;     // F32 [logits_rows_, shard n_vocab]
+  Floats scores_;
+  Floats rope_cos_;   // F32 [n, rope_dims / 2]
+  Floats rope_sin_;   // F32 [n, rope_dims / 2]
+  Floats logits_;     // F32 [logits_rows_, shard n_vocab]
   int32_t logits_rows_ = 0;
 };
 
